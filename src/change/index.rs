@@ -1,0 +1,49 @@
+//! The index: for each object key, what was last handed to the sink.
+
+use std::collections::HashMap;
+
+/// What the index keeps per object: enough to classify the next change and to infer a
+/// delete, not the object itself (memory stays small per object).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub uid: String,
+    pub resource_version: String,
+    pub fingerprint: u128,
+}
+
+#[derive(Debug, Default)]
+pub struct Index {
+    entries: HashMap<String, Entry>,
+}
+
+impl Index {
+    pub fn get(&self, key: &str) -> Option<&Entry> {
+        self.entries.get(key)
+    }
+
+    pub fn insert(&mut self, key: String, entry: Entry) {
+        self.entries.insert(key, entry);
+    }
+
+    pub fn remove(&mut self, key: &str) -> Option<Entry> {
+        self.entries.remove(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Removes and returns the entries whose key `keep` rejects (in key order, so that
+    /// inferred deletes come out in a stable order).
+    pub fn drain_unless(&mut self, keep: impl Fn(&str) -> bool) -> Vec<(String, Entry)> {
+        let mut gone: Vec<String> = self.entries.keys().filter(|k| !keep(k)).cloned().collect();
+        gone.sort();
+        gone.into_iter()
+            .filter_map(|k| self.entries.remove(&k).map(|e| (k, e)))
+            .collect()
+    }
+}

@@ -1,0 +1,110 @@
+//! `deltaship check`: every start-up step of `run`, reported one finding per line,
+//! without watching or publishing anything.
+
+use std::fmt::Display;
+
+use crate::config::{Config, SinkConfig};
+use crate::pipeline::plan;
+use crate::sink::KafkaSink;
+use crate::watch::{access, client, discovery};
+
+/// Prints each finding on stdout; returns whether all passed.
+pub async fn run(config: &Config) -> bool {
+    let mut report = Report::default();
+    report.ok("config is valid");
+    let client = match client::connect(&config.kubernetes).await {
+        Ok(c) => c,
+        Err(e) => return report.fail(e).done(),
+    };
+    match client.apiserver_version().await {
+        Ok(v) => report.ok(format!("API server reachable, version {}", v.git_version)),
+        Err(e) => return report.fail(format!("API server unreachable: {e}")).done(),
+    };
+    let served = match discovery::discover(client.clone()).await {
+        Ok(s) => s,
+        Err(e) => return report.fail(e).done(),
+    };
+    let mut resources = Vec::new();
+    for (i, rc) in config.resources.iter().enumerate() {
+        match served.resolve(i, rc) {
+            Ok(r) => {
+                let scope = if r.namespaced { "namespaced" } else { "cluster-scoped" };
+                report.ok(format!("resources[{i}]: {} resolves to {} ({scope})", rc.kind, r.label()));
+                resources.push(r);
+            }
+            Err(e) => {
+                report.fail(e);
+            }
+        }
+    }
+    if resources.len() != config.resources.len() {
+        return report.done();
+    }
+    let scopes = match plan::scopes(config, &resources) {
+        Ok(s) => s,
+        Err(e) => return report.fail(e).done(),
+    };
+    for s in &scopes {
+        match access::check(&client, s).await {
+            Ok(()) => report.ok(format!("list and watch allowed on {}", s.describe())),
+            Err(e) => {
+                report.fail(e);
+            }
+        }
+    }
+    if let SinkConfig::Kafka(k) = &config.sink {
+        check_kafka(&mut report, k, plan::topics(&scopes)).await;
+    } else {
+        report.ok("sink: stdout");
+    }
+    report.done()
+}
+
+async fn check_kafka(report: &mut Report, k: &crate::config::KafkaConfig, topics: Vec<String>) {
+    let sink = match KafkaSink::new(k) {
+        Ok(s) => s,
+        Err(e) => {
+            report.fail(e);
+            return;
+        }
+    };
+    match sink.topic_partitions(topics).await {
+        Ok(found) => {
+            report.ok(format!("Kafka brokers reachable at {}", k.brokers));
+            for (topic, partitions) in found {
+                match (partitions, &k.create_topics) {
+                    (Some(n), _) => report.ok(format!("topic {topic} exists with {n} partition(s)")),
+                    (None, Some(_)) => report.ok(format!("topic {topic} is missing and will be created at start-up")),
+                    (None, None) => report.warn(format!(
+                        "topic {topic} does not exist; create it, set sink.create_topics, or rely on the broker's auto.create.topics.enable"
+                    )),
+                }
+            }
+        }
+        Err(e) => {
+            report.fail(format!("Kafka brokers at {} unreachable: {e}", k.brokers));
+        }
+    }
+}
+
+#[derive(Default)]
+struct Report {
+    failed: bool,
+}
+
+impl Report {
+    fn ok(&mut self, what: impl Display) {
+        println!("[ok]   {what}");
+    }
+    fn warn(&mut self, what: impl Display) {
+        println!("[warn] {what}");
+    }
+    fn fail(&mut self, what: impl Display) -> &mut Self {
+        println!("[FAIL] {what}");
+        self.failed = true;
+        self
+    }
+    fn done(&self) -> bool {
+        !self.failed
+    }
+}

@@ -1,0 +1,239 @@
+//! Configuration: figment loading (file, then `DELTASHIP_` env), validation, masking.
+
+mod model;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml, Yaml};
+
+pub use model::*;
+pub use validate::Problem;
+
+/// Environment variables with this prefix override file settings; `__` separates levels,
+/// e.g. `DELTASHIP_SINK__BROKERS=host:9092` sets `sink.brokers`.
+pub const ENV_PREFIX: &str = "DELTASHIP_";
+
+/// Variables under the prefix that are not configuration: the test environment's
+/// (`DELTASHIP_TEST_*`) and the CLI's own (`DELTASHIP_CONFIG`).
+const ENV_NOT_CONFIG: [&str; 2] = ["test_", "config"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {reason}", file.display())]
+    Unreadable { file: PathBuf, reason: String },
+    #[error(
+        "config file {} has an unknown format; use a .toml, .yaml or .yml file",
+        file.display()
+    )]
+    UnknownFormat { file: PathBuf },
+    #[error("invalid config ({}):\n{}", file.display(), list(.errors))]
+    Invalid { file: PathBuf, errors: Vec<String> },
+}
+
+fn list(errors: &[String]) -> String {
+    errors
+        .iter()
+        .map(|e| format!("  - {e}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Loads `file` (TOML or YAML by extension) with `DELTASHIP_` env overrides and validates
+/// the result. Every problem is reported at once, each naming its key and the fix.
+pub fn load(file: &Path) -> Result<Config, ConfigError> {
+    load_with_env(file, Env::prefixed(ENV_PREFIX))
+}
+
+fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
+    if let Err(e) = std::fs::metadata(file) {
+        return Err(ConfigError::Unreadable {
+            file: file.to_owned(),
+            reason: e.to_string(),
+        });
+    }
+    let ext = file.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let figment = match ext {
+        "toml" => Figment::from(Toml::file_exact(file)),
+        "yaml" | "yml" => Figment::from(Yaml::file_exact(file)),
+        _ => {
+            return Err(ConfigError::UnknownFormat {
+                file: file.to_owned(),
+            });
+        }
+    };
+    let env = env.split("__").filter(|key| {
+        let key = key.as_str().to_ascii_lowercase();
+        !ENV_NOT_CONFIG.iter().any(|p| key.starts_with(p))
+    });
+    let config: Config = figment.merge(env).extract().map_err(|e| ConfigError::Invalid {
+        file: file.to_owned(),
+        errors: e.into_iter().map(describe_figment_error).collect(),
+    })?;
+    let problems = validate::validate(&config);
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigError::Invalid {
+            file: file.to_owned(),
+            errors: problems.iter().map(ToString::to_string).collect(),
+        })
+    }
+}
+
+/// figment names the key path and the source; add the fix for the common cases.
+fn describe_figment_error(e: figment::Error) -> String {
+    use figment::error::Kind;
+    let fix = match &e.kind {
+        Kind::UnknownField(_, _) => {
+            "fix: remove the key or correct its spelling (the expected keys are listed)"
+        }
+        Kind::MissingField(_) => "fix: add the key; it has no default",
+        Kind::UnknownVariant(_, _) => "fix: use one of the listed values",
+        Kind::InvalidType(_, _) | Kind::InvalidValue(_, _) => {
+            "fix: give the key a value of the expected type"
+        }
+        _ => "fix: see the configuration reference in the README",
+    };
+    format!("{e}; {fix}")
+}
+
+/// Keys of raw client options whose values are secrets.
+const SECRET_KEY_PARTS: [&str; 5] = ["password", "secret", "token", "jaas", "key.pem"];
+
+/// Returns `key`'s value, or a mask when the key names a secret.
+pub fn mask_value(key: &str, value: &str) -> String {
+    let key = key.to_ascii_lowercase();
+    if SECRET_KEY_PARTS.iter().any(|p| key.contains(p)) {
+        "***".into()
+    } else {
+        value.into()
+    }
+}
+
+impl Config {
+    /// The configuration with every secret replaced by `***`, for `print-config` and logs.
+    pub fn masked(&self) -> Config {
+        let mut c = self.clone();
+        if let SinkConfig::Kafka(k) = &mut c.sink {
+            for (key, value) in k.librdkafka.iter_mut() {
+                *value = mask_value(key, value);
+            }
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    fn load_in_jail(jail: &Jail, name: &str) -> Result<Config, ConfigError> {
+        load_with_env(&jail.directory().join(name), Env::prefixed(ENV_PREFIX))
+    }
+
+    #[test]
+    fn minimal_toml_gets_documented_defaults() {
+        Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n")?;
+            let c = load_in_jail(jail, "c.toml").unwrap();
+            assert_eq!(c.cluster, "local");
+            assert!(matches!(c.sink, SinkConfig::Stdout));
+            assert_eq!(c.delivery.queue_capacity, 10_000);
+            assert!(c.resources[0].redact);
+            assert_eq!(c.resources[0].payload, PayloadMode::Object);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn env_overrides_file_and_test_variables_are_ignored() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.yaml",
+                "cluster: a\nresources:\n  - {version: v1, kind: ConfigMap}\nsink: {type: kafka, brokers: 'x:1'}\n",
+            )?;
+            jail.set_env("DELTASHIP_SINK__BROKERS", "127.0.0.1:9092");
+            jail.set_env("DELTASHIP_CLUSTER", "prod");
+            jail.set_env("DELTASHIP_TEST_KAFKA", "ignored");
+            let c = load_in_jail(jail, "c.yaml").unwrap();
+            assert_eq!(c.cluster, "prod");
+            match c.sink {
+                SinkConfig::Kafka(k) => assert_eq!(k.brokers, "127.0.0.1:9092"),
+                other => panic!("expected kafka, got {other:?}"),
+            }
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_with_its_path_file_and_fix() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.toml",
+                "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespace = \"x\"\n",
+            )?;
+            let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("unknown field: found `namespace`"), "{e}");
+            assert!(e.contains("namespaces"), "lists the expected keys: {e}");
+            assert!(e.contains("c.toml"), "{e}");
+            assert!(e.contains("fix:"), "{e}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_sink_type_lists_the_valid_ones() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.toml",
+                "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"kafak\"\n",
+            )?;
+            let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("kafak") && e.contains("kafka") && e.contains("stdout"), "{e}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.toml",
+                "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[delivery]\nqueue_capacity = \"big\"\n",
+            )?;
+            let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("delivery.queue_capacity"), "{e}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn missing_file_and_unknown_extension_are_clear() {
+        Jail::expect_with(|jail| {
+            let e = load_in_jail(jail, "nope.toml").unwrap_err().to_string();
+            assert!(e.contains("cannot read config file") && e.contains("nope.toml"), "{e}");
+            jail.create_file("c.ini", "")?;
+            let e = load_in_jail(jail, "c.ini").unwrap_err().to_string();
+            assert!(e.contains(".toml, .yaml or .yml"), "{e}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn masked_config_hides_secret_client_options() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.toml",
+                "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"kafka\"\nbrokers = \"b:1\"\n[sink.librdkafka]\n\"sasl.password\" = \"hunter2\"\n\"linger.ms\" = \"5\"\n",
+            )?;
+            let c = load_in_jail(jail, "c.toml").unwrap().masked();
+            let shown = serde_json::to_string(&c).unwrap();
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("\"linger.ms\":\"5\""), "{shown}");
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,294 @@
+//! The configuration tree: every option, its unit and its default.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole configuration of one deltaship process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Name of the watched cluster. Appears in `source`, in ids, in the `cluster` extension
+    /// and in default topic names. Lowercase letters, digits, `-` and `.`. Default: `local`.
+    #[serde(default = "default_cluster")]
+    pub cluster: String,
+    /// How to reach the Kubernetes API server.
+    #[serde(default)]
+    pub kubernetes: KubernetesConfig,
+    /// The resources to watch. At least one.
+    #[serde(default)]
+    pub resources: Vec<ResourceConfig>,
+    /// Where events go. Default: stdout.
+    #[serde(default)]
+    pub sink: SinkConfig,
+    /// Queues, concurrency and retries between the watches and the sink.
+    #[serde(default)]
+    pub delivery: DeliveryConfig,
+    /// The HTTP server for /metrics, /healthz and /readyz.
+    #[serde(default)]
+    pub http: HttpConfig,
+    /// Logging.
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+fn default_cluster() -> String {
+    "local".into()
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// Path of a kubeconfig file. Default: `$KUBECONFIG`, then `~/.kube/config`, then the
+    /// in-cluster service account.
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of the kubeconfig to use. Default: its current context.
+    pub context: Option<String>,
+    /// Use streaming lists (`sendInitialEvents`, WatchList) for the initial list instead of
+    /// paged lists. Needs API server support. Default: false.
+    #[serde(default)]
+    pub streaming_lists: bool,
+    /// Page size of initial lists and relists, in objects. Default: 500 (client-go's pager).
+    #[serde(default = "default_page_size")]
+    pub page_size: u32,
+}
+
+fn default_page_size() -> u32 {
+    500
+}
+
+/// One watched resource, with its watch scope and how its events are shaped.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceConfig {
+    /// API group; empty (the default) for the core group.
+    #[serde(default)]
+    pub group: String,
+    /// API version, e.g. `v1`.
+    pub version: String,
+    /// Kind, e.g. `ConfigMap`.
+    pub kind: String,
+    /// Namespaces to watch, one watch each. Empty (the default): all namespaces with one
+    /// watch. Must be empty for cluster-scoped kinds.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Label selector, e.g. `app=web,tier!=cache`. Default: none.
+    pub label_selector: Option<String>,
+    /// Field selector, e.g. `metadata.name=foo`. Default: none.
+    pub field_selector: Option<String>,
+    /// What `data` carries: `object` (default) or `reference`.
+    #[serde(default)]
+    pub payload: PayloadMode,
+    /// Redact before shipping: drop managedFields, digest Secret values and a Secret's
+    /// last-applied annotation. Default: true. Turning it off ships Secret values.
+    #[serde(default = "default_true")]
+    pub redact: bool,
+    /// JSON pointers left out of the change fingerprint: an update that only touches
+    /// these is skipped as a no-op. `/metadata/resourceVersion` and
+    /// `/metadata/managedFields` are always ignored. Default: none.
+    #[serde(default)]
+    pub ignore_fields: Vec<String>,
+    /// Topic (Kafka) for this resource, overriding `sink.topic_template`. Same placeholders.
+    pub topic: Option<String>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadMode {
+    /// The whole (redacted) object.
+    #[default]
+    Object,
+    /// apiVersion, kind, namespace, name, uid and resourceVersion only.
+    Reference,
+}
+
+/// The sink, chosen by `type`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum SinkConfig {
+    /// Structured CloudEvents as JSON lines on standard output.
+    Stdout,
+    /// Apache Kafka.
+    Kafka(KafkaConfig),
+}
+
+impl Default for SinkConfig {
+    fn default() -> Self {
+        SinkConfig::Stdout
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Bootstrap servers, comma separated, e.g. `broker-1:9092,broker-2:9092`. Required.
+    pub brokers: String,
+    /// Topic name template. Placeholders: `{cluster}`, `{group}` (`core` for the core
+    /// group), `{version}`, `{kind}` (lowercase), `{plural}`.
+    /// Default: `deltaship.{cluster}.{group}.{plural}` (one topic per resource).
+    #[serde(default = "default_topic_template")]
+    pub topic_template: String,
+    /// `binary` (default: attributes as `ce_` headers, value = data) or `structured`
+    /// (value = the whole event as JSON).
+    #[serde(default)]
+    pub content_mode: ContentMode,
+    /// After each `deleted` event, also send a tombstone (same key, null value), for
+    /// compacted topics. Default: false.
+    #[serde(default)]
+    pub tombstones: bool,
+    /// Compression codec: `none`, `gzip`, `snappy`, `lz4` or `zstd`. Default: `zstd`.
+    #[serde(default = "default_compression")]
+    pub compression: String,
+    /// Create missing topics at start-up with these settings. Default: not set (topics
+    /// must exist, or the broker must auto-create them).
+    pub create_topics: Option<TopicCreation>,
+    /// Raw librdkafka options (https://github.com/confluentinc/librdkafka CONFIGURATION.md),
+    /// applied last, e.g. `"security.protocol" = "SSL"`. Values whose key names a password
+    /// or secret are masked in `print-config` and logs.
+    #[serde(default)]
+    pub librdkafka: BTreeMap<String, String>,
+}
+
+fn default_topic_template() -> String {
+    "deltaship.{cluster}.{group}.{plural}".into()
+}
+
+fn default_compression() -> String {
+    "zstd".into()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicCreation {
+    /// Partitions of each created topic. Default: 3.
+    #[serde(default = "default_partitions")]
+    pub partitions: i32,
+    /// Replication factor of each created topic. Default: 1.
+    #[serde(default = "default_replication")]
+    pub replication_factor: i32,
+}
+
+fn default_partitions() -> i32 {
+    3
+}
+
+fn default_replication() -> i32 {
+    1
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContentMode {
+    #[default]
+    Binary,
+    Structured,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// Events waiting between the watches and the sink, in events. When full, reading from
+    /// the watches pauses. Default: 10000.
+    #[serde(default = "default_queue_capacity")]
+    pub queue_capacity: usize,
+    /// Events sent and not yet acknowledged by the sink, in events (one per object at a
+    /// time). Default: 1000.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// First delay before retrying a failed send, in milliseconds. Doubles per attempt,
+    /// with jitter. Default: 100.
+    #[serde(default = "default_retry_initial_ms")]
+    pub retry_initial_ms: u64,
+    /// Longest delay between retries, in milliseconds. Default: 30000.
+    #[serde(default = "default_retry_max_ms")]
+    pub retry_max_ms: u64,
+    /// Time allowed on SIGTERM or SIGINT to send what is queued, in seconds. Default: 30.
+    #[serde(default = "default_shutdown_timeout_secs")]
+    pub shutdown_timeout_secs: u64,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            queue_capacity: default_queue_capacity(),
+            max_in_flight: default_max_in_flight(),
+            retry_initial_ms: default_retry_initial_ms(),
+            retry_max_ms: default_retry_max_ms(),
+            shutdown_timeout_secs: default_shutdown_timeout_secs(),
+        }
+    }
+}
+
+fn default_queue_capacity() -> usize {
+    10_000
+}
+fn default_max_in_flight() -> usize {
+    1_000
+}
+fn default_retry_initial_ms() -> u64 {
+    100
+}
+fn default_retry_max_ms() -> u64 {
+    30_000
+}
+fn default_shutdown_timeout_secs() -> u64 {
+    30
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Address of /metrics, /healthz and /readyz. Default: `0.0.0.0:9090`.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: default_listen(),
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "0.0.0.0:9090".into()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` (default) or `json`.
+    #[serde(default)]
+    pub format: LogFormat,
+    /// A tracing filter, e.g. `info` or `deltaship=debug,kube=info`. `RUST_LOG` wins when
+    /// set. Default: `info`.
+    #[serde(default = "default_level")]
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::default(),
+            level: default_level(),
+        }
+    }
+}
+
+fn default_level() -> String {
+    "info".into()
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}

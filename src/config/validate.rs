@@ -1,0 +1,223 @@
+//! Start-up validation of a loaded configuration: each problem names its key and the fix.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use super::{Config, SinkConfig};
+use crate::route::Template;
+
+/// One thing wrong with the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted key path, e.g. `resources[1].namespaces[0]`.
+    pub key: String,
+    pub problem: String,
+    pub fix: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}`: {}; fix: {}", self.key, self.problem, self.fix)
+    }
+}
+
+fn problem(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) -> Problem {
+    Problem {
+        key: key.into(),
+        problem: problem.into(),
+        fix: fix.into(),
+    }
+}
+
+const COMPRESSIONS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
+
+pub fn validate(c: &Config) -> Vec<Problem> {
+    let mut out = Vec::new();
+    if !is_dns_subdomain(&c.cluster) {
+        out.push(problem(
+            "cluster",
+            format!("`{}` is not a valid cluster name", c.cluster),
+            "use lowercase letters, digits, `-` and `.`, e.g. `prod-eu-1`",
+        ));
+    }
+    if c.resources.is_empty() {
+        out.push(problem(
+            "resources",
+            "no resource to watch",
+            "add at least one [[resources]] entry with `version` and `kind`, e.g. version = \"v1\", kind = \"ConfigMap\"",
+        ));
+    }
+    for (i, r) in c.resources.iter().enumerate() {
+        let at = |field: &str| format!("resources[{i}].{field}");
+        if r.version.trim().is_empty() {
+            out.push(problem(at("version"), "is empty", "set the API version, e.g. `v1`"));
+        }
+        if r.kind.trim().is_empty() {
+            out.push(problem(at("kind"), "is empty", "set the kind, e.g. `Deployment`"));
+        }
+        for (j, ns) in r.namespaces.iter().enumerate() {
+            if !is_dns_label(ns) {
+                out.push(problem(
+                    at(&format!("namespaces[{j}]")),
+                    format!("`{ns}` is not a valid namespace name"),
+                    "use a lowercase DNS label (letters, digits, `-`), or remove `namespaces` to watch all",
+                ));
+            }
+        }
+        for (name, sel) in [("label_selector", &r.label_selector), ("field_selector", &r.field_selector)] {
+            if let Some(sel) = sel
+                && sel.split(',').any(|term| term.trim().is_empty())
+            {
+                out.push(problem(
+                    at(name),
+                    format!("`{sel}` has an empty term"),
+                    "write comma-separated terms such as `app=web,tier!=cache`, or remove the key",
+                ));
+            }
+        }
+        for (j, p) in r.ignore_fields.iter().enumerate() {
+            if !p.starts_with('/') {
+                out.push(problem(
+                    at(&format!("ignore_fields[{j}]")),
+                    format!("`{p}` is not a JSON pointer"),
+                    "start it with `/`, e.g. `/status` or `/metadata/annotations/example.com~1note`",
+                ));
+            }
+        }
+        if let Some(t) = &r.topic
+            && let Err(e) = Template::parse(t)
+        {
+            out.push(problem(at("topic"), e, Template::HELP));
+        }
+    }
+    if let SinkConfig::Kafka(k) = &c.sink {
+        if k.brokers.trim().is_empty() {
+            out.push(problem("sink.brokers", "is empty", "list bootstrap servers, e.g. `kafka-0:9092,kafka-1:9092`"));
+        }
+        if let Err(e) = Template::parse(&k.topic_template) {
+            out.push(problem("sink.topic_template", e, Template::HELP));
+        }
+        if !COMPRESSIONS.contains(&k.compression.as_str()) {
+            out.push(problem(
+                "sink.compression",
+                format!("`{}` is not a codec", k.compression),
+                format!("use one of {}", COMPRESSIONS.join(", ")),
+            ));
+        }
+        if let Some(t) = &k.create_topics {
+            if t.partitions < 1 {
+                out.push(problem("sink.create_topics.partitions", "must be at least 1", "set 1 or more"));
+            }
+            if t.replication_factor < 1 {
+                out.push(problem("sink.create_topics.replication_factor", "must be at least 1", "set 1 or more"));
+            }
+        }
+    }
+    let d = &c.delivery;
+    if d.queue_capacity == 0 {
+        out.push(problem("delivery.queue_capacity", "must be at least 1", "set a positive number of events, e.g. 10000"));
+    }
+    if d.max_in_flight == 0 {
+        out.push(problem("delivery.max_in_flight", "must be at least 1", "set a positive number of events, e.g. 1000"));
+    }
+    if d.retry_initial_ms == 0 || d.retry_initial_ms > d.retry_max_ms {
+        out.push(problem(
+            "delivery.retry_initial_ms",
+            format!("must be between 1 and delivery.retry_max_ms ({})", d.retry_max_ms),
+            "lower retry_initial_ms or raise retry_max_ms",
+        ));
+    }
+    if c.http.listen.parse::<SocketAddr>().is_err() {
+        out.push(problem(
+            "http.listen",
+            format!("`{}` is not an address", c.http.listen),
+            "use IP:PORT, e.g. `0.0.0.0:9090`",
+        ));
+    }
+    out
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ResourceConfig, SinkConfig};
+
+    fn base() -> Config {
+        serde_json::from_value(serde_json::json!({
+            "resources": [{"version": "v1", "kind": "ConfigMap"}]
+        }))
+        .unwrap()
+    }
+
+    fn keys(c: &Config) -> Vec<String> {
+        validate(c).into_iter().map(|p| p.key).collect()
+    }
+
+    #[test]
+    fn a_minimal_config_is_valid() {
+        assert!(validate(&base()).is_empty());
+    }
+
+    #[test]
+    fn each_mistake_names_its_key() {
+        let mut c = base();
+        c.cluster = "Prod_1".into();
+        c.resources.push(ResourceConfig {
+            namespaces: vec!["Bad_NS".into()],
+            label_selector: Some("app=a,,b".into()),
+            ignore_fields: vec!["status".into()],
+            topic: Some("t.{nope}".into()),
+            ..c.resources[0].clone()
+        });
+        c.delivery.queue_capacity = 0;
+        c.delivery.retry_initial_ms = 60_000;
+        c.http.listen = "9090".into();
+        assert_eq!(
+            keys(&c),
+            [
+                "cluster",
+                "resources[1].namespaces[0]",
+                "resources[1].label_selector",
+                "resources[1].ignore_fields[0]",
+                "resources[1].topic",
+                "delivery.queue_capacity",
+                "delivery.retry_initial_ms",
+                "http.listen",
+            ]
+        );
+        let shown = validate(&c)[4].to_string();
+        assert!(shown.contains("{nope}") && shown.contains("fix:"), "{shown}");
+    }
+
+    #[test]
+    fn no_resources_is_an_error_with_an_example() {
+        let mut c = base();
+        c.resources.clear();
+        let p = &validate(&c)[0];
+        assert_eq!(p.key, "resources");
+        assert!(p.fix.contains("kind = \"ConfigMap\""));
+    }
+
+    #[test]
+    fn kafka_sink_fields_are_checked() {
+        let mut c = base();
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "kafka", "brokers": " ", "compression": "brotli", "topic_template": "{cluster"
+        }))
+        .unwrap();
+        assert!(matches!(c.sink, SinkConfig::Kafka(_)));
+        assert_eq!(keys(&c), ["sink.brokers", "sink.topic_template", "sink.compression"]);
+    }
+}

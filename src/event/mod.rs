@@ -1,0 +1,188 @@
+//! The event stage: changes and markers as CloudEvents, routed, ready for a sink.
+
+mod id;
+pub mod redact;
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use cloudevents::{Event, EventBuilder, EventBuilderV10};
+use serde_json::{Value, json};
+
+use crate::change::{Change, ChangeType, Marker, MarkerPhase, ObjectChange, ObjectRef, Payload, SyncReason};
+use crate::config::PayloadMode;
+use crate::watch::Scope;
+
+pub use id::event_id;
+
+pub const TYPE_PREFIX: &str = "dev.deltaship.";
+
+/// A CloudEvent with where it goes.
+#[derive(Debug, Clone)]
+pub struct Envelope {
+    pub event: Event,
+    pub topic: Arc<str>,
+    /// The partition key (`partitionkey` extension): one per object, or the marker key.
+    pub key: String,
+    pub kind: EnvelopeKind,
+    /// The `resource` metric label.
+    pub resource: Arc<str>,
+    /// True on the `sync.completed` marker of a watch's initial sync: once the sink has
+    /// it, that watch counts as synced for /readyz.
+    pub completes_initial_sync: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvelopeKind {
+    Object(ChangeType),
+    /// A sync marker: it goes to every partition, and only after every earlier event.
+    Marker(MarkerPhase),
+}
+
+impl EnvelopeKind {
+    /// The `type` metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            EnvelopeKind::Object(t) => t.as_str(),
+            EnvelopeKind::Marker(MarkerPhase::Started) => "sync.started",
+            EnvelopeKind::Marker(MarkerPhase::Completed) => "sync.completed",
+        }
+    }
+
+    pub fn event_type(self) -> String {
+        match self {
+            EnvelopeKind::Object(t) => format!("{TYPE_PREFIX}object.{}", t.as_str()),
+            EnvelopeKind::Marker(_) => format!("{TYPE_PREFIX}{}", self.label()),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the CloudEvent of {key}: {reason}")]
+pub struct BuildError {
+    pub key: String,
+    pub reason: String,
+}
+
+/// Builds the envelope of a change of the watch `scope` observed at `now`.
+pub fn build(cluster: &str, scope: &Scope, topic: &Arc<str>, change: Change, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+    match change {
+        Change::Object(c) => object_event(cluster, scope, topic, c, now),
+        Change::Marker(m) => marker_event(cluster, scope, topic, m, now),
+    }
+}
+
+fn object_event(cluster: &str, scope: &Scope, topic: &Arc<str>, c: ObjectChange, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+    let kind = EnvelopeKind::Object(c.change);
+    let ty = kind.event_type();
+    let r = c.payload.reference().clone();
+    let key = r.key();
+    let partition_key = scope.route.key(&key);
+    let resource = scope.resource.label();
+    let sync_id = c.sync_id.as_deref().unwrap_or("");
+    let id = event_id(&[cluster, &resource, &r.uid, &r.resource_version, &ty, sync_id]);
+    let data = match (scope.payload, c.payload) {
+        (PayloadMode::Object, Payload::Object(o)) => o.value,
+        (_, payload) => reference_data(scope, payload.reference()),
+    };
+    let mut b = EventBuilderV10::new()
+        .id(id)
+        .ty(ty)
+        .source(scope.resource.source(cluster))
+        .subject(key.clone())
+        .time(now)
+        .extension("cluster", cluster)
+        .extension("apiversion", scope.resource.api_version())
+        .extension("kind", scope.resource.kind.as_str())
+        .extension("name", r.name.as_str())
+        .extension("uid", r.uid.as_str())
+        .extension("resourceversion", r.resource_version.as_str())
+        .extension("partitionkey", partition_key.as_str());
+    if let Some(ns) = &r.namespace {
+        b = b.extension("namespace", ns.as_str());
+    }
+    if let Some(s) = &c.sync_id {
+        b = b.extension("syncid", s.as_ref());
+    }
+    let event = b
+        .data("application/json", data)
+        .build()
+        .map_err(|e| BuildError { key, reason: e.to_string() })?;
+    Ok(Envelope {
+        event,
+        topic: topic.clone(),
+        key: partition_key,
+        kind,
+        resource: resource.into(),
+        completes_initial_sync: false,
+    })
+}
+
+fn reference_data(scope: &Scope, r: &ObjectRef) -> Value {
+    let mut v = json!({
+        "apiVersion": scope.resource.api_version(),
+        "kind": scope.resource.kind,
+        "name": r.name,
+        "uid": r.uid,
+        "resourceVersion": r.resource_version,
+    });
+    if let Some(ns) = &r.namespace {
+        v["namespace"] = json!(ns);
+    }
+    v
+}
+
+fn marker_event(cluster: &str, scope: &Scope, topic: &Arc<str>, m: Marker, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+    let kind = EnvelopeKind::Marker(m.phase);
+    let ty = kind.event_type();
+    let resource = scope.resource.label();
+    let scope_ns = scope.namespace.as_deref().unwrap_or("");
+    let id = event_id(&[cluster, &resource, scope_ns, &m.sync_id, &ty]);
+    let mut data = json!({
+        "syncId": m.sync_id.as_ref(),
+        "reason": m.reason,
+        "mode": m.mode,
+        "resource": {
+            "group": scope.resource.group,
+            "version": scope.resource.version,
+            "kind": scope.resource.kind,
+            "plural": scope.resource.plural,
+        },
+        "resourceVersion": m.resource_version,
+    });
+    for (field, value) in [
+        ("namespace", &scope.namespace),
+        ("labelSelector", &scope.label_selector),
+        ("fieldSelector", &scope.field_selector),
+    ] {
+        if let Some(v) = value {
+            data[field] = json!(v);
+        }
+    }
+    if let Some(counts) = &m.counts {
+        data["counts"] = json!(counts);
+    }
+    let completes_initial_sync = m.phase == MarkerPhase::Completed && m.reason == SyncReason::Initial;
+    let key = scope.route.marker_key.clone();
+    let event = EventBuilderV10::new()
+        .id(id)
+        .ty(ty)
+        .source(scope.resource.source(cluster))
+        .time(now)
+        .extension("cluster", cluster)
+        .extension("apiversion", scope.resource.api_version())
+        .extension("kind", scope.resource.kind.as_str())
+        .extension("syncid", m.sync_id.as_ref())
+        .extension("partitionkey", key.as_str())
+        .data("application/json", data)
+        .build()
+        .map_err(|e| BuildError { key: key.clone(), reason: e.to_string() })?;
+    Ok(Envelope {
+        event,
+        topic: topic.clone(),
+        key,
+        kind,
+        resource: resource.into(),
+        completes_initial_sync,
+    })
+}

@@ -1,0 +1,147 @@
+//! Wires the stages with a bounded queue; owns start-up checks, backpressure and the
+//! shutdown order.
+
+mod dispatch;
+pub mod plan;
+mod retry;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::change::SyncMode;
+use crate::config::{Config, SinkConfig};
+use crate::sink::{self, SendError, Sink};
+use crate::telemetry::{self, Health};
+use crate::watch::{self, Watch, access::AccessError, client::ClientError, discovery::DiscoveryError};
+
+pub use dispatch::{DispatchError, Dispatcher};
+pub use retry::RetryPolicy;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    #[error(transparent)]
+    Plan(#[from] plan::PlanError),
+    #[error(transparent)]
+    Access(#[from] AccessError),
+    #[error("sink: {0}")]
+    Sink(#[from] SendError),
+    #[error(transparent)]
+    Http(#[from] telemetry::HttpError),
+    #[error(transparent)]
+    Dispatch(#[from] DispatchError),
+    #[error("cannot listen for signals: {0}")]
+    Signals(std::io::Error),
+}
+
+/// How often the sink's reachability is probed for /readyz.
+const PROBE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Runs the bridge until SIGTERM/SIGINT (or `stop`), then drains within the configured
+/// timeout. Start-up problems (credentials, unknown kinds, missing RBAC, sink config) are
+/// errors before anything is watched.
+pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError> {
+    let client = watch::client::connect(&config.kubernetes).await?;
+    let resources = watch::discovery::resolve(client.clone(), &config.resources).await?;
+    let scopes = plan::scopes(&config, &resources)?;
+    for s in &scopes {
+        watch::access::check(&client, s).await?;
+    }
+    let sink = Sink::from_config(&config.sink)?;
+    if let SinkConfig::Kafka(k) = &config.sink {
+        sink::kafka::create_topics(k, &plan::topics(&scopes)).await?;
+    }
+
+    let health = Arc::new(Health::new(scopes.len()));
+    let http_stop = CancellationToken::new();
+    let addr: SocketAddr = config.http.listen.parse().expect("validated at load");
+    let http = telemetry::serve(addr, health.clone(), http_stop.clone()).await?;
+    tokio::spawn(probe_sink(sink.clone(), health.clone(), http_stop.clone()));
+
+    let (tx, rx) = mpsc::channel(config.delivery.queue_capacity);
+    let retry = RetryPolicy {
+        initial: Duration::from_millis(config.delivery.retry_initial_ms),
+        max: Duration::from_millis(config.delivery.retry_max_ms),
+    };
+    let dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, retry, health.clone());
+    let mut delivery = tokio::spawn(dispatcher.run(rx));
+
+    let watch_stop = CancellationToken::new();
+    let cluster: Arc<str> = config.cluster.as_str().into();
+    let mut watches = tokio::task::JoinSet::new();
+    for scope in scopes {
+        let w = Watch {
+            client: client.clone(),
+            cluster: cluster.clone(),
+            scope,
+            kubernetes: config.kubernetes.clone(),
+            relist_mode: SyncMode::Diff,
+        };
+        watches.spawn(w.run(tx.clone(), watch_stop.clone()));
+    }
+    drop(tx);
+    tracing::info!(watches = watches.len(), sink = sink.name(), "deltaship started");
+
+    let result = tokio::select! {
+        r = &mut delivery => Some(r.expect("the dispatcher does not panic")),
+        r = shutdown_signal(stop) => { r?; None }
+    };
+    // Shutdown in one place: stop the watches, let the queue drain, flush the sink.
+    watch_stop.cancel();
+    while watches.join_next().await.is_some() {}
+    let timeout = Duration::from_secs(config.delivery.shutdown_timeout_secs);
+    let outcome = match result {
+        Some(r) => r.map_err(RunError::from),
+        None => match tokio::time::timeout(timeout, delivery).await {
+            Ok(r) => r.expect("the dispatcher does not panic").map_err(RunError::from),
+            Err(_) => {
+                tracing::error!(timeout_secs = timeout.as_secs(), "Queued events not delivered within the shutdown timeout; they are re-delivered by the next run's initial sync");
+                Ok(())
+            }
+        },
+    };
+    if let Err(e) = sink.flush(Duration::from_secs(5)).await {
+        tracing::warn!(error = %e, "Final flush of the sink failed");
+    }
+    http_stop.cancel();
+    let _ = http.await;
+    tracing::info!("deltaship stopped");
+    outcome
+}
+
+async fn shutdown_signal(stop: CancellationToken) -> Result<(), RunError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received; draining"),
+        _ = int.recv() => tracing::info!("SIGINT received; draining"),
+        _ = stop.cancelled() => tracing::info!("Stop requested; draining"),
+    }
+    Ok(())
+}
+
+/// Probes the sink periodically; logs once per change of state.
+async fn probe_sink(sink: Sink, health: Arc<Health>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(PROBE_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let result = sink.probe().await;
+        if health.set_sink_connected(result.is_ok()) {
+            match result {
+                Ok(()) => tracing::info!(sink = sink.name(), "Sink reachable"),
+                Err(e) => tracing::warn!(sink = sink.name(), error = %e, "Sink unreachable; retrying"),
+            }
+        }
+    }
+}

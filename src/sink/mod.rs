@@ -1,0 +1,89 @@
+//! The sink stage: publish routed events and report, per event, when the broker has them.
+
+pub mod encode;
+pub mod kafka;
+pub mod stdout;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::config::SinkConfig;
+use crate::event::Envelope;
+
+pub use kafka::KafkaSink;
+pub use stdout::StdoutSink;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SendError {
+    /// Worth retrying (broker unavailable, timeouts, full queues): retried with backoff.
+    #[error("{kind}: {message}")]
+    Retryable { kind: &'static str, message: String },
+    /// The sink refuses this event because of its size.
+    #[error("event too large: {message}")]
+    TooLarge { message: String },
+    /// Retrying cannot help (authorization, invalid topic, configuration).
+    #[error("{kind}: {message}")]
+    Fatal { kind: &'static str, message: String },
+}
+
+impl SendError {
+    /// The `error_kind` metric label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SendError::Retryable { kind, .. } | SendError::Fatal { kind, .. } => kind,
+            SendError::TooLarge { .. } => "too_large",
+        }
+    }
+}
+
+/// The configured sink. Cloning is cheap (shared handles).
+#[derive(Clone)]
+pub enum Sink {
+    Stdout(StdoutSink),
+    Kafka(KafkaSink),
+}
+
+impl Sink {
+    pub fn from_config(cfg: &SinkConfig) -> Result<Sink, SendError> {
+        Ok(match cfg {
+            SinkConfig::Stdout => Sink::Stdout(StdoutSink::new()),
+            SinkConfig::Kafka(k) => Sink::Kafka(KafkaSink::new(k)?),
+        })
+    }
+
+    /// The `sink` metric label.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Sink::Stdout(_) => "stdout",
+            Sink::Kafka(_) => "kafka",
+        }
+    }
+
+    /// Publishes one event; resolves once the sink acknowledged it.
+    pub fn send(&self, env: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>> {
+        let sink = self.clone();
+        Box::pin(async move {
+            match &sink {
+                Sink::Stdout(s) => s.send(&env),
+                Sink::Kafka(k) => k.send(&env).await,
+            }
+        })
+    }
+
+    /// Whether the sink can be reached now (for /readyz).
+    pub async fn probe(&self) -> Result<(), SendError> {
+        match self {
+            Sink::Stdout(_) => Ok(()),
+            Sink::Kafka(k) => k.probe(Duration::from_secs(5)).await.map(|_| ()),
+        }
+    }
+
+    pub async fn flush(&self, timeout: Duration) -> Result<(), SendError> {
+        match self {
+            Sink::Stdout(_) => Ok(()),
+            Sink::Kafka(k) => k.flush(timeout).await,
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! The stdout sink: structured CloudEvents as JSON lines.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use super::SendError;
+use crate::event::Envelope;
+
+/// Writes one JSON line per event. Logs go to stderr, so stdout holds events only.
+#[derive(Clone)]
+pub struct StdoutSink {
+    out: Arc<Mutex<Box<dyn Write + Send>>>,
+}
+
+impl StdoutSink {
+    pub fn new() -> StdoutSink {
+        StdoutSink::to(Box::new(std::io::stdout()))
+    }
+
+    pub fn to(out: Box<dyn Write + Send>) -> StdoutSink {
+        StdoutSink {
+            out: Arc::new(Mutex::new(out)),
+        }
+    }
+
+    pub fn send(&self, env: &Envelope) -> Result<(), SendError> {
+        let mut line = super::encode::structured_bytes(&env.event);
+        line.push(b'\n');
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        // Flush per event: a reader of a pipe sees each event as soon as it is "acked".
+        out.write_all(&line)
+            .and_then(|_| out.flush())
+            .map_err(|e| SendError::Fatal {
+                kind: "io",
+                message: format!("writing to stdout failed: {e}"),
+            })
+    }
+}

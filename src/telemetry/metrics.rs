@@ -1,0 +1,39 @@
+//! Metric names (`deltaship_<noun>_<unit>[_total]`) and their descriptions. Labels come
+//! from bounded sets only: resource, type, reason, sink, error_kind.
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+
+pub const EVENTS: &str = "deltaship_events_total";
+pub const DEDUPE_SKIPS: &str = "deltaship_dedupe_skips_total";
+pub const SYNCS: &str = "deltaship_syncs_total";
+pub const RELISTS: &str = "deltaship_relists_total";
+pub const WATCH_ERRORS: &str = "deltaship_watch_errors_total";
+pub const BAD_OBJECTS: &str = "deltaship_bad_objects_total";
+pub const DROPPED: &str = "deltaship_events_dropped_total";
+pub const SINK_ERRORS: &str = "deltaship_sink_errors_total";
+pub const PUBLISH_LATENCY: &str = "deltaship_publish_latency_seconds";
+pub const IN_FLIGHT: &str = "deltaship_in_flight_events";
+pub const HELD: &str = "deltaship_held_events";
+pub const QUEUED: &str = "deltaship_queued_events";
+pub const INDEXED: &str = "deltaship_indexed_objects";
+pub const READY: &str = "deltaship_ready";
+
+/// Bucket bounds of the publish latency histogram, in seconds.
+pub const LATENCY_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
+
+pub fn describe() {
+    describe_counter!(EVENTS, "Events acknowledged by the sink, by resource and type.");
+    describe_counter!(DEDUPE_SKIPS, "Updates not shipped because nothing visible changed, by resource and reason (resource_version, fingerprint).");
+    describe_counter!(SYNCS, "Completed syncs, by resource and reason (initial, relist).");
+    describe_counter!(RELISTS, "Relists after a watch could not resume (e.g. 410 Gone), by resource.");
+    describe_counter!(WATCH_ERRORS, "Watch errors (each followed by a backoff and a restart of the watch), by resource.");
+    describe_counter!(BAD_OBJECTS, "Objects that could not be decoded or encoded and were skipped, by resource and reason.");
+    describe_counter!(DROPPED, "Events the sink refused and that were skipped by policy, by resource and reason.");
+    describe_counter!(SINK_ERRORS, "Failed sends (retried or not), by sink and error_kind.");
+    describe_histogram!(PUBLISH_LATENCY, Unit::Seconds, "Time from send to the sink's acknowledgement, by sink.");
+    describe_gauge!(IN_FLIGHT, "Events sent and not yet acknowledged.");
+    describe_gauge!(HELD, "Events waiting behind an earlier event of the same object.");
+    describe_gauge!(QUEUED, "Events queued between the watches and the sink.");
+    describe_gauge!(INDEXED, "Objects in the index, by resource.");
+    describe_gauge!(READY, "1 when every initial sync was delivered and the sink is reachable.");
+}

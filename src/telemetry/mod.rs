@@ -1,0 +1,10 @@
+//! Observability: logs, metrics, and the /metrics /healthz /readyz server.
+
+mod health;
+mod http;
+mod logging;
+pub mod metrics;
+
+pub use health::Health;
+pub use http::{HttpError, serve};
+pub use logging::init as init_logging;

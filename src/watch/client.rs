@@ -1,0 +1,42 @@
+//! The Kubernetes client: a kubeconfig (file and context as configured) or in-cluster.
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::config::KubernetesConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot read kubeconfig {path}: {source}; fix kubernetes.kubeconfig or KUBECONFIG")]
+    Kubeconfig { path: String, source: kube::config::KubeconfigError },
+    #[error("no usable Kubernetes credentials: {0}; set KUBECONFIG, kubernetes.kubeconfig, or run in a pod with a service account")]
+    Infer(String),
+    #[error("cannot create the Kubernetes client: {0}")]
+    Create(#[source] kube::Error),
+}
+
+pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClientError> {
+    let options = KubeConfigOptions {
+        context: cfg.context.clone(),
+        ..Default::default()
+    };
+    let config = match &cfg.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
+                path: path.display().to_string(),
+                source,
+            })?;
+            Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|source| ClientError::Kubeconfig {
+                    path: path.display().to_string(),
+                    source,
+                })?
+        }
+        None if cfg.context.is_some() => Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| ClientError::Infer(e.to_string()))?,
+        None => Config::infer().await.map_err(|e| ClientError::Infer(e.to_string()))?,
+    };
+    Client::try_from(config).map_err(ClientError::Create)
+}

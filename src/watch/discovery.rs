@@ -1,0 +1,172 @@
+//! Discovery: configured group/version/kind resolved against the API server (CRDs too).
+
+use kube::Client;
+use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope as ApiScope, verbs};
+
+use crate::config::ResourceConfig;
+use crate::resource::Resource;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error("API discovery failed: {0}; check that the API server is reachable and the credentials are valid")]
+    Failed(#[source] kube::Error),
+    #[error("resources[{index}]: {wanted} is not served by the API server{}", suggest(.close))]
+    Unknown { index: usize, wanted: String, close: Vec<String> },
+    #[error("resources[{index}]: {wanted} does not support {verb}, so it cannot be watched")]
+    NotWatchable { index: usize, wanted: String, verb: &'static str },
+    #[error("resources[{index}]: {wanted} is cluster-scoped; remove `namespaces`")]
+    NamespacesOnClusterScoped { index: usize, wanted: String },
+}
+
+fn suggest(close: &[String]) -> String {
+    if close.is_empty() {
+        "; list what is served with `kubectl api-resources`".into()
+    } else {
+        format!("; did you mean {}?", close.join(" or "))
+    }
+}
+
+/// What the API server serves, from one discovery run.
+pub struct Served(Vec<(ApiResource, ApiCapabilities)>);
+
+pub async fn discover(client: Client) -> Result<Served, DiscoveryError> {
+    let discovery = Discovery::new(client).run().await.map_err(DiscoveryError::Failed)?;
+    Ok(Served(
+        discovery
+            .groups()
+            .flat_map(|g| g.versions().flat_map(|v| g.versioned_resources(v)).collect::<Vec<_>>())
+            .collect(),
+    ))
+}
+
+impl Served {
+    /// Resolves `resources[index]`, or explains why it cannot be watched.
+    pub fn resolve(&self, index: usize, rc: &ResourceConfig) -> Result<Resource, DiscoveryError> {
+        resolve_one(index, rc, &self.0)
+    }
+}
+
+/// Runs discovery once and resolves every configured resource, or fails naming the first
+/// that cannot be watched, with close matches.
+pub async fn resolve(client: Client, resources: &[ResourceConfig]) -> Result<Vec<Resource>, DiscoveryError> {
+    let served = discover(client).await?;
+    resources.iter().enumerate().map(|(i, rc)| served.resolve(i, rc)).collect()
+}
+
+fn resolve_one(index: usize, rc: &ResourceConfig, served: &[(ApiResource, ApiCapabilities)]) -> Result<Resource, DiscoveryError> {
+    let wanted = describe(&rc.group, &rc.version, &rc.kind);
+    let Some((ar, caps)) = served
+        .iter()
+        .find(|(ar, _)| ar.group == rc.group && ar.version == rc.version && ar.kind == rc.kind)
+    else {
+        return Err(DiscoveryError::Unknown {
+            index,
+            wanted,
+            close: close_matches(rc, served),
+        });
+    };
+    for verb in [verbs::LIST, verbs::WATCH] {
+        if !caps.supports_operation(verb) {
+            return Err(DiscoveryError::NotWatchable { index, wanted, verb });
+        }
+    }
+    let namespaced = matches!(caps.scope, ApiScope::Namespaced);
+    if !namespaced && !rc.namespaces.is_empty() {
+        return Err(DiscoveryError::NamespacesOnClusterScoped { index, wanted });
+    }
+    Ok(Resource {
+        group: ar.group.clone(),
+        version: ar.version.clone(),
+        kind: ar.kind.clone(),
+        plural: ar.plural.clone(),
+        namespaced,
+    })
+}
+
+fn describe(group: &str, version: &str, kind: &str) -> String {
+    if group.is_empty() {
+        format!("kind {kind} in core/{version}")
+    } else {
+        format!("kind {kind} in {group}/{version}")
+    }
+}
+
+/// Served resources whose kind is within a small edit distance of the wanted one (case
+/// ignored), or whose kind matches in another group or version; at most three.
+fn close_matches(rc: &ResourceConfig, served: &[(ApiResource, ApiCapabilities)]) -> Vec<String> {
+    let want = rc.kind.to_ascii_lowercase();
+    let mut scored: Vec<(usize, String)> = served
+        .iter()
+        .map(|(ar, _)| (edit_distance(&want, &ar.kind.to_ascii_lowercase()), ar))
+        .filter(|(d, _)| *d <= 2)
+        .map(|(d, ar)| {
+            let group_penalty = usize::from(ar.group != rc.group) + usize::from(ar.version != rc.version);
+            (d * 3 + group_penalty, describe(&ar.group, &ar.version, &ar.kind))
+        })
+        .collect();
+    scored.sort();
+    scored.dedup_by(|a, b| a.1 == b.1);
+    scored.into_iter().take(3).map(|(_, s)| s).collect()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb { prev } else { 1 + prev.min(cur).min(row[j]) };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::GroupVersionKind;
+
+    fn served() -> Vec<(ApiResource, ApiCapabilities)> {
+        let caps = |scope| ApiCapabilities {
+            scope,
+            subresources: vec![],
+            operations: vec![verbs::LIST.into(), verbs::WATCH.into()],
+        };
+        vec![
+            (ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")), caps(ApiScope::Namespaced)),
+            (ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment")), caps(ApiScope::Namespaced)),
+            (ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Namespace")), caps(ApiScope::Cluster)),
+        ]
+    }
+
+    fn rc(group: &str, kind: &str) -> ResourceConfig {
+        serde_json::from_value(serde_json::json!({"group": group, "version": "v1", "kind": kind})).unwrap()
+    }
+
+    #[test]
+    fn resolves_a_served_kind() {
+        let r = resolve_one(0, &rc("apps", "Deployment"), &served()).unwrap();
+        assert_eq!((r.plural.as_str(), r.namespaced), ("deployments", true));
+    }
+
+    #[test]
+    fn unknown_kind_lists_close_matches() {
+        let e = resolve_one(2, &rc("apps", "Deploymnet"), &served()).unwrap_err().to_string();
+        assert_eq!(e, "resources[2]: kind Deploymnet in apps/v1 is not served by the API server; did you mean kind Deployment in apps/v1?");
+        let e = resolve_one(0, &rc("", "Deployment"), &served()).unwrap_err().to_string();
+        assert!(e.contains("did you mean kind Deployment in apps/v1"), "{e}");
+        let e = resolve_one(0, &rc("", "Gizmo"), &served()).unwrap_err().to_string();
+        assert!(e.contains("kubectl api-resources"), "{e}");
+    }
+
+    #[test]
+    fn namespaces_on_a_cluster_scoped_kind_is_an_error() {
+        let mut r = rc("", "Namespace");
+        r.namespaces = vec!["a".into()];
+        let e = resolve_one(0, &r, &served()).unwrap_err().to_string();
+        assert!(e.contains("cluster-scoped; remove `namespaces`"), "{e}");
+    }
+}

@@ -1,0 +1,134 @@
+//! The watch stage: one kube-runtime watcher per resource and namespace, behind backoff,
+//! feeding that watch's classifier.
+
+pub mod access;
+pub mod client;
+pub mod discovery;
+mod scope;
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::Client;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::change::{Classifier, Fingerprinter, Object, SyncMode, WatchEvent};
+use crate::config::KubernetesConfig;
+use crate::event::{self, Envelope, redact};
+use crate::telemetry::metrics as m;
+
+pub use scope::Scope;
+
+/// Everything one watch task needs.
+pub struct Watch {
+    pub client: Client,
+    pub cluster: Arc<str>,
+    pub scope: Arc<Scope>,
+    pub kubernetes: KubernetesConfig,
+    pub relist_mode: SyncMode,
+}
+
+impl Watch {
+    /// Watches until `stop` is cancelled or `tx` is closed. Watch errors never end it:
+    /// they are logged and counted, and the watcher resumes (or relists) after a backoff.
+    pub async fn run(self, tx: mpsc::Sender<Envelope>, stop: CancellationToken) {
+        let scope = self.scope.clone();
+        let label = scope.resource.label();
+        let stream = watcher(self.api(), self.watcher_config()).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        let mut classifier = Classifier::new(label.clone(), Fingerprinter::new(&scope.ignore_fields), self.relist_mode);
+        let topic: Arc<str> = scope.route.topic.as_str().into();
+        let mut changes = Vec::new();
+        tracing::info!(watch = %scope.describe(), "Watch started");
+        loop {
+            let item = tokio::select! {
+                _ = stop.cancelled() => return,
+                item = stream.next() => item,
+            };
+            let Some(item) = item else { return };
+            let event = match item {
+                Ok(e) => e,
+                Err(e) => {
+                    metrics::counter!(m::WATCH_ERRORS, "resource" => label.clone()).increment(1);
+                    tracing::warn!(watch = %scope.describe(), error = %e, "Watch failed; backing off");
+                    continue;
+                }
+            };
+            let Some(event) = decode(event, &scope, &label) else { continue };
+            classifier.handle(event, &mut changes);
+            metrics::gauge!(m::INDEXED, "resource" => label.clone()).set(classifier.index_len() as f64);
+            for change in changes.drain(..) {
+                let env = match event::build(&self.cluster, &scope, &topic, change, chrono::Utc::now()) {
+                    Ok(env) => env,
+                    Err(e) => {
+                        metrics::counter!(m::BAD_OBJECTS, "resource" => label.clone(), "reason" => "encode").increment(1);
+                        tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be encoded");
+                        continue;
+                    }
+                };
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    sent = tx.send(env) => if sent.is_err() { return },
+                }
+                metrics::gauge!(m::QUEUED).set((tx.max_capacity() - tx.capacity()) as f64);
+            }
+        }
+    }
+
+    fn api(&self) -> Api<DynamicObject> {
+        let r = &self.scope.resource;
+        let ar = ApiResource {
+            group: r.group.clone(),
+            version: r.version.clone(),
+            api_version: r.api_version(),
+            kind: r.kind.clone(),
+            plural: r.plural.clone(),
+        };
+        match &self.scope.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
+    fn watcher_config(&self) -> watcher::Config {
+        let mut c = watcher::Config::default().page_size(self.kubernetes.page_size);
+        // Lists served from the API server's watch cache (resourceVersion=0) are cheap for
+        // it; the watch then continues from the list's version, so nothing is missed.
+        c = if self.kubernetes.streaming_lists { c.streaming_lists() } else { c.any_semantic() };
+        if let Some(l) = &self.scope.label_selector {
+            c = c.labels(l);
+        }
+        if let Some(f) = &self.scope.field_selector {
+            c = c.fields(f);
+        }
+        c
+    }
+}
+
+/// Decodes and redacts the event's object; an object that cannot be decoded is counted,
+/// logged with its key and skipped.
+fn decode(event: watcher::Event<DynamicObject>, scope: &Scope, label: &str) -> Option<WatchEvent> {
+    let object = |o: DynamicObject| match Object::from_dynamic(o) {
+        Ok(mut obj) => {
+            if scope.redact {
+                redact::redact(&mut obj.value);
+            }
+            Some(obj)
+        }
+        Err(e) => {
+            metrics::counter!(m::BAD_OBJECTS, "resource" => label.to_string(), "reason" => "decode").increment(1);
+            tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be decoded");
+            None
+        }
+    };
+    Some(match event {
+        watcher::Event::Init => WatchEvent::Init,
+        watcher::Event::InitApply(o) => WatchEvent::InitApply(object(o)?),
+        watcher::Event::InitDone => WatchEvent::InitDone,
+        watcher::Event::Apply(o) => WatchEvent::Apply(object(o)?),
+        watcher::Event::Delete(o) => WatchEvent::Delete(object(o)?),
+    })
+}
