@@ -108,19 +108,14 @@ pub enum PayloadMode {
 }
 
 /// The sink, chosen by `type`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum SinkConfig {
     /// Structured CloudEvents as JSON lines on standard output.
+    #[default]
     Stdout,
     /// Apache Kafka.
     Kafka(KafkaConfig),
-}
-
-impl Default for SinkConfig {
-    fn default() -> Self {
-        SinkConfig::Stdout
-    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -48,7 +48,7 @@ pub enum Sink {
 impl Sink {
     pub fn from_config(cfg: &SinkConfig) -> Result<Sink, SendError> {
         Ok(match cfg {
-            SinkConfig::Stdout => Sink::Stdout(StdoutSink::new()),
+            SinkConfig::Stdout => Sink::Stdout(StdoutSink::default()),
             SinkConfig::Kafka(k) => Sink::Kafka(KafkaSink::new(k)?),
         })
     }

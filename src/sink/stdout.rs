@@ -12,11 +12,13 @@ pub struct StdoutSink {
     out: Arc<Mutex<Box<dyn Write + Send>>>,
 }
 
-impl StdoutSink {
-    pub fn new() -> StdoutSink {
+impl Default for StdoutSink {
+    fn default() -> Self {
         StdoutSink::to(Box::new(std::io::stdout()))
     }
+}
 
+impl StdoutSink {
     pub fn to(out: Box<dyn Write + Send>) -> StdoutSink {
         StdoutSink {
             out: Arc::new(Mutex::new(out)),
