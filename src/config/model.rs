@@ -37,7 +37,7 @@ fn default_cluster() -> String {
     "local".into()
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KubernetesConfig {
     /// Path of a kubeconfig file. Default: `$KUBECONFIG`, then `~/.kube/config`, then the
@@ -52,6 +52,17 @@ pub struct KubernetesConfig {
     /// Page size of initial lists and relists, in objects. Default: 500 (client-go's pager).
     #[serde(default = "default_page_size")]
     pub page_size: u32,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        KubernetesConfig {
+            kubeconfig: None,
+            context: None,
+            streaming_lists: false,
+            page_size: default_page_size(),
+        }
+    }
 }
 
 fn default_page_size() -> u32 {

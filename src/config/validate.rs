@@ -40,6 +40,9 @@ pub fn validate(c: &Config) -> Vec<Problem> {
             "use lowercase letters, digits, `-` and `.`, e.g. `prod-eu-1`",
         ));
     }
+    if c.kubernetes.page_size == 0 {
+        out.push(problem("kubernetes.page_size", "must be at least 1", "set the objects per list page, e.g. 500"));
+    }
     if c.resources.is_empty() {
         out.push(problem(
             "resources",

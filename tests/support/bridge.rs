@@ -1,0 +1,137 @@
+//! The deltaship binary as a child process, as users run it.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub struct Bridge {
+    child: Child,
+    pub http: String,
+    pub config: PathBuf,
+    pub stdout: Arc<Mutex<Vec<String>>>,
+    pub log: PathBuf,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn scratch_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(super::unique("deltaship-it"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs a deltaship subcommand to completion: (exit status, stdout, stderr).
+pub fn command(args: &[&str], config_toml: &str, envs: &[(&str, &str)]) -> (ExitStatus, String, String) {
+    let path = scratch_dir().join("config.toml");
+    std::fs::write(&path, config_toml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_deltaship"))
+        .args(args)
+        .arg("--config")
+        .arg(&path)
+        .envs(envs.iter().copied())
+        .output()
+        .expect("run deltaship");
+    (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+impl Bridge {
+    /// Starts `deltaship run` with `config_toml` (its `[http]` table is added here).
+    pub fn start(config_toml: &str) -> Bridge {
+        let port = free_port();
+        let dir = scratch_dir();
+        let config = dir.join("config.toml");
+        std::fs::write(&config, format!("{config_toml}\n[http]\nlisten = \"127.0.0.1:{port}\"\n")).unwrap();
+        let log = dir.join("deltaship.log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_deltaship"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "deltaship=debug,info")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start deltaship");
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let lines = stdout.clone();
+        let pipe = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        });
+        Bridge {
+            child,
+            http: format!("127.0.0.1:{port}"),
+            config,
+            stdout,
+            log,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET a path of the HTTP server: (status, body); None when nothing answers.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&self.http).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let status = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        Some((status, body))
+    }
+
+    /// Waits until /readyz answers 200; panics with the log if the process exits or the
+    /// timeout passes.
+    pub fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("deltaship exited ({status}) before it was ready:\n{}", self.log_text());
+            }
+            if matches!(self.get("/readyz"), Some((200, _))) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "deltaship not ready within {timeout:?}:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status().unwrap();
+        assert!(ok.success(), "kill -{signal} failed");
+    }
+
+    /// SIGTERM, then wait for the exit (at most `timeout`).
+    pub fn stop(mut self, timeout: Duration) -> ExitStatus {
+        self.signal("TERM");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "deltaship did not exit within {timeout:?} of SIGTERM:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The stdout lines written so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.stdout.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,87 @@
+//! Kafka helpers: read every record of a topic with partition, key, headers and value.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    pub value: Option<Vec<u8>>,
+}
+
+impl Record {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers.get(name).map(String::as_str).unwrap_or_else(|| panic!("record has no {name} header: {self:?}"))
+    }
+
+    pub fn event_type(&self) -> &str {
+        self.header("ce_type")
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(self.value.as_deref().expect("a value")).expect("a JSON value")
+    }
+}
+
+/// Reads `topic` from the beginning of every partition until `done` accepts what was read
+/// (then returns it) or `timeout` passes (then panics showing what was read).
+pub fn read_until(brokers: &str, topic: &str, timeout: Duration, done: impl Fn(&[Record]) -> bool) -> Vec<Record> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", super::unique("reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a Kafka consumer");
+    let deadline = Instant::now() + timeout;
+    let partitions = loop {
+        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)).expect("topic metadata");
+        let n = md.topics().first().map(|t| t.partitions().len()).unwrap_or(0);
+        if n > 0 && md.topics()[0].error().is_none() {
+            break n as i32;
+        }
+        assert!(Instant::now() < deadline, "topic {topic} never appeared");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&tpl).expect("assign partitions");
+    let mut records = Vec::new();
+    loop {
+        if done(&records) {
+            return records;
+        }
+        if Instant::now() >= deadline {
+            let types: Vec<_> = records.iter().map(|r| format!("{}:{:?}", r.headers.get("ce_type").cloned().unwrap_or_default(), r.key)).collect();
+            panic!("timed out reading {topic}; got {} records: {types:#?}", records.len());
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => records.push(Record {
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                headers: m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                value: m.payload().map(<[u8]>::to_vec),
+            }),
+            Some(Err(e)) => panic!("reading {topic} failed: {e}"),
+            None => {}
+        }
+    }
+}

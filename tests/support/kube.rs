@@ -1,0 +1,45 @@
+//! Kubernetes helpers: a client for the test API server, namespaces, readiness waits.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::Client;
+use serde_json::json;
+
+pub async fn client() -> Client {
+    super::env();
+    Client::try_default().await.expect("a client for the test API server (KUBECONFIG)")
+}
+
+/// Creates a fresh namespace and waits until its default ServiceAccount exists (the
+/// controller-manager creates it; Pods cannot be admitted before).
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    let name = super::unique(prefix);
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create the test namespace");
+    name
+}
+
+pub async fn delete_namespace(client: &Client, name: &str) {
+    let _ = Api::<Namespace>::all(client.clone()).delete(name, &DeleteParams::default()).await;
+}
+
+/// Polls `f` every 200 ms until it returns Some, at most `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
