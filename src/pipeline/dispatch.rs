@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use super::retry::RetryPolicy;
 use crate::event::{Envelope, EnvelopeKind};
-use crate::sink::{SendError, Sink};
+use crate::sink::{Publisher, SendError};
 use crate::telemetry::{Health, metrics as m};
 
 #[derive(Debug, thiserror::Error)]
@@ -35,15 +35,15 @@ struct Outcome {
     started: Instant,
 }
 
-pub struct Dispatcher {
-    sink: Sink,
+pub struct Dispatcher<P> {
+    sink: P,
     max_in_flight: usize,
     retry: RetryPolicy,
     health: Arc<Health>,
 }
 
-impl Dispatcher {
-    pub fn new(sink: Sink, max_in_flight: usize, retry: RetryPolicy, health: Arc<Health>) -> Self {
+impl<P: Publisher> Dispatcher<P> {
+    pub fn new(sink: P, max_in_flight: usize, retry: RetryPolicy, health: Arc<Health>) -> Self {
         Dispatcher {
             sink,
             max_in_flight,
@@ -203,4 +203,164 @@ enum Settled {
     Done(Arc<Envelope>),
     Retry(Arc<Envelope>, u32, Duration),
     Fatal(DispatchError),
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+
+    use cloudevents::{AttributesReader, EventBuilder, EventBuilderV10};
+
+    use super::*;
+    use crate::change::{ChangeType, MarkerPhase};
+
+    /// A sink that acknowledges after a delay derived from the event id (so that events
+    /// complete out of order), fails chosen events' first attempts, and records what it
+    /// acknowledged.
+    #[derive(Clone, Default)]
+    struct Scripted {
+        fail_first: Arc<HashSet<String>>,
+        attempts: Arc<Mutex<HashMap<String, u32>>>,
+        acked: Arc<Mutex<Vec<String>>>,
+        max_concurrent: Arc<Mutex<(usize, usize)>>,
+    }
+
+    impl Publisher for Scripted {
+        fn name(&self) -> &'static str {
+            "scripted"
+        }
+
+        fn send(&self, env: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>> {
+            let me = self.clone();
+            Box::pin(async move {
+                let id = env.event.id().to_string();
+                {
+                    let mut c = me.max_concurrent.lock().unwrap();
+                    c.0 += 1;
+                    c.1 = c.1.max(c.0);
+                }
+                let delay = id.bytes().map(u64::from).sum::<u64>() % 7;
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                me.max_concurrent.lock().unwrap().0 -= 1;
+                let attempt = {
+                    let mut a = me.attempts.lock().unwrap();
+                    let n = a.entry(id.clone()).or_default();
+                    *n += 1;
+                    *n
+                };
+                if attempt == 1 && me.fail_first.contains(&id) {
+                    return Err(SendError::Retryable { kind: "timeout", message: "injected".into() });
+                }
+                me.acked.lock().unwrap().push(id);
+                Ok(())
+            })
+        }
+    }
+
+    fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
+        Envelope {
+            event: EventBuilderV10::new().id(id).ty("t").source("//c").build().unwrap(),
+            topic: "topic".into(),
+            key: key.into(),
+            kind,
+            resource: "configmaps".into(),
+            completes_initial_sync: false,
+        }
+    }
+
+    async fn deliver(sink: Scripted, input: Vec<Envelope>, max_in_flight: usize) -> Vec<String> {
+        let (tx, rx) = mpsc::channel(4);
+        let retry = RetryPolicy {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(100),
+        };
+        let d = Dispatcher::new(sink.clone(), max_in_flight, retry, Arc::new(Health::new(0)));
+        let run = tokio::spawn(d.run(rx));
+        for e in input {
+            tx.send(e).await.unwrap();
+        }
+        drop(tx);
+        run.await.unwrap().unwrap();
+        sink.acked.lock().unwrap().clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_objects_events_stay_in_order_through_retries_while_others_run_concurrently() {
+        let mut input = Vec::new();
+        let mut fail = HashSet::new();
+        for round in 0..5 {
+            for key in ["a", "b", "c", "d"] {
+                let id = format!("{key}{round}");
+                if (round + key.len()) % 2 == 0 {
+                    fail.insert(id.clone());
+                }
+                input.push(envelope(key, &id, EnvelopeKind::Object(ChangeType::Updated)));
+            }
+        }
+        let sink = Scripted {
+            fail_first: Arc::new(fail),
+            ..Default::default()
+        };
+        let acked = deliver(sink.clone(), input, 100).await;
+        assert_eq!(acked.len(), 20, "every event delivered exactly once: {acked:?}");
+        for key in ["a", "b", "c", "d"] {
+            let order: Vec<&String> = acked.iter().filter(|id| id.starts_with(key)).collect();
+            let want: Vec<String> = (0..5).map(|r| format!("{key}{r}")).collect();
+            assert_eq!(order, want.iter().collect::<Vec<_>>(), "order of {key}");
+        }
+        assert!(sink.max_concurrent.lock().unwrap().1 > 1, "distinct objects are sent concurrently");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_marker_waits_for_everything_before_it_and_holds_everything_after_it() {
+        let input = vec![
+            envelope("a", "a1", EnvelopeKind::Object(ChangeType::Synced)),
+            envelope("b", "b1", EnvelopeKind::Object(ChangeType::Synced)),
+            envelope("c", "c1", EnvelopeKind::Object(ChangeType::Synced)),
+            envelope("/m", "marker", EnvelopeKind::Marker(MarkerPhase::Completed)),
+            envelope("a", "a2", EnvelopeKind::Object(ChangeType::Added)),
+            envelope("d", "d1", EnvelopeKind::Object(ChangeType::Added)),
+        ];
+        let sink = Scripted {
+            fail_first: Arc::new(["b1".to_string(), "marker".to_string()].into()),
+            ..Default::default()
+        };
+        let acked = deliver(sink, input, 100).await;
+        let at = |id: &str| acked.iter().position(|a| a == id).unwrap();
+        for before in ["a1", "b1", "c1"] {
+            assert!(at(before) < at("marker"), "{acked:?}");
+        }
+        for after in ["a2", "d1"] {
+            assert!(at("marker") < at(after), "{acked:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_more_than_max_in_flight_events_are_held() {
+        let input: Vec<Envelope> = (0..50).map(|i| envelope(&format!("k{i}"), &format!("e{i}"), EnvelopeKind::Object(ChangeType::Added))).collect();
+        let sink = Scripted::default();
+        let acked = deliver(sink.clone(), input, 3).await;
+        assert_eq!(acked.len(), 50);
+        assert!(sink.max_concurrent.lock().unwrap().1 <= 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fatal_refusal_stops_delivery_with_an_error_naming_the_cause() {
+        #[derive(Clone)]
+        struct Refuses;
+        impl Publisher for Refuses {
+            fn name(&self) -> &'static str {
+                "refuses"
+            }
+            fn send(&self, _: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>> {
+                Box::pin(async { Err(SendError::Fatal { kind: "authorization", message: "TOPIC_AUTHORIZATION_FAILED".into() }) })
+            }
+        }
+        let (tx, rx) = mpsc::channel(1);
+        let d = Dispatcher::new(Refuses, 10, RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) }, Arc::new(Health::new(0)));
+        tx.send(envelope("a", "a1", EnvelopeKind::Object(ChangeType::Added))).await.unwrap();
+        let e = d.run(rx).await.unwrap_err().to_string();
+        assert!(e.contains("authorization") && e.contains("TOPIC_AUTHORIZATION_FAILED") && e.contains("configmaps"), "{e}");
+    }
 }

@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::change::SyncMode;
-use crate::config::{Config, SinkConfig};
-use crate::sink::{self, SendError, Sink};
+use crate::config::{Config, KafkaConfig, SinkConfig};
+use crate::sink::{self, Publisher, SendError, Sink};
 use crate::telemetry::{self, Health};
 use crate::watch::{self, Watch, access::AccessError, client::ClientError, discovery::DiscoveryError};
 
@@ -48,6 +48,9 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(10);
 /// timeout. Start-up problems (credentials, unknown kinds, missing RBAC, sink config) are
 /// errors before anything is watched.
 pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError> {
+    // Signals cancel `stop` from the very start, so that start-up waits (a broker that is
+    // not up yet) end on SIGTERM too.
+    forward_signals(stop.clone())?;
     let client = watch::client::connect(&config.kubernetes).await?;
     let resources = watch::discovery::resolve(client.clone(), &config.resources).await?;
     let scopes = plan::scopes(&config, &resources)?;
@@ -55,9 +58,6 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         watch::access::check(&client, s).await?;
     }
     let sink = Sink::from_config(&config.sink)?;
-    if let SinkConfig::Kafka(k) = &config.sink {
-        sink::kafka::create_topics(k, &plan::topics(&scopes)).await?;
-    }
 
     let health = Arc::new(Health::new(scopes.len()));
     let http_stop = CancellationToken::new();
@@ -65,11 +65,15 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     let http = telemetry::serve(addr, health.clone(), http_stop.clone()).await?;
     tokio::spawn(probe_sink(sink.clone(), health.clone(), http_stop.clone()));
 
-    let (tx, rx) = mpsc::channel(config.delivery.queue_capacity);
     let retry = RetryPolicy {
         initial: Duration::from_millis(config.delivery.retry_initial_ms),
         max: Duration::from_millis(config.delivery.retry_max_ms),
     };
+    if let SinkConfig::Kafka(k) = &config.sink {
+        create_topics(k, &plan::topics(&scopes), retry, &stop).await?;
+    }
+
+    let (tx, rx) = mpsc::channel(config.delivery.queue_capacity);
     let dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, retry, health.clone());
     let mut delivery = tokio::spawn(dispatcher.run(rx));
 
@@ -91,7 +95,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
 
     let result = tokio::select! {
         r = &mut delivery => Some(r.expect("the dispatcher does not panic")),
-        r = shutdown_signal(stop) => { r?; None }
+        _ = stop.cancelled() => None,
     };
     // Shutdown in one place: stop the watches, let the queue drain, flush the sink.
     watch_stop.cancel();
@@ -116,16 +120,42 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     outcome
 }
 
-async fn shutdown_signal(stop: CancellationToken) -> Result<(), RunError> {
+/// Cancels `stop` on SIGTERM or SIGINT.
+fn forward_signals(stop: CancellationToken) -> Result<(), RunError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received; draining"),
-        _ = int.recv() => tracing::info!("SIGINT received; draining"),
-        _ = stop.cancelled() => tracing::info!("Stop requested; draining"),
-    }
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received; draining"),
+            _ = int.recv() => tracing::info!("SIGINT received; draining"),
+            _ = stop.cancelled() => return,
+        }
+        stop.cancel();
+    });
     Ok(())
+}
+
+/// Creates missing topics (when configured), retrying while the brokers cannot be reached:
+/// an unreachable broker keeps the bridge not ready, never crashes it.
+async fn create_topics(k: &KafkaConfig, topics: &[String], retry: RetryPolicy, stop: &CancellationToken) -> Result<(), RunError> {
+    let mut attempt = 0;
+    loop {
+        match sink::kafka::create_topics(k, topics).await {
+            Ok(()) => return Ok(()),
+            Err(e @ SendError::Retryable { .. }) => {
+                if attempt == 0 {
+                    tracing::warn!(error = %e, "Cannot create topics yet; retrying with backoff");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(retry.delay(attempt)) => {}
+                    _ = stop.cancelled() => return Ok(()),
+                }
+                attempt += 1;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// Probes the sink periodically; logs once per change of state.

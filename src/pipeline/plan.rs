@@ -57,6 +57,7 @@ pub fn scopes(config: &Config, resources: &[Resource]) -> Result<Vec<Arc<Scope>>
         };
         for namespace in namespaces {
             out.push(Arc::new(Scope {
+                index,
                 resource: resource.clone(),
                 namespace,
                 label_selector: rc.label_selector.clone(),

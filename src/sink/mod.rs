@@ -38,6 +38,13 @@ impl SendError {
     }
 }
 
+/// What the dispatcher needs of a sink: publish one event, resolving on acknowledgement.
+pub trait Publisher: Clone + Send + Sync + 'static {
+    /// The `sink` metric label.
+    fn name(&self) -> &'static str;
+    fn send(&self, env: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>>;
+}
+
 /// The configured sink. Cloning is cheap (shared handles).
 #[derive(Clone)]
 pub enum Sink {
@@ -45,30 +52,30 @@ pub enum Sink {
     Kafka(KafkaSink),
 }
 
-impl Sink {
-    pub fn from_config(cfg: &SinkConfig) -> Result<Sink, SendError> {
-        Ok(match cfg {
-            SinkConfig::Stdout => Sink::Stdout(StdoutSink::default()),
-            SinkConfig::Kafka(k) => Sink::Kafka(KafkaSink::new(k)?),
-        })
-    }
-
-    /// The `sink` metric label.
-    pub fn name(&self) -> &'static str {
+impl Publisher for Sink {
+    fn name(&self) -> &'static str {
         match self {
             Sink::Stdout(_) => "stdout",
             Sink::Kafka(_) => "kafka",
         }
     }
 
-    /// Publishes one event; resolves once the sink acknowledged it.
-    pub fn send(&self, env: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>> {
+    fn send(&self, env: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>> {
         let sink = self.clone();
         Box::pin(async move {
             match &sink {
                 Sink::Stdout(s) => s.send(&env),
                 Sink::Kafka(k) => k.send(&env).await,
             }
+        })
+    }
+}
+
+impl Sink {
+    pub fn from_config(cfg: &SinkConfig) -> Result<Sink, SendError> {
+        Ok(match cfg {
+            SinkConfig::Stdout => Sink::Stdout(StdoutSink::default()),
+            SinkConfig::Kafka(k) => Sink::Kafka(KafkaSink::new(k)?),
         })
     }
 

@@ -1,7 +1,7 @@
 //! Access checks: SelfSubjectAccessReviews for list and watch of every watch scope.
 
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
 
 use super::Scope;
@@ -17,6 +17,15 @@ pub enum AccessError {
         namespace: Option<String>,
         reason: String,
     },
+    #[error("resources[{index}]: the API server rejected listing {resource}: {message}; fix resources[{index}].label_selector or .field_selector")]
+    Rejected { index: usize, resource: String, message: String },
+    #[error("resources[{index}]: listing {resource} failed: {source}")]
+    ListFailed {
+        index: usize,
+        resource: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 fn scope_text(ns: &Option<String>) -> String {
@@ -30,8 +39,31 @@ fn reason_text(reason: &str) -> String {
     if reason.is_empty() { String::new() } else { format!(" ({reason})") }
 }
 
-/// Checks that list and watch are allowed on `scope`.
+/// Checks that list and watch are allowed on `scope`, then lists one object with the
+/// scope's selectors, so that a selector the API server rejects is a start-up error.
 pub async fn check(client: &Client, scope: &Scope) -> Result<(), AccessError> {
+    review(client, scope).await?;
+    let api = super::api(client.clone(), scope);
+    let mut params = ListParams::default().limit(1);
+    if let Some(l) = &scope.label_selector {
+        params = params.labels(l);
+    }
+    if let Some(f) = &scope.field_selector {
+        params = params.fields(f);
+    }
+    let (index, resource) = (scope.index, scope.resource.label());
+    match api.list_metadata(&params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 400 => Err(AccessError::Rejected {
+            index,
+            resource,
+            message: e.message,
+        }),
+        Err(source) => Err(AccessError::ListFailed { index, resource, source }),
+    }
+}
+
+async fn review(client: &Client, scope: &Scope) -> Result<(), AccessError> {
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     for verb in ["list", "watch"] {
         let review = SelfSubjectAccessReview {

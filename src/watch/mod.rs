@@ -37,7 +37,7 @@ impl Watch {
     pub async fn run(self, tx: mpsc::Sender<Envelope>, stop: CancellationToken) {
         let scope = self.scope.clone();
         let label = scope.resource.label();
-        let stream = watcher(self.api(), self.watcher_config()).default_backoff();
+        let stream = watcher(api(self.client.clone(), &scope), self.watcher_config()).default_backoff();
         let mut stream = std::pin::pin!(stream);
         let mut classifier = Classifier::new(label.clone(), Fingerprinter::new(&scope.ignore_fields), self.relist_mode);
         let topic: Arc<str> = scope.route.topic.as_str().into();
@@ -78,21 +78,6 @@ impl Watch {
         }
     }
 
-    fn api(&self) -> Api<DynamicObject> {
-        let r = &self.scope.resource;
-        let ar = ApiResource {
-            group: r.group.clone(),
-            version: r.version.clone(),
-            api_version: r.api_version(),
-            kind: r.kind.clone(),
-            plural: r.plural.clone(),
-        };
-        match &self.scope.namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
-            None => Api::all_with(self.client.clone(), &ar),
-        }
-    }
-
     fn watcher_config(&self) -> watcher::Config {
         let mut c = watcher::Config::default().page_size(self.kubernetes.page_size);
         // Lists served from the API server's watch cache (resourceVersion=0) are cheap for
@@ -105,6 +90,22 @@ impl Watch {
             c = c.fields(f);
         }
         c
+    }
+}
+
+/// The API of the scope's resource within its namespace (or all).
+pub fn api(client: Client, scope: &Scope) -> Api<DynamicObject> {
+    let r = &scope.resource;
+    let ar = ApiResource {
+        group: r.group.clone(),
+        version: r.version.clone(),
+        api_version: r.api_version(),
+        kind: r.kind.clone(),
+        plural: r.plural.clone(),
+    };
+    match &scope.namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &ar),
+        None => Api::all_with(client, &ar),
     }
 }
 

@@ -8,6 +8,8 @@ use crate::route::Route;
 /// all events of the watch.
 #[derive(Debug, Clone)]
 pub struct Scope {
+    /// Position of the resource in the config's `resources`, for error messages.
+    pub index: usize,
     pub resource: Resource,
     /// The watched namespace; `None` for all namespaces or a cluster-scoped kind.
     pub namespace: Option<String>,
