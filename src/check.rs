@@ -3,9 +3,11 @@
 
 use std::fmt::Display;
 
-use crate::config::{Config, SinkConfig};
+use std::time::Duration;
+
+use crate::config::{Config, NatsConfig, SinkConfig};
 use crate::pipeline::plan;
-use crate::sink::KafkaSink;
+use crate::sink::{KafkaSink, NatsSink};
 use crate::watch::{access, client, discovery};
 
 /// Prints each finding on stdout; returns whether all passed.
@@ -52,10 +54,10 @@ pub async fn run(config: &Config) -> bool {
             }
         }
     }
-    if let SinkConfig::Kafka(k) = &config.sink {
-        check_kafka(&mut report, k, plan::topics(&scopes)).await;
-    } else {
-        report.ok("sink: stdout");
+    match &config.sink {
+        SinkConfig::Kafka(k) => check_kafka(&mut report, k, plan::topics(&scopes)).await,
+        SinkConfig::Nats(n) => check_nats(&mut report, n).await,
+        SinkConfig::Stdout => report.ok("sink: stdout"),
     }
     report.done()
 }
@@ -83,6 +85,38 @@ async fn check_kafka(report: &mut Report, k: &crate::config::KafkaConfig, topics
         }
         Err(e) => {
             report.fail(format!("Kafka brokers at {} unreachable: {e}", k.brokers));
+        }
+    }
+}
+
+async fn check_nats(report: &mut Report, n: &NatsConfig) {
+    let sink = match NatsSink::connect(n).await {
+        Ok(s) => s,
+        Err(e) => {
+            report.fail(e);
+            return;
+        }
+    };
+    // The client connects in the background; give it a moment.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while sink.probe().is_err() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Err(e) = sink.probe() {
+        report.fail(format!("NATS at {} unreachable: {e}", n.url));
+        return;
+    }
+    report.ok(format!("NATS reachable at {}", n.url));
+    let stream = &n.jetstream.stream;
+    match (sink.stream_exists().await, n.jetstream.create) {
+        (Ok(None), _) => report.ok("core NATS mode: at most once, no stream"),
+        (Ok(Some(true)), _) => report.ok(format!("JetStream stream {stream} exists")),
+        (Ok(Some(false)), true) => report.ok(format!("JetStream stream {stream} is missing and will be created at start-up")),
+        (Ok(Some(false)), false) => {
+            report.fail(format!("JetStream stream {stream} does not exist; create it or set sink.jetstream.create = true"));
+        }
+        (Err(e), _) => {
+            report.fail(e);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Configuration: figment loading (file, then `DELTASHIP_` env), validation, masking.
 
 mod model;
+mod nats;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Toml, Yaml};
 
 pub use model::*;
+pub use nats::*;
 pub use validate::Problem;
 
 /// Environment variables with this prefix override file settings; `__` separates levels,
@@ -116,10 +118,20 @@ impl Config {
     /// The configuration with every secret replaced by `***`, for `print-config` and logs.
     pub fn masked(&self) -> Config {
         let mut c = self.clone();
-        if let SinkConfig::Kafka(k) = &mut c.sink {
-            for (key, value) in k.librdkafka.iter_mut() {
-                *value = mask_value(key, value);
+        match &mut c.sink {
+            SinkConfig::Kafka(k) => {
+                for (key, value) in k.librdkafka.iter_mut() {
+                    *value = mask_value(key, value);
+                }
             }
+            SinkConfig::Nats(n) => {
+                for secret in [&mut n.auth.password, &mut n.auth.token] {
+                    if secret.is_some() {
+                        *secret = Some("***".into());
+                    }
+                }
+            }
+            SinkConfig::Stdout => {}
         }
         c
     }

@@ -102,6 +102,8 @@ pub struct ResourceConfig {
     pub ignore_fields: Vec<String>,
     /// Topic (Kafka) for this resource, overriding `sink.topic_template`. Same placeholders.
     pub topic: Option<String>,
+    /// Subject (NATS) of this resource's objects, overriding `sink.subject_template`.
+    pub subject: Option<String>,
 }
 
 fn default_true() -> bool {
@@ -127,6 +129,8 @@ pub enum SinkConfig {
     Stdout,
     /// Apache Kafka.
     Kafka(KafkaConfig),
+    /// NATS, core or JetStream.
+    Nats(Box<super::NatsConfig>),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 
-use super::{Config, SinkConfig};
+use super::{Config, NatsConfig, SinkConfig};
 use crate::route::Template;
 
 /// One thing wrong with the configuration.
@@ -87,19 +87,18 @@ pub fn validate(c: &Config) -> Vec<Problem> {
                 ));
             }
         }
-        if let Some(t) = &r.topic
-            && let Err(e) = Template::parse(t)
-        {
-            out.push(problem(at("topic"), e, Template::HELP));
+        if let Some(t) = &r.topic {
+            check_template(&mut out, at("topic"), t, false);
+        }
+        if let Some(t) = &r.subject {
+            check_template(&mut out, at("subject"), t, true);
         }
     }
     if let SinkConfig::Kafka(k) = &c.sink {
         if k.brokers.trim().is_empty() {
             out.push(problem("sink.brokers", "is empty", "list bootstrap servers, e.g. `kafka-0:9092,kafka-1:9092`"));
         }
-        if let Err(e) = Template::parse(&k.topic_template) {
-            out.push(problem("sink.topic_template", e, Template::HELP));
-        }
+        check_template(&mut out, "sink.topic_template".into(), &k.topic_template, false);
         if !COMPRESSIONS.contains(&k.compression.as_str()) {
             out.push(problem(
                 "sink.compression",
@@ -115,6 +114,9 @@ pub fn validate(c: &Config) -> Vec<Problem> {
                 out.push(problem("sink.create_topics.replication_factor", "must be at least 1", "set 1 or more"));
             }
         }
+    }
+    if let SinkConfig::Nats(n) = &c.sink {
+        validate_nats(&mut out, n);
     }
     let d = &c.delivery;
     if d.queue_capacity == 0 {
@@ -138,6 +140,68 @@ pub fn validate(c: &Config) -> Vec<Problem> {
         ));
     }
     out
+}
+
+/// A template that parses; `{namespace}` and `{name}` only where one name per object is
+/// possible (NATS object subjects).
+fn check_template(out: &mut Vec<Problem>, key: String, t: &str, per_object: bool) {
+    match Template::parse(t) {
+        Err(e) => out.push(problem(key, e, Template::HELP)),
+        Ok(t) if t.names_object() && !per_object => out.push(problem(
+            key,
+            "uses {namespace} or {name}, which name single objects",
+            "use only {cluster}, {group}, {version}, {kind} and {plural} here",
+        )),
+        Ok(_) => {}
+    }
+}
+
+fn validate_nats(out: &mut Vec<Problem>, n: &NatsConfig) {
+    if n.url.trim().is_empty() {
+        out.push(problem("sink.url", "is empty", "list server URLs, e.g. `nats://nats-0:4222,nats://nats-1:4222`"));
+    }
+    check_template(out, "sink.subject_template".into(), &n.subject_template, true);
+    check_template(out, "sink.marker_subject_template".into(), &n.marker_subject_template, false);
+    let js = &n.jetstream;
+    if js.stream.is_empty() || js.stream.contains(['.', '*', '>', ' ', '\t', '/', '\\']) {
+        out.push(problem(
+            "sink.jetstream.stream",
+            format!("`{}` is not a valid stream name", js.stream),
+            "use letters, digits, `-` and `_`, e.g. `DELTASHIP`",
+        ));
+    }
+    if js.create && js.subjects.is_empty() {
+        out.push(problem("sink.jetstream.subjects", "is empty", "list the stream's subjects, e.g. [\"deltaship.>\"]"));
+    }
+    if js.ack_timeout_secs == 0 {
+        out.push(problem("sink.jetstream.ack_timeout_secs", "must be at least 1", "set seconds to wait for an ack, e.g. 10"));
+    }
+    if js.max_msgs_per_subject < 0 {
+        out.push(problem("sink.jetstream.max_msgs_per_subject", "is negative", "use 0 to keep all messages, or a positive limit"));
+    }
+    let a = &n.auth;
+    let methods = [
+        a.user.is_some(),
+        a.token.is_some() || a.token_file.is_some(),
+        a.nkey_seed_file.is_some(),
+        a.credentials_file.is_some(),
+    ];
+    if methods.iter().filter(|m| **m).count() > 1 {
+        out.push(problem(
+            "sink.auth",
+            "sets more than one way to authenticate",
+            "keep one of: user with password, token, nkey_seed_file, credentials_file",
+        ));
+    }
+    if a.password.is_some() && a.password_file.is_some() || a.token.is_some() && a.token_file.is_some() {
+        out.push(problem("sink.auth", "sets a secret both inline and as a file", "keep only the *_file setting"));
+    }
+    if a.user.is_some() != (a.password.is_some() || a.password_file.is_some()) {
+        out.push(problem("sink.auth.user", "user and password go together", "set both `user` and `password_file` (or `password`), or neither"));
+    }
+    if n.tls.cert_file.is_some() != n.tls.key_file.is_some() {
+        out.push(problem("sink.tls.cert_file", "a client certificate needs its key", "set both `cert_file` and `key_file`, or neither"));
+    }
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -222,5 +286,27 @@ mod tests {
         .unwrap();
         assert!(matches!(c.sink, SinkConfig::Kafka(_)));
         assert_eq!(keys(&c), ["sink.brokers", "sink.topic_template", "sink.compression"]);
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "kafka", "brokers": "b:1", "topic_template": "t.{namespace}"
+        }))
+        .unwrap();
+        assert!(validate(&c)[0].problem.contains("{namespace}"));
+    }
+
+    #[test]
+    fn nats_sink_fields_are_checked() {
+        let mut c = base();
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "nats", "url": "nats://n:4222",
+            "marker_subject_template": "x.{name}",
+            "jetstream": {"stream": "a.b", "ack_timeout_secs": 0},
+            "auth": {"user": "u", "token": "t"},
+            "tls": {"cert_file": "/c.pem"},
+        }))
+        .unwrap();
+        assert_eq!(
+            keys(&c),
+            ["sink.marker_subject_template", "sink.jetstream.stream", "sink.jetstream.ack_timeout_secs", "sink.auth", "sink.auth.user", "sink.tls.cert_file"]
+        );
     }
 }

@@ -21,7 +21,8 @@ pub const TYPE_PREFIX: &str = "dev.deltaship.";
 #[derive(Debug, Clone)]
 pub struct Envelope {
     pub event: Event,
-    pub topic: Arc<str>,
+    /// The Kafka topic or NATS subject.
+    pub destination: Arc<str>,
     /// The partition key (`partitionkey` extension): one per object, or the marker key.
     pub key: String,
     pub kind: EnvelopeKind,
@@ -65,17 +66,18 @@ pub struct BuildError {
 }
 
 /// Builds the envelope of a change of the watch `scope` observed at `now`.
-pub fn build(cluster: &str, scope: &Scope, topic: &Arc<str>, change: Change, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+pub fn build(cluster: &str, scope: &Scope, change: Change, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
     match change {
-        Change::Object(c) => object_event(cluster, scope, topic, c, now),
-        Change::Marker(m) => marker_event(cluster, scope, topic, m, now),
+        Change::Object(c) => object_event(cluster, scope, c, now),
+        Change::Marker(m) => marker_event(cluster, scope, m, now),
     }
 }
 
-fn object_event(cluster: &str, scope: &Scope, topic: &Arc<str>, c: ObjectChange, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+fn object_event(cluster: &str, scope: &Scope, c: ObjectChange, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
     let kind = EnvelopeKind::Object(c.change);
     let ty = kind.event_type();
     let r = c.payload.reference().clone();
+    let destination = scope.route.object_destination(&r);
     let key = r.key();
     let partition_key = scope.route.key(&key);
     let resource = scope.resource.label();
@@ -110,7 +112,7 @@ fn object_event(cluster: &str, scope: &Scope, topic: &Arc<str>, c: ObjectChange,
         .map_err(|e| BuildError { key, reason: e.to_string() })?;
     Ok(Envelope {
         event,
-        topic: topic.clone(),
+        destination,
         key: partition_key,
         kind,
         resource: resource.into(),
@@ -132,7 +134,7 @@ fn reference_data(scope: &Scope, r: &ObjectRef) -> Value {
     v
 }
 
-fn marker_event(cluster: &str, scope: &Scope, topic: &Arc<str>, m: Marker, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+fn marker_event(cluster: &str, scope: &Scope, m: Marker, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
     let kind = EnvelopeKind::Marker(m.phase);
     let ty = kind.event_type();
     let resource = scope.resource.label();
@@ -179,7 +181,7 @@ fn marker_event(cluster: &str, scope: &Scope, topic: &Arc<str>, m: Marker, now: 
         .map_err(|e| BuildError { key: key.clone(), reason: e.to_string() })?;
     Ok(Envelope {
         event,
-        topic: topic.clone(),
+        destination: scope.route.marker_destination(),
         key,
         kind,
         resource: resource.into(),

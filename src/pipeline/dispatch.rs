@@ -85,7 +85,7 @@ impl<P: Publisher> Dispatcher<P> {
             tokio::select! {
                 biased;
                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                    let lane = (done.env.topic.clone(), done.env.key.clone());
+                    let lane = (done.env.destination.clone(), done.env.key.clone());
                     match self.settle(done) {
                         Settled::Retry(env, attempt, delay) => {
                             in_flight.push(self.attempt(env, attempt, Some(delay)));
@@ -123,7 +123,7 @@ impl<P: Publisher> Dispatcher<P> {
                         barrier = Some(env);
                         continue;
                     }
-                    let lane = (env.topic.clone(), env.key.clone());
+                    let lane = (env.destination.clone(), env.key.clone());
                     match lanes.get_mut(&lane) {
                         Some(queue) => {
                             queue.push_back(env);
@@ -261,7 +261,7 @@ mod tests {
     fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
         Envelope {
             event: EventBuilderV10::new().id(id).ty("t").source("//c").build().unwrap(),
-            topic: "topic".into(),
+            destination: "topic".into(),
             key: key.into(),
             kind,
             resource: "configmaps".into(),

@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::change::SyncMode;
-use crate::config::{Config, KafkaConfig, SinkConfig};
-use crate::sink::{self, Publisher, SendError, Sink};
+use crate::config::{Config, SinkConfig};
+use crate::sink::{Publisher, SendError, Sink};
 use crate::telemetry::{self, Health};
 use crate::watch::{self, Watch, access::AccessError, client::ClientError, discovery::DiscoveryError};
 
@@ -57,7 +57,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     for s in &scopes {
         watch::access::check(&client, s).await?;
     }
-    let sink = Sink::from_config(&config.sink)?;
+    let sink = Sink::from_config(&config.sink).await?;
 
     let health = Arc::new(Health::new(scopes.len()));
     let http_stop = CancellationToken::new();
@@ -69,9 +69,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         initial: Duration::from_millis(config.delivery.retry_initial_ms),
         max: Duration::from_millis(config.delivery.retry_max_ms),
     };
-    if let SinkConfig::Kafka(k) = &config.sink {
-        create_topics(k, &plan::topics(&scopes), retry, &stop).await?;
-    }
+    prepare(&sink, &config.sink, &plan::topics(&scopes), retry, &stop).await?;
 
     let (tx, rx) = mpsc::channel(config.delivery.queue_capacity);
     let dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, retry, health.clone());
@@ -136,16 +134,16 @@ fn forward_signals(stop: CancellationToken) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Creates missing topics (when configured), retrying while the brokers cannot be reached:
-/// an unreachable broker keeps the bridge not ready, never crashes it.
-async fn create_topics(k: &KafkaConfig, topics: &[String], retry: RetryPolicy, stop: &CancellationToken) -> Result<(), RunError> {
+/// Prepares the sink's destinations (topics, stream), retrying while the brokers cannot be
+/// reached: an unreachable broker keeps the bridge not ready, never crashes it.
+async fn prepare(sink: &Sink, cfg: &SinkConfig, topics: &[String], retry: RetryPolicy, stop: &CancellationToken) -> Result<(), RunError> {
     let mut attempt = 0;
     loop {
-        match sink::kafka::create_topics(k, topics).await {
+        match sink.prepare(cfg, topics).await {
             Ok(()) => return Ok(()),
             Err(e @ SendError::Retryable { .. }) => {
                 if attempt == 0 {
-                    tracing::warn!(error = %e, "Cannot create topics yet; retrying with backoff");
+                    tracing::warn!(sink = sink.name(), error = %e, "Cannot prepare the sink yet; retrying with backoff");
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(retry.delay(attempt)) => {}

@@ -4,52 +4,62 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::config::{Config, SinkConfig};
+use crate::config::{Config, ResourceConfig, SinkConfig};
 use crate::resource::Resource;
 use crate::route::{Route, Template, check_topic_name};
 use crate::watch::Scope;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
-    #[error("resources[{index}].topic: {problem}; fix the template")]
-    Topic { index: usize, problem: String },
+    #[error("resources[{index}]: {problem}; fix its topic or subject template")]
+    Template { index: usize, problem: String },
     #[error("topic {topic} would hold both {a} and {b} with the same keys; put {{plural}} and {{group}} in the template or give each resource its own `topic`")]
     SharedTopic { topic: String, a: String, b: String },
 }
 
-/// The topic template of the sink (stdout uses the default one: its topic only names
-/// the lane of an object).
-fn sink_template(config: &Config) -> String {
+/// The stdout sink has no topics; the default template only names an object's lane.
+const STDOUT_TEMPLATE: &str = "deltaship.{cluster}.{group}.{plural}";
+
+fn parse(index: usize, t: &str) -> Result<Template, PlanError> {
+    Template::parse(t).map_err(|problem| PlanError::Template { index, problem })
+}
+
+/// The route of `resources[index]` for the configured sink.
+fn route(config: &Config, index: usize, rc: &ResourceConfig, resource: &Resource) -> Result<Route, PlanError> {
+    let cluster = &config.cluster;
     match &config.sink {
-        SinkConfig::Kafka(k) => k.topic_template.clone(),
-        SinkConfig::Stdout => "deltaship.{cluster}.{group}.{plural}".into(),
+        SinkConfig::Stdout => Ok(Route::topic(cluster, resource, &parse(index, STDOUT_TEMPLATE)?)),
+        SinkConfig::Kafka(k) => {
+            let route = Route::topic(cluster, resource, &parse(index, rc.topic.as_deref().unwrap_or(&k.topic_template))?);
+            check_topic_name(&route.marker_destination()).map_err(|problem| PlanError::Template { index, problem })?;
+            Ok(route)
+        }
+        SinkConfig::Nats(n) => {
+            let objects = parse(index, rc.subject.as_deref().unwrap_or(&n.subject_template))?;
+            Ok(Route::subject(cluster, resource, &objects, &parse(index, &n.marker_subject_template)?))
+        }
     }
 }
 
 pub fn scopes(config: &Config, resources: &[Resource]) -> Result<Vec<Arc<Scope>>, PlanError> {
-    let default_template = sink_template(config);
     let mut out = Vec::new();
-    let mut owners: HashMap<String, (String, String)> = HashMap::new();
+    let mut owners: HashMap<Arc<str>, (String, String)> = HashMap::new();
     for (index, (rc, resource)) in config.resources.iter().zip(resources).enumerate() {
-        let template = Template::parse(rc.topic.as_deref().unwrap_or(&default_template))
-            .map_err(|problem| PlanError::Topic { index, problem })?;
-        let route = Route::new(&config.cluster, resource, &template);
-        if matches!(config.sink, SinkConfig::Kafka(_)) {
-            check_topic_name(&route.topic).map_err(|problem| PlanError::Topic { index, problem })?;
-        }
-        // Two resources in one topic are fine when their keys are prefixed; the same
-        // resource configured twice into one topic with unprefixed keys is not.
-        if let Some((other, prefix)) = owners.get(&route.topic)
+        let route = route(config, index, rc, resource)?;
+        // Two resources in one topic are fine when their keys are prefixed; two
+        // resources whose markers would share a destination with unprefixed keys are not.
+        let shared = route.marker_destination();
+        if let Some((other, prefix)) = owners.get(&shared)
             && *other != resource.label()
             && prefix.is_empty()
         {
             return Err(PlanError::SharedTopic {
-                topic: route.topic.clone(),
+                topic: shared.to_string(),
                 a: other.clone(),
                 b: resource.label(),
             });
         }
-        owners.insert(route.topic.clone(), (resource.label(), route.key_prefix.clone()));
+        owners.insert(shared, (resource.label(), route.key_prefix.clone()));
         let namespaces: Vec<Option<String>> = if rc.namespaces.is_empty() {
             vec![None]
         } else {
@@ -72,9 +82,9 @@ pub fn scopes(config: &Config, resources: &[Resource]) -> Result<Vec<Arc<Scope>>
     Ok(out)
 }
 
-/// The distinct topics of `scopes`.
+/// The distinct marker destinations of `scopes`: for Kafka, every topic.
 pub fn topics(scopes: &[Arc<Scope>]) -> Vec<String> {
-    let mut t: Vec<String> = scopes.iter().map(|s| s.route.topic.clone()).collect();
+    let mut t: Vec<String> = scopes.iter().map(|s| s.route.marker_destination().to_string()).collect();
     t.sort();
     t.dedup();
     t

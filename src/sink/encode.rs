@@ -3,14 +3,25 @@
 use cloudevents::event::Data;
 use cloudevents::{AttributesReader, Event};
 
-/// The event's attributes and extensions in binary content mode, named for the binding:
-/// `prefix` + name (`ce_` for Kafka, `ce-` for NATS). `datacontenttype` is left out: each
-/// binding maps it to its own content-type header.
-pub fn binary_attributes<'a>(event: &'a Event, prefix: &'a str) -> impl Iterator<Item = (String, String)> + 'a {
-    event
-        .iter()
-        .filter(|(name, _)| *name != "datacontenttype")
-        .map(move |(name, value)| (format!("{prefix}{name}"), value.to_string()))
+/// The event's attributes and extensions in binary content mode, as (name, canonical
+/// string value). `datacontenttype` is included: Kafka maps it to `content-type`, NATS to
+/// `ce-datacontenttype`.
+pub fn binary_attributes(event: &Event) -> impl Iterator<Item = (&str, String)> + '_ {
+    event.iter().map(|(name, value)| (name, value.to_string()))
+}
+
+/// A header value as the CloudEvents NATS binding requires: space, `"`, `%` and every
+/// character outside printable ASCII percent-encoded (upper-case hex of its UTF-8 bytes).
+pub fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if (0x21..=0x7e).contains(&b) && b != b'"' && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// The `content-type` of the event's data.
@@ -51,15 +62,22 @@ mod tests {
             .data("application/json", json!({"a": 1}))
             .build()
             .unwrap();
-        let attrs: Vec<_> = binary_attributes(&e, "ce_").collect();
-        assert!(attrs.contains(&("ce_id".into(), "1".into())));
-        assert!(attrs.contains(&("ce_specversion".into(), "1.0".into())));
-        assert!(attrs.contains(&("ce_partitionkey".into(), "ns/a".into())));
-        assert!(!attrs.iter().any(|(k, _)| k.contains("datacontenttype")));
+        let attrs: Vec<_> = binary_attributes(&e).collect();
+        assert!(attrs.contains(&("id", "1".into())));
+        assert!(attrs.contains(&("specversion", "1.0".into())));
+        assert!(attrs.contains(&("partitionkey", "ns/a".into())));
+        assert!(attrs.contains(&("datacontenttype", "application/json".into())));
         assert_eq!(data_content_type(&e), "application/json");
         assert_eq!(data_bytes(&e), br#"{"a":1}"#);
         let s: serde_json::Value = serde_json::from_slice(&structured_bytes(&e)).unwrap();
         assert_eq!(s["data"]["a"], 1);
         assert_eq!(s["partitionkey"], "ns/a");
+    }
+
+    #[test]
+    fn nats_header_values_are_percent_encoded_per_the_binding() {
+        assert_eq!(percent_encode("Euro \u{20AC} \u{1F600}"), "Euro%20%E2%82%AC%20%F0%9F%98%80");
+        assert_eq!(percent_encode("a\"b%c"), "a%22b%25c");
+        assert_eq!(percent_encode("//c/api/v1/configmaps"), "//c/api/v1/configmaps");
     }
 }

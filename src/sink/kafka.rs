@@ -47,20 +47,20 @@ impl KafkaSink {
         let (payload, headers) = self.encode(env);
         match env.kind {
             EnvelopeKind::Marker(_) => {
-                let partitions = self.partitions(&env.topic).await?;
+                let partitions = self.partitions(&env.destination).await?;
                 let mut pending = Vec::with_capacity(partitions.len());
                 for p in partitions {
-                    pending.push(self.produce(&env.topic, &env.key, Some(&payload), headers.clone(), Some(p))?);
+                    pending.push(self.produce(&env.destination, &env.key, Some(&payload), headers.clone(), Some(p))?);
                 }
                 for d in pending {
                     await_delivery(d).await?;
                 }
             }
             EnvelopeKind::Object(change) => {
-                let d = self.produce(&env.topic, &env.key, Some(&payload), headers, None)?;
+                let d = self.produce(&env.destination, &env.key, Some(&payload), headers, None)?;
                 await_delivery(d).await?;
                 if self.tombstones && change == ChangeType::Deleted {
-                    let d = self.produce(&env.topic, &env.key, None, OwnedHeaders::new(), None)?;
+                    let d = self.produce(&env.destination, &env.key, None, OwnedHeaders::new(), None)?;
                     await_delivery(d).await?;
                 }
             }
@@ -73,7 +73,10 @@ impl KafkaSink {
             ContentMode::Binary => (
                 data_bytes(&env.event),
                 data_content_type(&env.event),
-                binary_attributes(&env.event, "ce_").collect(),
+                binary_attributes(&env.event)
+                    .filter(|(name, _)| *name != "datacontenttype")
+                    .map(|(name, value)| (format!("ce_{name}"), value))
+                    .collect(),
             ),
             ContentMode::Structured => (structured_bytes(&env.event), STRUCTURED_CONTENT_TYPE, Vec::new()),
         };

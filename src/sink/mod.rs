@@ -2,6 +2,7 @@
 
 pub mod encode;
 pub mod kafka;
+pub mod nats;
 pub mod stdout;
 
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use crate::config::SinkConfig;
 use crate::event::Envelope;
 
 pub use kafka::KafkaSink;
+pub use nats::NatsSink;
 pub use stdout::StdoutSink;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -50,6 +52,7 @@ pub trait Publisher: Clone + Send + Sync + 'static {
 pub enum Sink {
     Stdout(StdoutSink),
     Kafka(KafkaSink),
+    Nats(Box<NatsSink>),
 }
 
 impl Publisher for Sink {
@@ -57,6 +60,7 @@ impl Publisher for Sink {
         match self {
             Sink::Stdout(_) => "stdout",
             Sink::Kafka(_) => "kafka",
+            Sink::Nats(_) => "nats",
         }
     }
 
@@ -66,17 +70,29 @@ impl Publisher for Sink {
             match &sink {
                 Sink::Stdout(s) => s.send(&env),
                 Sink::Kafka(k) => k.send(&env).await,
+                Sink::Nats(n) => n.send(&env).await,
             }
         })
     }
 }
 
 impl Sink {
-    pub fn from_config(cfg: &SinkConfig) -> Result<Sink, SendError> {
+    pub async fn from_config(cfg: &SinkConfig) -> Result<Sink, SendError> {
         Ok(match cfg {
             SinkConfig::Stdout => Sink::Stdout(StdoutSink::default()),
             SinkConfig::Kafka(k) => Sink::Kafka(KafkaSink::new(k)?),
+            SinkConfig::Nats(n) => Sink::Nats(Box::new(NatsSink::connect(n).await?)),
         })
+    }
+
+    /// Makes the destinations ready before anything is sent: creates missing Kafka topics
+    /// (when configured) or the JetStream stream (when configured).
+    pub async fn prepare(&self, cfg: &SinkConfig, topics: &[String]) -> Result<(), SendError> {
+        match (self, cfg) {
+            (Sink::Kafka(_), SinkConfig::Kafka(k)) => kafka::create_topics(k, topics).await,
+            (Sink::Nats(n), _) => n.prepare().await,
+            _ => Ok(()),
+        }
     }
 
     /// Whether the sink can be reached now (for /readyz).
@@ -84,6 +100,7 @@ impl Sink {
         match self {
             Sink::Stdout(_) => Ok(()),
             Sink::Kafka(k) => k.probe(Duration::from_secs(5)).await.map(|_| ()),
+            Sink::Nats(n) => n.probe(),
         }
     }
 
@@ -91,6 +108,7 @@ impl Sink {
         match self {
             Sink::Stdout(_) => Ok(()),
             Sink::Kafka(k) => k.flush(timeout).await,
+            Sink::Nats(n) => n.flush().await,
         }
     }
 }

@@ -40,7 +40,6 @@ impl Watch {
         let stream = watcher(api(self.client.clone(), &scope), self.watcher_config()).default_backoff();
         let mut stream = std::pin::pin!(stream);
         let mut classifier = Classifier::new(label.clone(), Fingerprinter::new(&scope.ignore_fields), self.relist_mode);
-        let topic: Arc<str> = scope.route.topic.as_str().into();
         let mut changes = Vec::new();
         tracing::info!(watch = %scope.describe(), "Watch started");
         loop {
@@ -61,7 +60,7 @@ impl Watch {
             classifier.handle(event, &mut changes);
             metrics::gauge!(m::INDEXED, "resource" => label.clone()).set(classifier.index_len() as f64);
             for change in changes.drain(..) {
-                let env = match event::build(&self.cluster, &scope, &topic, change, chrono::Utc::now()) {
+                let env = match event::build(&self.cluster, &scope, change, chrono::Utc::now()) {
                     Ok(env) => env,
                     Err(e) => {
                         metrics::counter!(m::BAD_OBJECTS, "resource" => label.clone(), "reason" => "encode").increment(1);

@@ -5,6 +5,7 @@
 pub mod bridge;
 pub mod kafka;
 pub mod kube;
+pub mod nats;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

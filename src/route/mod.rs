@@ -1,0 +1,184 @@
+//! Routing: where an event goes (Kafka topic or NATS subject) and its partition key.
+
+pub mod subject;
+mod template;
+
+use std::sync::Arc;
+
+use crate::change::ObjectRef;
+use crate::resource::Resource;
+
+pub use template::{Names, Style, Template};
+
+/// Where the events of one watched resource go and how they are keyed.
+#[derive(Debug, Clone)]
+pub struct Route {
+    destination: Destination,
+    /// Prepended to object keys when several resources may share a destination, so that a
+    /// ConfigMap and a Secret of the same name never share a key (compaction would merge
+    /// them): `<plural>.<group>/`, empty otherwise.
+    pub key_prefix: String,
+    /// The key of marker records: it starts with `/`, which no object key can (namespace
+    /// and object names never contain `/` and are never empty).
+    pub marker_key: String,
+}
+
+#[derive(Debug, Clone)]
+enum Destination {
+    /// One Kafka topic for the resource: objects and markers.
+    Topic(Arc<str>),
+    /// A NATS subject per object, rendered from the template, and one marker subject.
+    Subject {
+        cluster: Arc<str>,
+        resource: Resource,
+        template: Template,
+        marker: Arc<str>,
+    },
+}
+
+impl Route {
+    /// A Kafka route: the template names the topic.
+    pub fn topic(cluster: &str, resource: &Resource, template: &Template) -> Route {
+        let names = Names { cluster, resource, namespace: None, name: None };
+        Route {
+            destination: Destination::Topic(template.render(Style::Topic, &names).into()),
+            key_prefix: key_prefix(resource, template),
+            marker_key: marker_key(resource),
+        }
+    }
+
+    /// A NATS route: `template` names each object's subject, `marker` the subject of the
+    /// resource's sync markers.
+    pub fn subject(cluster: &str, resource: &Resource, template: &Template, marker: &Template) -> Route {
+        let names = Names { cluster, resource, namespace: None, name: None };
+        Route {
+            destination: Destination::Subject {
+                cluster: cluster.into(),
+                resource: resource.clone(),
+                template: template.clone(),
+                marker: marker.render(Style::Subject, &names).into(),
+            },
+            key_prefix: key_prefix(resource, template),
+            marker_key: marker_key(resource),
+        }
+    }
+
+    /// The topic or subject of an object's events.
+    pub fn object_destination(&self, r: &ObjectRef) -> Arc<str> {
+        match &self.destination {
+            Destination::Topic(t) => t.clone(),
+            Destination::Subject { cluster, resource, template, .. } => {
+                let names = Names {
+                    cluster,
+                    resource,
+                    namespace: r.namespace.as_deref(),
+                    name: Some(&r.name),
+                };
+                template.render(Style::Subject, &names).into()
+            }
+        }
+    }
+
+    /// The topic or subject of the resource's sync markers.
+    pub fn marker_destination(&self) -> Arc<str> {
+        match &self.destination {
+            Destination::Topic(t) => t.clone(),
+            Destination::Subject { marker, .. } => marker.clone(),
+        }
+    }
+
+    /// The partition key of an object: `namespace/name` or `name`, with the prefix.
+    pub fn key(&self, object_key: &str) -> String {
+        format!("{}{}", self.key_prefix, object_key)
+    }
+}
+
+fn key_prefix(resource: &Resource, template: &Template) -> String {
+    if template.names_resource() {
+        String::new()
+    } else {
+        format!("{}/", resource.label())
+    }
+}
+
+fn marker_key(resource: &Resource) -> String {
+    format!("/deltaship/sync/{}", resource.label())
+}
+
+/// Kafka topic names: ASCII letters, digits, `.`, `_`, `-`, at most 249 characters.
+pub fn check_topic_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a valid Kafka topic name (ASCII letters, digits, `.`, `_`, `-`, at most 249)"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subject::decode_token;
+    use super::*;
+    use crate::resource::fixtures::*;
+
+    fn object(ns: Option<&str>, name: &str) -> ObjectRef {
+        ObjectRef {
+            namespace: ns.map(Into::into),
+            name: name.into(),
+            uid: "u".into(),
+            resource_version: "1".into(),
+        }
+    }
+
+    #[test]
+    fn default_topic_template_gives_one_topic_per_resource() {
+        let t = Template::parse("deltaship.{cluster}.{group}.{plural}").unwrap();
+        let r = Route::topic("prod", &configmaps(), &t);
+        assert_eq!(&*r.object_destination(&object(Some("ns"), "a")), "deltaship.prod.core.configmaps");
+        let r = Route::topic("prod", &deployments(), &t);
+        assert_eq!(&*r.marker_destination(), "deltaship.prod.apps.deployments");
+        assert_eq!(r.key("ns/web"), "ns/web");
+        assert_eq!(r.marker_key, "/deltaship/sync/deployments.apps");
+    }
+
+    #[test]
+    fn shared_topic_prefixes_keys_with_the_resource() {
+        let t = Template::parse("k8s-{cluster}").unwrap();
+        assert!(!t.names_resource());
+        let r = Route::topic("c", &configmaps(), &t);
+        assert_eq!(&*r.marker_destination(), "k8s-c");
+        assert_eq!(r.key("ns/a"), "configmaps/ns/a");
+    }
+
+    #[test]
+    fn subjects_encode_each_field_as_one_reversible_token() {
+        let t = Template::parse("deltaship.{cluster}.{group}.{kind}.{namespace}.{name}").unwrap();
+        let m = Template::parse("deltaship.{cluster}.{group}.{kind}._sync").unwrap();
+        let r = Route::subject("prod", &configmaps(), &t, &m);
+        let s = r.object_destination(&object(Some("ns"), "app.settings"));
+        assert_eq!(&*s, "deltaship.prod._.configmap.ns.app%2Esettings");
+        let tokens: Vec<&str> = s.split('.').collect();
+        assert_eq!(tokens.len(), 6);
+        assert_eq!(decode_token(tokens[5]).unwrap().as_deref(), Some("app.settings"));
+        assert_eq!(decode_token(tokens[2]).unwrap(), None, "core group");
+        assert_eq!(&*r.marker_destination(), "deltaship.prod._.configmap._sync");
+        let ns = crate::resource::Resource { namespaced: false, kind: "Namespace".into(), plural: "namespaces".into(), ..configmaps() };
+        let r = Route::subject("prod", &ns, &t, &m);
+        assert_eq!(&*r.object_destination(&object(None, "kube-system")), "deltaship.prod._.namespace._.kube-system");
+    }
+
+    #[test]
+    fn bad_templates_are_explained() {
+        assert!(Template::parse("x.{nope}").unwrap_err().contains("{nope}"));
+        assert!(Template::parse("x.{cluster").unwrap_err().contains("closing"));
+        assert!(Template::parse("").is_err());
+        assert!(check_topic_name("a/b").is_err());
+        assert!(check_topic_name("deltaship.c.core.configmaps").is_ok());
+    }
+}

@@ -1,0 +1,236 @@
+//! The NATS sink: CloudEvents over JetStream (each publish acked by the stream and
+//! deduplicated by event id) or core NATS (at most once).
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage, stream};
+use async_nats::{ConnectOptions, HeaderMap};
+use cloudevents::AttributesReader;
+use bytes::Bytes;
+
+use super::SendError;
+use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_bytes, percent_encode, structured_bytes};
+use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Storage};
+use crate::event::Envelope;
+
+#[derive(Clone)]
+pub struct NatsSink {
+    client: async_nats::Client,
+    jetstream: Option<jetstream::Context>,
+    stream: JetStreamConfig,
+    content_mode: ContentMode,
+}
+
+fn config_error(key: &str, message: impl std::fmt::Display) -> SendError {
+    SendError::Fatal {
+        kind: "config",
+        message: format!("{key}: {message}"),
+    }
+}
+
+/// Reads a secret file; the error names the key and the file, never the content.
+fn read_secret(key: &str, path: &std::path::Path) -> Result<String, SendError> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| config_error(key, format!("cannot read {}: {e}", path.display())))
+}
+
+impl NatsSink {
+    /// Connects in the background: an unreachable server is retried without end (the sink
+    /// is then not ready), never a start-up failure. Credentials and TLS files are read now.
+    pub async fn connect(cfg: &NatsConfig) -> Result<NatsSink, SendError> {
+        let mut opts = ConnectOptions::new()
+            .name("deltaship")
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .event_callback(|event| async move {
+                match event {
+                    async_nats::Event::Connected => tracing::info!(sink = "nats", "Connected to NATS"),
+                    async_nats::Event::Disconnected => tracing::warn!(sink = "nats", "Disconnected from NATS; reconnecting"),
+                    other => tracing::info!(sink = "nats", event = %other, "NATS connection event"),
+                }
+            });
+        let a = &cfg.auth;
+        if let Some(user) = &a.user {
+            let password = match (&a.password, &a.password_file) {
+                (Some(p), _) => p.clone(),
+                (None, Some(f)) => read_secret("sink.auth.password_file", f)?,
+                (None, None) => String::new(),
+            };
+            opts = opts.user_and_password(user.clone(), password);
+        }
+        match (&a.token, &a.token_file) {
+            (Some(t), _) => opts = opts.token(t.clone()),
+            (None, Some(f)) => opts = opts.token(read_secret("sink.auth.token_file", f)?),
+            (None, None) => {}
+        }
+        if let Some(f) = &a.nkey_seed_file {
+            opts = opts.nkey(read_secret("sink.auth.nkey_seed_file", f)?);
+        }
+        if let Some(f) = &a.credentials_file {
+            opts = opts
+                .credentials_file(f)
+                .await
+                .map_err(|e| config_error("sink.auth.credentials_file", format!("cannot use {}: {e}", f.display())))?;
+        }
+        if let Some(ca) = &cfg.tls.ca_file {
+            opts = opts.add_root_certificates(ca.clone());
+        }
+        if let (Some(cert), Some(key)) = (&cfg.tls.cert_file, &cfg.tls.key_file) {
+            opts = opts.add_client_certificate(cert.clone(), key.clone());
+        }
+        if cfg.tls.required {
+            opts = opts.require_tls(true);
+        }
+        let servers: Vec<&str> = cfg.url.split(',').map(str::trim).collect();
+        let client = opts
+            .connect(servers)
+            .await
+            .map_err(|e| config_error("sink.url", format!("cannot connect: {e}")))?;
+        let jetstream = match cfg.mode {
+            NatsMode::Jetstream => Some(
+                jetstream::ContextBuilder::new()
+                    .timeout(Duration::from_secs(cfg.jetstream.ack_timeout_secs))
+                    .build(client.clone()),
+            ),
+            NatsMode::Core => None,
+        };
+        Ok(NatsSink {
+            client,
+            jetstream,
+            stream: cfg.jetstream.clone(),
+            content_mode: cfg.content_mode,
+        })
+    }
+
+    /// JetStream mode: whether the configured stream exists (None in core mode).
+    pub async fn stream_exists(&self) -> Result<Option<bool>, SendError> {
+        let Some(js) = &self.jetstream else { return Ok(None) };
+        match js.get_stream(&self.stream.stream).await {
+            Ok(_) => Ok(Some(true)),
+            Err(e) if is_stream_not_found(&e) => Ok(Some(false)),
+            Err(e) => Err(SendError::Retryable {
+                kind: "jetstream",
+                message: format!("cannot look up stream {}: {e}", self.stream.stream),
+            }),
+        }
+    }
+
+    /// JetStream mode: finds the stream, or creates it when configured to. A missing
+    /// stream with creation off is fatal; an unreachable server is retryable.
+    pub async fn prepare(&self) -> Result<(), SendError> {
+        let (Some(js), Some(false)) = (&self.jetstream, self.stream_exists().await?) else {
+            return Ok(());
+        };
+        let s = &self.stream;
+        if !s.create {
+            return Err(SendError::Fatal {
+                kind: "stream_not_found",
+                message: format!(
+                    "JetStream stream {} does not exist; create it or set sink.jetstream.create = true",
+                    s.stream
+                ),
+            });
+        }
+        let config = stream::Config {
+            name: s.stream.clone(),
+            subjects: s.subjects.clone(),
+            storage: match s.storage {
+                Storage::File => stream::StorageType::File,
+                Storage::Memory => stream::StorageType::Memory,
+            },
+            num_replicas: s.replicas,
+            duplicate_window: Duration::from_secs(s.duplicate_window_secs),
+            // NATS: -1 is unlimited.
+            max_messages_per_subject: if s.max_msgs_per_subject == 0 { -1 } else { s.max_msgs_per_subject },
+            ..Default::default()
+        };
+        js.get_or_create_stream(config).await.map_err(|e| SendError::Retryable {
+            kind: "jetstream",
+            message: format!("cannot create stream {}: {e}", s.stream),
+        })?;
+        tracing::info!(stream = %s.stream, "Created the JetStream stream");
+        Ok(())
+    }
+
+    /// Publishes one event to its subject; in JetStream mode resolves when the stream
+    /// stored it (or already had its id: a redelivery).
+    pub async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+        let (payload, headers) = self.encode(env);
+        let subject = env.destination.to_string();
+        match &self.jetstream {
+            Some(js) => {
+                let message = PublishMessage::build().payload(payload).headers(headers).message_id(env.event.id());
+                let ack = js.send_publish(subject, message).await.map_err(classify)?;
+                ack.await.map_err(classify)?;
+            }
+            None => {
+                self.client
+                    .publish_with_headers(subject, headers, payload)
+                    .await
+                    .map_err(|e| SendError::Retryable {
+                        kind: "publish",
+                        message: e.to_string(),
+                    })?;
+                self.client.flush().await.map_err(|e| SendError::Retryable {
+                    kind: "flush",
+                    message: e.to_string(),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn encode(&self, env: &Envelope) -> (Bytes, HeaderMap) {
+        let mut headers = HeaderMap::new();
+        let payload = match self.content_mode {
+            ContentMode::Binary => {
+                for (name, value) in binary_attributes(&env.event) {
+                    headers.insert(format!("ce-{name}").as_str(), percent_encode(&value).as_str());
+                }
+                data_bytes(&env.event)
+            }
+            ContentMode::Structured => {
+                headers.insert("Content-Type", STRUCTURED_CONTENT_TYPE);
+                structured_bytes(&env.event)
+            }
+        };
+        (Bytes::from(payload), headers)
+    }
+
+    /// Connected to a server now.
+    pub fn probe(&self) -> Result<(), SendError> {
+        match self.client.connection_state() {
+            async_nats::connection::State::Connected => Ok(()),
+            state => Err(SendError::Retryable {
+                kind: "disconnected",
+                message: format!("NATS connection is {state}"),
+            }),
+        }
+    }
+
+    pub async fn flush(&self) -> Result<(), SendError> {
+        self.client.flush().await.map_err(|e| SendError::Retryable {
+            kind: "flush",
+            message: e.to_string(),
+        })
+    }
+}
+
+fn is_stream_not_found(e: &jetstream::context::GetStreamError) -> bool {
+    matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j)
+        if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
+}
+
+/// JetStream publish failures are retried with the same `Nats-Msg-Id`, so a message that
+/// was stored but whose ack was lost is dropped by the stream as a duplicate. "No stream"
+/// is retried too: after a server restart JetStream answers only once its streams loaded.
+fn classify(e: jetstream::context::PublishError) -> SendError {
+    let message = e.to_string();
+    match e.kind() {
+        PublishErrorKind::MaxPayloadExceeded => SendError::TooLarge { message },
+        PublishErrorKind::TimedOut => SendError::Retryable { kind: "timeout", message },
+        PublishErrorKind::StreamNotFound => SendError::Retryable { kind: "no_stream", message },
+        _ => SendError::Retryable { kind: "publish", message },
+    }
+}

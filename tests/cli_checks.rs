@@ -1,0 +1,274 @@
+//! The `deltaship` binary as an operator meets it before anything runs: `check` against the
+//! real API server (discovery, RBAC), `print-config`, invalid configs, and `run` when the
+//! broker cannot be reached.
+
+mod support;
+
+use std::fs::File;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use support::bridge::{Bridge, command, free_port};
+use support::kube::{client, delete_namespace, eventually, namespace};
+
+fn configmaps_in(ns: &str, kubernetes: &str) -> String {
+    format!("cluster = \"it\"\n{kubernetes}\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = [\"{ns}\"]\n")
+}
+
+/// `deltaship check` off the async runtime's worker (it is a blocking child process).
+async fn check(config: String) -> (Option<i32>, String) {
+    tokio::task::spawn_blocking(move || {
+        let (status, stdout, stderr) = command(&["check"], &config, &[]);
+        (status.code(), format!("{stdout}{stderr}"))
+    })
+    .await
+    .unwrap()
+}
+
+/// `deltaship run` until it exits by itself: (status, stdout, stderr). Panics if it is
+/// still running after `timeout` (a start-up failure must not hang).
+fn run_to_exit(config_toml: &str, timeout: Duration) -> (ExitStatus, String, String) {
+    let dir = std::env::temp_dir().join(support::unique("cli-run"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(&config, format!("{config_toml}\n[http]\nlisten = \"127.0.0.1:{}\"\n", free_port())).unwrap();
+    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_deltaship"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .stdout(File::create(&out).unwrap())
+        .stderr(File::create(&err).unwrap())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`run` still running after {timeout:?}:\n{}", std::fs::read_to_string(&err).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let read = |p| std::fs::read_to_string(p).unwrap_or_default();
+    (status, read(&out), read(&err))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_reports_version_resolution_and_access_and_passes_for_a_valid_config() {
+    support::env();
+    let client = client().await;
+    let ns = namespace(&client, "it-check").await;
+    let (code, out) = check(configmaps_in(&ns, "")).await;
+    assert_eq!(code, Some(0), "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    for want in [
+        "[ok]   API server reachable, version v1.34.4".to_string(),
+        "[ok]   resources[0]: ConfigMap resolves to configmaps (namespaced)".to_string(),
+        format!("[ok]   list and watch allowed on configmaps in {ns}"),
+    ] {
+        assert!(lines.contains(&want.as_str()), "missing {want:?} in:\n{out}");
+    }
+    assert!(!out.contains("[FAIL]"), "{out}");
+    delete_namespace(&client, &ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_fails_on_a_misspelled_kind_and_suggests_the_served_one() {
+    support::env();
+    let config = "[[resources]]\ngroup = \"apps\"\nversion = \"v1\"\nkind = \"Deploymnet\"\n".to_string();
+    let (code, out) = check(config).await;
+    assert_eq!(code, Some(1), "{out}");
+    let want = "[FAIL] resources[0]: kind Deploymnet in apps/v1 is not served by the API server; did you mean kind Deployment in apps/v1?";
+    assert!(out.lines().any(|l| l == want), "missing {want:?} in:\n{out}");
+}
+
+/// The limited user starts with no RBAC; each grant moves the failure to the next verb,
+/// until `check` passes and `run` starts. Discovery works for it (system:discovery is
+/// bound to every authenticated user), so the failures are about the verbs alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_and_run_name_the_missing_verb_until_list_and_watch_are_granted() {
+    let env = support::env();
+    let client = client().await;
+    let ns = namespace(&client, "it-rbac").await;
+    let limited = format!("[kubernetes]\nkubeconfig = \"{}\"", env.limited_kubeconfig);
+    let config = configmaps_in(&ns, &limited);
+
+    let (code, out) = check(config.clone()).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("[ok]   resources[0]: ConfigMap resolves to configmaps (namespaced)"), "discovery is allowed: {out}");
+    let no_list = format!("[FAIL] not allowed to list configmaps in namespace {ns}");
+    assert!(out.lines().any(|l| l.starts_with(&no_list)), "missing {no_list:?} in:\n{out}");
+
+    let run_config = config.clone();
+    let (status, stdout, stderr) = tokio::task::spawn_blocking(move || run_to_exit(&run_config, Duration::from_secs(60))).await.unwrap();
+    assert!(!status.success(), "run must fail without RBAC: {stderr}");
+    assert!(stderr.contains(&format!("not allowed to list configmaps in namespace {ns}")), "{stderr}");
+    assert!(stdout.is_empty(), "nothing is watched or shipped before the failure: {stdout}");
+
+    // Grant list only: now watch is what is missing.
+    let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
+    let rule = |verbs: &[&str]| json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}]);
+    let role: Role = serde_json::from_value(json!({"metadata": {"name": "configmaps-reader"}, "rules": rule(&["list"])})).unwrap();
+    roles.create(&PostParams::default(), &role).await.unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "configmaps-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "configmaps-reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "deltaship-limited"}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), &ns).create(&PostParams::default(), &binding).await.unwrap();
+    // The API server's authorizer sees new RBAC objects through an informer: poll.
+    let no_watch = format!("[FAIL] not allowed to watch configmaps in namespace {ns}");
+    eventually(Duration::from_secs(30), "check to name the missing watch verb", || {
+        let (config, no_watch) = (config.clone(), no_watch.clone());
+        async move {
+            let (code, out) = check(config).await;
+            (code == Some(1) && out.lines().any(|l| l.starts_with(&no_watch))).then_some(())
+        }
+    })
+    .await;
+
+    // Grant both: check passes and run becomes ready as the limited user.
+    roles
+        .patch("configmaps-reader", &PatchParams::default(), &Patch::Merge(&json!({"rules": rule(&["list", "watch"])})))
+        .await
+        .unwrap();
+    let allowed = format!("[ok]   list and watch allowed on configmaps in {ns}");
+    let out = eventually(Duration::from_secs(30), "check to pass with list and watch granted", || {
+        let config = config.clone();
+        async move {
+            let (code, out) = check(config).await;
+            (code == Some(0)).then_some(out)
+        }
+    })
+    .await;
+    assert!(out.lines().any(|l| l == allowed), "missing {allowed:?} in:\n{out}");
+    let mut bridge = Bridge::start(&config);
+    bridge.wait_ready(Duration::from_secs(60));
+    drop(bridge);
+    delete_namespace(&client, &ns).await;
+}
+
+#[test]
+fn print_config_masks_secret_client_options_and_shows_environment_overrides() {
+    let config = r#"
+[[resources]]
+version = "v1"
+kind = "ConfigMap"
+[sink]
+type = "kafka"
+brokers = "from-the-file:9092"
+[sink.librdkafka]
+"sasl.password" = "hunter2-never-printed"
+"linger.ms" = "7"
+"#;
+    let (status, stdout, stderr) = command(&["print-config"], config, &[("DELTASHIP_SINK__BROKERS", "from-the-env:9093")]);
+    assert!(status.success(), "{stderr}");
+    assert!(!stdout.contains("hunter2") && !stderr.contains("hunter2"), "the secret leaked:\n{stdout}{stderr}");
+    let shown: Value = serde_json::from_str(&stdout).expect("print-config prints JSON");
+    assert_eq!(shown["sink"]["librdkafka"]["sasl.password"], "***");
+    assert_eq!(shown["sink"]["librdkafka"]["linger.ms"], "7", "non-secret options are shown as they are");
+    assert_eq!(shown["sink"]["brokers"], "from-the-env:9093", "the environment wins over the file");
+}
+
+#[test]
+fn a_zero_queue_capacity_exits_2_naming_the_key_and_the_fix() {
+    let config = "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[delivery]\nqueue_capacity = 0\n";
+    let (status, _, stderr) = command(&["check"], config, &[]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("delivery.queue_capacity"), "{stderr}");
+    assert!(stderr.contains("fix:"), "{stderr}");
+    assert!(stderr.contains("config.toml"), "names the file: {stderr}");
+}
+
+#[test]
+fn an_unknown_top_level_key_exits_2_naming_it_and_listing_the_expected_keys() {
+    let config = "queue_size = 5\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n";
+    let (status, _, stderr) = command(&["run"], config, &[]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("queue_size"), "{stderr}");
+    for key in ["cluster", "kubernetes", "resources", "sink", "delivery", "http", "log"] {
+        assert!(stderr.contains(&format!("`{key}`")), "expected key {key} not listed: {stderr}");
+    }
+    assert!(stderr.contains("fix:"), "{stderr}");
+}
+
+/// README: "an invalid config (every problem listed)". A typo and a bad value in one file
+/// must both be reported, so the operator fixes them in one round.
+#[test]
+fn a_config_with_an_unknown_key_and_a_bad_value_lists_both_problems() {
+    let config = "queue_size = 5\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[delivery]\nqueue_capacity = 0\n";
+    let (status, _, stderr) = command(&["check"], config, &[]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("queue_size"), "{stderr}");
+    assert!(stderr.contains("delivery.queue_capacity"), "only the first kind of problem was listed: {stderr}");
+}
+
+/// `run` against a closed port, with no `create_topics` (which would fail start-up).
+async fn run_with_a_closed_broker(tag: &str) -> (Bridge, kube::Client, String) {
+    support::env();
+    let client = client().await;
+    let ns = namespace(&client, tag).await;
+    let config = format!(
+        "{}[sink]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:{}\"\ntopic_template = \"{}.{{group}}.{{plural}}\"\n[delivery]\nshutdown_timeout_secs = 2\n",
+        configmaps_in(&ns, ""),
+        free_port(),
+        support::unique("it")
+    );
+    let bridge = Bridge::start(&config);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while bridge.get("/healthz").is_none() {
+        assert!(Instant::now() < deadline, "the HTTP server never answered:\n{}", bridge.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (bridge, client, ns)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_broker_keeps_the_bridge_alive_and_unready() {
+    let (bridge, client, ns) = run_with_a_closed_broker("it-nobroker").await;
+    // Watch it for 10 s: alive every time, never ready, the reason naming the sink.
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        let health = bridge.get("/healthz");
+        assert_eq!(health.as_ref().map(|h| h.0), Some(200), "/healthz: {health:?}\n{}", bridge.log_text());
+        let (status, body) = bridge.get("/readyz").expect("/readyz answers");
+        assert_eq!(status, 503, "ready without a broker: {body}");
+        assert!(body.contains("sink") && body.contains("reachable"), "the reason names the sink: {body}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let status = bridge.stop(Duration::from_secs(30));
+    assert!(status.success(), "SIGTERM exits 0 even with undelivered events, got {status}");
+    delete_namespace(&client, &ns).await;
+}
+
+/// README: "`/readyz` reports the sink unreachable; the state change is logged once."
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_broker_is_logged_once_not_once_per_reconnect() {
+    let (bridge, client, ns) = run_with_a_closed_broker("it-nobroker-log").await;
+    // Past the first sink probe and the first send timeout (10 s each).
+    let until = Instant::now() + Duration::from_secs(12);
+    while Instant::now() < until {
+        assert!(bridge.get("/healthz").is_some(), "the bridge died:\n{}", bridge.log_text());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let log = bridge.log_text();
+    let said_unreachable = log.lines().filter(|l| l.contains("deltaship") && l.to_lowercase().contains("unreachable")).count();
+    let loud = log.lines().filter(|l| l.contains("ERROR") || l.contains("WARN")).count();
+    drop(bridge);
+    delete_namespace(&client, &ns).await;
+    assert_eq!(said_unreachable, 1, "deltaship logs the sink unreachable exactly once; log:\n{}", tail(&log));
+    assert!(loud <= 10, "{loud} WARN/ERROR lines in 12 s for one outage; log tail:\n{}", tail(&log));
+}
+
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
