@@ -84,9 +84,21 @@ fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
     }
 }
 
-/// figment names the key path and the source; add the fix for the common cases.
+/// The key path (without figment's internal profile name), the problem, where it came from
+/// (file or environment variable), and the fix for the common cases.
 fn describe_figment_error(e: figment::Error) -> String {
     use figment::error::Kind;
+    let from = match &e.metadata {
+        Some(m) if m.name.contains("environment") => {
+            let var: Vec<String> = e.path.iter().map(|k| k.to_ascii_uppercase()).collect();
+            format!(" (from the environment variable {ENV_PREFIX}{})", var.join("__"))
+        }
+        Some(m) => match &m.source {
+            Some(source) => format!(" (in {source})"),
+            None => format!(" (in {})", m.name),
+        },
+        None => String::new(),
+    };
     let fix = match &e.kind {
         Kind::UnknownField(_, _) => {
             "fix: remove the key or correct its spelling (the expected keys are listed)"
@@ -98,7 +110,11 @@ fn describe_figment_error(e: figment::Error) -> String {
         }
         _ => "fix: see the configuration reference in the README",
     };
-    format!("{e}; {fix}")
+    if e.path.is_empty() {
+        format!("{}{from}; {fix}", e.kind)
+    } else {
+        format!("`{}`: {}{from}; {fix}", e.path.join("."), e.kind)
+    }
 }
 
 /// Keys of raw client options whose values are secrets.
@@ -190,7 +206,7 @@ mod tests {
                 "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespace = \"x\"\n",
             )?;
             let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
-            assert!(e.contains("unknown field: found `namespace`"), "{e}");
+            assert!(e.contains("`resources.0.namespace`: unknown field: found `namespace`"), "{e}");
             assert!(e.contains("namespaces"), "lists the expected keys: {e}");
             assert!(e.contains("c.toml"), "{e}");
             assert!(e.contains("fix:"), "{e}");

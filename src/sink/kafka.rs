@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -11,6 +10,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
 use super::SendError;
+use super::kafka_log::QuietContext;
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_bytes, data_content_type, structured_bytes};
 use crate::config::{ContentMode, KafkaConfig, mask_value};
 use crate::event::{Envelope, EnvelopeKind};
@@ -23,14 +23,14 @@ const QUEUE_MAX_KBYTES: &str = "65536";
 
 #[derive(Clone)]
 pub struct KafkaSink {
-    producer: FutureProducer,
+    producer: FutureProducer<QuietContext>,
     content_mode: ContentMode,
     tombstones: bool,
 }
 
 impl KafkaSink {
     pub fn new(cfg: &KafkaConfig) -> Result<KafkaSink, SendError> {
-        let producer: FutureProducer = client_config(cfg).create().map_err(|e| SendError::Fatal {
+        let producer: FutureProducer<QuietContext> = client_config(cfg).create_with_context(QuietContext::default()).map_err(|e| SendError::Fatal {
             kind: "config",
             message: format!("cannot create the Kafka producer: {e}"),
         })?;
@@ -190,7 +190,7 @@ impl KafkaSink {
 /// Creates the missing topics among `topics` with the configured partitions.
 pub async fn create_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), SendError> {
     let Some(tc) = &cfg.create_topics else { return Ok(()) };
-    let admin: AdminClient<DefaultClientContext> = client_config(cfg).create().map_err(|e| SendError::Fatal {
+    let admin: AdminClient<QuietContext> = client_config(cfg).create_with_context(QuietContext::default()).map_err(|e| SendError::Fatal {
         kind: "config",
         message: format!("cannot create the Kafka admin client: {e}"),
     })?;

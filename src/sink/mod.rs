@@ -2,6 +2,7 @@
 
 pub mod encode;
 pub mod kafka;
+mod kafka_log;
 pub mod nats;
 pub mod stdout;
 

@@ -1,18 +1,23 @@
 //! Readiness: every initial sync delivered, and the sink reachable.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+/// The sink's reachability: not probed yet, reachable, unreachable.
+const UNKNOWN: u8 = 0;
+const REACHABLE: u8 = 1;
+const UNREACHABLE: u8 = 2;
 
 #[derive(Debug)]
 pub struct Health {
     initial_syncs_pending: AtomicUsize,
-    sink_connected: AtomicBool,
+    sink: AtomicU8,
 }
 
 impl Health {
     pub fn new(watches: usize) -> Health {
         Health {
             initial_syncs_pending: AtomicUsize::new(watches),
-            sink_connected: AtomicBool::new(false),
+            sink: AtomicU8::new(UNKNOWN),
         }
     }
 
@@ -24,9 +29,11 @@ impl Health {
         self.publish();
     }
 
-    /// Records whether the sink is reachable; returns true when that changed.
+    /// Records whether the sink is reachable; returns true when that changed (the first
+    /// probe always does, so a sink that is down from the start is reported too).
     pub fn set_sink_connected(&self, connected: bool) -> bool {
-        let changed = self.sink_connected.swap(connected, Ordering::AcqRel) != connected;
+        let state = if connected { REACHABLE } else { UNREACHABLE };
+        let changed = self.sink.swap(state, Ordering::AcqRel) != state;
         self.publish();
         changed
     }
@@ -38,7 +45,7 @@ impl Health {
     /// `Ok` when ready, else why not.
     pub fn readiness(&self) -> Result<(), String> {
         let pending = self.initial_syncs_pending();
-        let connected = self.sink_connected.load(Ordering::Acquire);
+        let connected = self.sink.load(Ordering::Acquire) == REACHABLE;
         match (pending, connected) {
             (0, true) => Ok(()),
             (0, false) => Err("the sink is not reachable".into()),
@@ -60,13 +67,14 @@ mod tests {
     fn ready_only_when_synced_and_connected() {
         let h = Health::new(2);
         assert!(h.readiness().unwrap_err().contains("2 initial"));
-        assert!(h.set_sink_connected(true));
+        assert!(h.set_sink_connected(true), "the first probe is a change");
         assert!(!h.set_sink_connected(true));
         h.initial_sync_delivered();
         h.initial_sync_delivered();
         h.initial_sync_delivered();
         assert_eq!(h.readiness(), Ok(()));
-        h.set_sink_connected(false);
+        assert!(h.set_sink_connected(false));
         assert_eq!(h.readiness().unwrap_err(), "the sink is not reachable");
+        assert!(Health::new(0).set_sink_connected(false), "down from the start is a change");
     }
 }
