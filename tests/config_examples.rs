@@ -95,6 +95,12 @@ fn the_stdout_example_runs_as_is() {
 }
 
 #[test]
+fn the_nats_example_runs_with_the_server_from_the_environment() {
+    let env = support::env();
+    check_and_run("nats.toml", &[("DELTASHIP_SINK__URL", &env.nats)]);
+}
+
+#[test]
 fn the_kafka_example_runs_with_the_brokers_from_the_environment() {
     let env = support::env();
     let c = config::load(Path::new(&example("kafka.toml"))).unwrap();

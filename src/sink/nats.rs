@@ -145,9 +145,17 @@ impl NatsSink {
             max_messages_per_subject: if s.max_msgs_per_subject == 0 { -1 } else { s.max_msgs_per_subject },
             ..Default::default()
         };
-        js.get_or_create_stream(config).await.map_err(|e| SendError::Retryable {
-            kind: "jetstream",
-            message: format!("cannot create stream {}: {e}", s.stream),
+        js.get_or_create_stream(config).await.map_err(|e| {
+            let message = format!("cannot create stream {}: {e}", s.stream);
+            match e.kind() {
+                // The server refused the stream (e.g. its subjects overlap another stream's):
+                // retrying cannot help.
+                jetstream::context::CreateStreamErrorKind::JetStream(_) => SendError::Fatal {
+                    kind: "create_stream",
+                    message: format!("{message}; fix sink.jetstream (stream name, subjects) or the existing streams"),
+                },
+                _ => SendError::Retryable { kind: "jetstream", message },
+            }
         })?;
         tracing::info!(stream = %s.stream, "Created the JetStream stream");
         Ok(())
