@@ -17,6 +17,8 @@ pub struct Classifier {
     index: Index,
     fingerprinter: Fingerprinter,
     relist_mode: SyncMode,
+    /// Keep each object's shipped content in the index (for resyncs and patch payloads).
+    keep_content: bool,
     sync: Option<Sync>,
     synced_once: bool,
 }
@@ -32,16 +34,48 @@ struct Sync {
 }
 
 impl Classifier {
-    /// `resource` is the metric label; `relist_mode` applies to relists after the first sync.
-    pub fn new(resource: String, fingerprinter: Fingerprinter, relist_mode: SyncMode) -> Self {
+    /// `resource` is the metric label; `relist_mode` applies to relists after the first
+    /// sync; `keep_content` keeps shipped content in the index (resyncs, patch payloads).
+    pub fn new(resource: String, fingerprinter: Fingerprinter, relist_mode: SyncMode, keep_content: bool) -> Self {
         Classifier {
             resource,
             index: Index::default(),
             fingerprinter,
             relist_mode,
+            keep_content,
             sync: None,
             synced_once: false,
         }
+    }
+
+    /// A periodic resync: every indexed object as `synced`, from the index, between
+    /// markers with reason `resync`. Skipped (false) while another sync is under way or
+    /// before the initial one completed; needs `keep_content`.
+    pub fn resync(&mut self, out: &mut Vec<Change>) -> bool {
+        if self.sync.is_some() || !self.synced_once || !self.keep_content {
+            return false;
+        }
+        let mut sync = Sync::new(SyncReason::Resync, SyncMode::Full);
+        out.push(Change::Marker(marker(&sync, MarkerPhase::Started)));
+        for (key, entry) in self.index.sorted() {
+            let Some(content) = &entry.content else { continue };
+            sync.note_version(&entry.resource_version);
+            sync.counts.count(ChangeType::Synced);
+            out.push(Change::Object(ObjectChange {
+                change: ChangeType::Synced,
+                payload: Payload::Object(Object {
+                    reference: reference_from_key(key, entry.clone()),
+                    value: (**content).clone(),
+                }),
+                sync_id: Some(sync.id.clone()),
+                previous: None,
+            }));
+        }
+        let mut done = marker(&sync, MarkerPhase::Completed);
+        done.counts = Some(sync.counts.clone());
+        out.push(Change::Marker(done));
+        metrics::counter!(m::SYNCS, "resource" => self.resource.clone(), "reason" => SyncReason::Resync.as_str()).increment(1);
+        true
     }
 
     pub fn index_len(&self) -> usize {
@@ -65,14 +99,7 @@ impl Classifier {
         } else {
             (SyncReason::Initial, SyncMode::Full)
         };
-        let sync = Sync {
-            id: uuid::Uuid::new_v4().to_string().into(),
-            reason,
-            mode,
-            seen: HashSet::new(),
-            counts: SyncCounts::default(),
-            max_rv: None,
-        };
+        let sync = Sync::new(reason, mode);
         out.push(Change::Marker(marker(&sync, MarkerPhase::Started)));
         if reason == SyncReason::Relist {
             metrics::counter!(m::RELISTS, "resource" => self.resource.clone()).increment(1);
@@ -88,12 +115,7 @@ impl Classifier {
         };
         let key = obj.reference.key();
         sync.seen.insert(key.clone());
-        let rv = &obj.reference.resource_version;
-        if let Ok(n) = rv.parse::<u64>()
-            && sync.max_rv.as_ref().is_none_or(|(max, _)| n > *max)
-        {
-            sync.max_rv = Some((n, rv.clone()));
-        }
+        sync.note_version(&obj.reference.resource_version);
         match sync.mode {
             SyncMode::Full => {
                 let mut obj = obj;
@@ -122,11 +144,7 @@ impl Classifier {
         let mut done = marker(&sync, MarkerPhase::Completed);
         done.counts = Some(sync.counts.clone());
         out.push(Change::Marker(done));
-        let reason = match sync.reason {
-            SyncReason::Initial => "initial",
-            SyncReason::Relist => "relist",
-        };
-        metrics::counter!(m::SYNCS, "resource" => self.resource.clone(), "reason" => reason).increment(1);
+        metrics::counter!(m::SYNCS, "resource" => self.resource.clone(), "reason" => sync.reason.as_str()).increment(1);
         self.synced_once = true;
     }
 
@@ -149,15 +167,9 @@ impl Classifier {
                 ChangeType::Added
             }
             Some(prev) if prev.fingerprint == fingerprint => {
-                // Same content once ignored fields are left out: remember the new version
-                // so the next relist compares against it, ship nothing.
-                self.index.insert(
-                    key,
-                    Entry {
-                        resource_version: obj.reference.resource_version.clone(),
-                        ..prev.clone()
-                    },
-                );
+                // Same content once ignored fields are left out: ship nothing, and keep the
+                // entry as shipped (consumers hold that version; patches and resyncs start
+                // from it).
                 metrics::counter!(m::DEDUPE_SKIPS, "resource" => self.resource.clone(), "reason" => "fingerprint").increment(1);
                 return;
             }
@@ -185,28 +197,65 @@ impl Classifier {
     }
 
     fn ship(&mut self, key: String, obj: Object, fingerprint: u128, change: ChangeType, sync: Option<Arc<str>>, out: &mut Vec<Change>) {
-        self.index.insert(
-            key,
-            Entry {
-                uid: obj.reference.uid.clone(),
-                resource_version: obj.reference.resource_version.clone(),
-                fingerprint,
-            },
-        );
-        self.push(change, Payload::Object(obj), sync, out);
+        let content = self.keep_content.then(|| Arc::new(obj.value.clone()));
+        let previous = self
+            .index
+            .insert(
+                key,
+                Entry {
+                    uid: obj.reference.uid.clone(),
+                    resource_version: obj.reference.resource_version.clone(),
+                    fingerprint,
+                    content,
+                },
+            )
+            .and_then(|e| e.content)
+            .filter(|_| change == ChangeType::Updated);
+        self.push_with(change, Payload::Object(obj), sync, previous, out);
     }
 
     /// Appends an object change. `sync` is set when the change is part of the current
     /// sync: it is counted for the `completed` marker, and `synced` events carry its id
     /// (diff changes are ordinary changes and do not).
     fn push(&mut self, change: ChangeType, payload: Payload, sync: Option<Arc<str>>, out: &mut Vec<Change>) {
+        self.push_with(change, payload, sync, None, out);
+    }
+
+    fn push_with(&mut self, change: ChangeType, payload: Payload, sync: Option<Arc<str>>, previous: Option<Arc<serde_json::Value>>, out: &mut Vec<Change>) {
         if let (Some(id), Some(current)) = (&sync, self.sync.as_mut())
             && *id == current.id
         {
             current.counts.count(change);
         }
         let sync_id = sync.filter(|_| change == ChangeType::Synced);
-        out.push(Change::Object(ObjectChange { change, payload, sync_id }));
+        out.push(Change::Object(ObjectChange {
+            change,
+            payload,
+            sync_id,
+            previous,
+        }));
+    }
+}
+
+impl Sync {
+    fn new(reason: SyncReason, mode: SyncMode) -> Sync {
+        Sync {
+            id: uuid::Uuid::new_v4().to_string().into(),
+            reason,
+            mode,
+            seen: HashSet::new(),
+            counts: SyncCounts::default(),
+            max_rv: None,
+        }
+    }
+
+    /// Tracks the highest resourceVersion of the sync (for its `completed` marker).
+    fn note_version(&mut self, rv: &str) {
+        if let Ok(n) = rv.parse::<u64>()
+            && self.max_rv.as_ref().is_none_or(|(max, _)| n > *max)
+        {
+            self.max_rv = Some((n, rv.to_string()));
+        }
     }
 }
 
@@ -248,7 +297,7 @@ mod tests {
     use crate::change::object::fixtures::configmap;
 
     fn classifier() -> Classifier {
-        Classifier::new("configmaps".into(), Fingerprinter::new(&["/status".into()]), SyncMode::Diff)
+        Classifier::new("configmaps".into(), Fingerprinter::new(&["/status".into()]), SyncMode::Diff, false)
     }
 
     fn run(c: &mut Classifier, events: Vec<WatchEvent>) -> Vec<Change> {
@@ -348,6 +397,57 @@ mod tests {
         let out = run(&mut c, vec![WatchEvent::Init, WatchEvent::InitDone]);
         let Change::Object(o) = &out[1] else { panic!("expected a delete") };
         assert!(matches!(&o.payload, Payload::Reference(r) if r.uid == "uid-a" && r.resource_version == "7" && r.namespace.as_deref() == Some("ns")));
+    }
+
+    #[test]
+    fn a_resync_redelivers_the_index_as_synced_with_its_own_sync_id() {
+        let mut c = Classifier::new("configmaps".into(), Fingerprinter::new(&[]), SyncMode::Diff, true);
+        let mut out = Vec::new();
+        assert!(!c.resync(&mut out), "no resync before the initial sync completed");
+        run(&mut c, vec![WatchEvent::Init, WatchEvent::InitApply(cm("a", "1", "x")), WatchEvent::InitDone]);
+        run(&mut c, vec![WatchEvent::Apply(cm("b", "2", "x")), WatchEvent::Apply(cm("a", "3", "y"))]);
+        assert!(c.resync(&mut out));
+        assert_eq!(summary(&out), ["started:Resync", "synced:ns/a@3", "synced:ns/b@2", "completed:Resync:0/0/0/2"]);
+        let Change::Object(a) = &out[1] else { panic!() };
+        assert_eq!(a.payload.reference().uid, "uid-a");
+        let Payload::Object(o) = &a.payload else { panic!("resync carries the object") };
+        assert_eq!(o.value["data"]["v"], "y", "the latest shipped state");
+        let Change::Marker(m) = &out[3] else { panic!() };
+        assert_eq!(a.sync_id.as_ref(), Some(&m.sync_id));
+        assert_eq!(m.resource_version, "3");
+        let mut again = Vec::new();
+        c.resync(&mut again);
+        let Change::Marker(m2) = &again[0] else { panic!() };
+        assert_ne!(m.sync_id, m2.sync_id, "two resyncs never share ids");
+    }
+
+    #[test]
+    fn no_resync_during_a_sync_or_without_kept_content() {
+        let mut c = Classifier::new("configmaps".into(), Fingerprinter::new(&[]), SyncMode::Diff, true);
+        run(&mut c, vec![WatchEvent::Init, WatchEvent::InitDone, WatchEvent::Init]);
+        assert!(!c.resync(&mut Vec::new()), "a relist is under way");
+        let mut lean = classifier();
+        run(&mut lean, vec![WatchEvent::Init, WatchEvent::InitDone]);
+        assert!(!lean.resync(&mut Vec::new()));
+    }
+
+    #[test]
+    fn updates_carry_the_previously_shipped_content_when_kept() {
+        let mut c = Classifier::new("configmaps".into(), Fingerprinter::new(&[]), SyncMode::Diff, true);
+        let out = run(&mut c, vec![WatchEvent::Apply(cm("a", "1", "x")), WatchEvent::Apply(cm("a", "2", "y"))]);
+        let Change::Object(u) = &out[1] else { panic!() };
+        assert_eq!(u.change, ChangeType::Updated);
+        assert_eq!(u.previous.as_ref().unwrap()["data"]["v"], "x");
+        let Change::Object(a) = &out[0] else { panic!() };
+        assert!(a.previous.is_none());
+    }
+
+    #[test]
+    fn a_full_relist_ships_every_object_as_synced_and_infers_deletes() {
+        let mut c = Classifier::new("configmaps".into(), Fingerprinter::new(&[]), SyncMode::Full, false);
+        run(&mut c, vec![WatchEvent::Init, WatchEvent::InitApply(cm("a", "1", "x")), WatchEvent::InitApply(cm("b", "2", "x")), WatchEvent::InitDone]);
+        let out = run(&mut c, vec![WatchEvent::Init, WatchEvent::InitApply(cm("a", "1", "x")), WatchEvent::InitDone]);
+        assert_eq!(summary(&out), ["started:Relist", "synced:ns/a@1", "deleted:ns/b@2", "completed:Relist:0/0/1/1"]);
     }
 
     #[derive(Debug, Clone)]

@@ -1,14 +1,19 @@
 //! The index: for each object key, what was last handed to the sink.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
 
 /// What the index keeps per object: enough to classify the next change and to infer a
-/// delete, not the object itself (memory stays small per object).
+/// delete. The shipped content only where a feature needs it (resync, patch payloads), so
+/// memory stays small per object otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub uid: String,
     pub resource_version: String,
     pub fingerprint: u128,
+    pub content: Option<Arc<Value>>,
 }
 
 #[derive(Debug, Default)]
@@ -21,8 +26,9 @@ impl Index {
         self.entries.get(key)
     }
 
-    pub fn insert(&mut self, key: String, entry: Entry) {
-        self.entries.insert(key, entry);
+    /// Inserts or replaces; returns the replaced entry.
+    pub fn insert(&mut self, key: String, entry: Entry) -> Option<Entry> {
+        self.entries.insert(key, entry)
     }
 
     pub fn remove(&mut self, key: &str) -> Option<Entry> {
@@ -35,6 +41,13 @@ impl Index {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Every entry, in key order.
+    pub fn sorted(&self) -> Vec<(&String, &Entry)> {
+        let mut all: Vec<_> = self.entries.iter().collect();
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        all
     }
 
     /// Removes and returns the entries whose key `keep` rejects (in key order, so that

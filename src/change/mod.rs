@@ -13,6 +13,8 @@ pub use classify::Classifier;
 pub use fingerprint::Fingerprinter;
 pub use index::{Entry, Index};
 pub use object::{Object, ObjectError, ObjectRef};
+#[cfg(test)]
+pub(crate) use object::fixtures;
 
 /// A watch event with the object already decoded (kube-runtime's `watcher::Event`).
 #[derive(Debug)]
@@ -72,6 +74,8 @@ pub struct ObjectChange {
     pub payload: Payload,
     /// Set on `synced` changes: the sync they belong to.
     pub sync_id: Option<Arc<str>>,
+    /// On `updated` changes where the index keeps content: what was shipped before.
+    pub previous: Option<Arc<serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -79,6 +83,18 @@ pub struct ObjectChange {
 pub enum SyncReason {
     Initial,
     Relist,
+    /// A periodic resync, from the index.
+    Resync,
+}
+
+impl SyncReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncReason::Initial => "initial",
+            SyncReason::Relist => "relist",
+            SyncReason::Resync => "resync",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

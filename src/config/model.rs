@@ -52,6 +52,12 @@ pub struct KubernetesConfig {
     /// Page size of initial lists and relists, in objects. Default: 500 (client-go's pager).
     #[serde(default = "default_page_size")]
     pub page_size: u32,
+    /// Period of resyncs (every indexed object delivered again as `synced`, from the
+    /// index, between markers with reason `resync`), in seconds, as client-go's
+    /// `defaultResync`. 0 (the default) turns resyncs off. A resource's `resync_secs`
+    /// overrides it.
+    #[serde(default)]
+    pub resync_secs: u64,
 }
 
 impl Default for KubernetesConfig {
@@ -61,6 +67,7 @@ impl Default for KubernetesConfig {
             context: None,
             streaming_lists: false,
             page_size: default_page_size(),
+            resync_secs: 0,
         }
     }
 }
@@ -88,9 +95,18 @@ pub struct ResourceConfig {
     pub label_selector: Option<String>,
     /// Field selector, e.g. `metadata.name=foo`. Default: none.
     pub field_selector: Option<String>,
-    /// What `data` carries: `object` (default) or `reference`.
+    /// What `data` carries: `object` (default), `reference`, or `patch` (updates carry an
+    /// RFC 6902 JSON Patch from the previously shipped content; the index then keeps each
+    /// object's shipped content).
     #[serde(default)]
     pub payload: PayloadMode,
+    /// How a relist (after a watch could not resume) is shipped: `diff` (default: only
+    /// differences against the index) or `full` (every object as `synced`, plus deletes).
+    #[serde(default)]
+    pub relist: RelistMode,
+    /// Resync period of this resource in seconds, overriding `kubernetes.resync_secs`;
+    /// 0 turns resyncs off for it. The index then keeps each object's shipped content.
+    pub resync_secs: Option<u64>,
     /// Redact before shipping: drop managedFields, digest Secret values and a Secret's
     /// last-applied annotation. Default: true. Turning it off ships Secret values.
     #[serde(default = "default_true")]
@@ -118,6 +134,17 @@ pub enum PayloadMode {
     Object,
     /// apiVersion, kind, namespace, name, uid and resourceVersion only.
     Reference,
+    /// Like `object`, but `updated` events carry a JSON Patch (RFC 6902) from the previous
+    /// event's content, with `datacontenttype: application/json-patch+json`.
+    Patch,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RelistMode {
+    #[default]
+    Diff,
+    Full,
 }
 
 /// The sink, chosen by `type`.

@@ -16,6 +16,9 @@ use crate::watch::Scope;
 pub use id::event_id;
 
 pub const TYPE_PREFIX: &str = "dev.deltaship.";
+const JSON: &str = "application/json";
+/// `updated` events of resources with `payload = "patch"`: RFC 6902 from the previous event.
+pub const JSON_PATCH: &str = "application/json-patch+json";
 
 /// A CloudEvent with where it goes.
 #[derive(Debug, Clone)]
@@ -83,9 +86,13 @@ fn object_event(cluster: &str, scope: &Scope, c: ObjectChange, now: DateTime<Utc
     let resource = scope.resource.label();
     let sync_id = c.sync_id.as_deref().unwrap_or("");
     let id = event_id(&[cluster, &resource, &r.uid, &r.resource_version, &ty, sync_id]);
-    let data = match (scope.payload, c.payload) {
-        (PayloadMode::Object, Payload::Object(o)) => o.value,
-        (_, payload) => reference_data(scope, payload.reference()),
+    let (data, content_type) = match (scope.payload, c.payload, c.previous) {
+        (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => (reference_data(scope, payload.reference()), JSON),
+        (PayloadMode::Patch, Payload::Object(o), Some(previous)) => {
+            let patch = json_patch::diff(&previous, &o.value);
+            (serde_json::to_value(patch).expect("a JSON Patch serializes"), JSON_PATCH)
+        }
+        (_, Payload::Object(o), _) => (o.value, JSON),
     };
     let mut b = EventBuilderV10::new()
         .id(id)
@@ -107,7 +114,7 @@ fn object_event(cluster: &str, scope: &Scope, c: ObjectChange, now: DateTime<Utc
         b = b.extension("syncid", s.as_ref());
     }
     let event = b
-        .data("application/json", data)
+        .data(content_type, data)
         .build()
         .map_err(|e| BuildError { key, reason: e.to_string() })?;
     Ok(Envelope {
@@ -187,4 +194,64 @@ fn marker_event(cluster: &str, scope: &Scope, m: Marker, now: DateTime<Utc>) -> 
         resource: resource.into(),
         completes_initial_sync,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use cloudevents::AttributesReader;
+    use cloudevents::event::Data;
+
+    use super::*;
+    use crate::change::fixtures::configmap;
+    use crate::change::SyncMode;
+    use crate::resource::fixtures::configmaps;
+    use crate::route::{Route, Template};
+
+    fn scope(payload: PayloadMode) -> Scope {
+        let resource = configmaps();
+        let route = Route::topic("c", &resource, &Template::parse("t.{plural}").unwrap());
+        Scope {
+            index: 0,
+            resource,
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+            payload,
+            redact: true,
+            ignore_fields: vec![],
+            relist: SyncMode::Diff,
+            resync: None,
+            route,
+        }
+    }
+
+    fn updated(previous: Option<Value>) -> Change {
+        Change::Object(ObjectChange {
+            change: ChangeType::Updated,
+            payload: Payload::Object(configmap("a", "u1", "2", json!({"v": "new"}))),
+            sync_id: None,
+            previous: previous.map(Arc::new),
+        })
+    }
+
+    #[test]
+    fn patch_payloads_carry_a_json_patch_from_the_previous_content() {
+        let before = configmap("a", "u1", "1", json!({"v": "old"})).value;
+        let env = build("c", &scope(PayloadMode::Patch), updated(Some(before)), Utc::now()).unwrap();
+        assert_eq!(env.event.datacontenttype(), Some(JSON_PATCH));
+        let Some(Data::Json(patch)) = env.event.data() else { panic!("JSON data") };
+        assert!(patch.as_array().unwrap().contains(&json!({"op": "replace", "path": "/data/v", "value": "new"})), "{patch}");
+        assert!(patch.as_array().unwrap().contains(&json!({"op": "replace", "path": "/metadata/resourceVersion", "value": "2"})), "{patch}");
+    }
+
+    #[test]
+    fn object_and_reference_payloads() {
+        let env = build("c", &scope(PayloadMode::Object), updated(None), Utc::now()).unwrap();
+        assert_eq!(env.event.datacontenttype(), Some(JSON));
+        let Some(Data::Json(o)) = env.event.data() else { panic!() };
+        assert_eq!(o["data"]["v"], "new");
+        let env = build("c", &scope(PayloadMode::Reference), updated(None), Utc::now()).unwrap();
+        let Some(Data::Json(r)) = env.event.data() else { panic!() };
+        assert_eq!(r, &json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
+    }
 }

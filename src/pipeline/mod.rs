@@ -12,7 +12,6 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::change::SyncMode;
 use crate::config::{Config, SinkConfig};
 use crate::sink::{Publisher, SendError, Sink};
 use crate::telemetry::{self, Health};
@@ -84,7 +83,6 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
             cluster: cluster.clone(),
             scope,
             kubernetes: config.kubernetes.clone(),
-            relist_mode: SyncMode::Diff,
         };
         watches.spawn(w.run(tx.clone(), watch_stop.clone()));
     }

@@ -4,7 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::config::{Config, ResourceConfig, SinkConfig};
+use std::time::Duration;
+
+use crate::change::SyncMode;
+use crate::config::{Config, RelistMode, ResourceConfig, SinkConfig};
 use crate::resource::Resource;
 use crate::route::{Route, Template, check_topic_name};
 use crate::watch::Scope;
@@ -75,6 +78,13 @@ pub fn scopes(config: &Config, resources: &[Resource]) -> Result<Vec<Arc<Scope>>
                 payload: rc.payload,
                 redact: rc.redact,
                 ignore_fields: rc.ignore_fields.clone(),
+                relist: match rc.relist {
+                    RelistMode::Diff => SyncMode::Diff,
+                    RelistMode::Full => SyncMode::Full,
+                },
+                resync: Some(rc.resync_secs.unwrap_or(config.kubernetes.resync_secs))
+                    .filter(|s| *s > 0)
+                    .map(Duration::from_secs),
                 route: route.clone(),
             }));
         }

@@ -15,7 +15,7 @@ use kube::Client;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::change::{Classifier, Fingerprinter, Object, SyncMode, WatchEvent};
+use crate::change::{Change, Classifier, Fingerprinter, Object, WatchEvent};
 use crate::config::KubernetesConfig;
 use crate::event::{self, Envelope, redact};
 use crate::telemetry::metrics as m;
@@ -28,7 +28,6 @@ pub struct Watch {
     pub cluster: Arc<str>,
     pub scope: Arc<Scope>,
     pub kubernetes: KubernetesConfig,
-    pub relist_mode: SyncMode,
 }
 
 impl Watch {
@@ -39,12 +38,24 @@ impl Watch {
         let label = scope.resource.label();
         let stream = watcher(api(self.client.clone(), &scope), self.watcher_config()).default_backoff();
         let mut stream = std::pin::pin!(stream);
-        let mut classifier = Classifier::new(label.clone(), Fingerprinter::new(&scope.ignore_fields), self.relist_mode);
+        let mut classifier = Classifier::new(label.clone(), Fingerprinter::new(&scope.ignore_fields), scope.relist, scope.keeps_content());
+        // Resyncs run in this task, between watch events: each object's resync event
+        // carries its state at emission time, in order with its live events.
+        let mut resync = scope.resync.map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
         let mut changes = Vec::new();
         tracing::info!(watch = %scope.describe(), "Watch started");
         loop {
             let item = tokio::select! {
                 _ = stop.cancelled() => return,
+                _ = tick(&mut resync) => {
+                    if !classifier.resync(&mut changes) {
+                        tracing::debug!(watch = %scope.describe(), "Resync skipped: a sync is under way");
+                    }
+                    if !self.ship(&scope, &label, &mut changes, &tx, &stop).await {
+                        return;
+                    }
+                    continue;
+                }
                 item = stream.next() => item,
             };
             let Some(item) = item else { return };
@@ -59,22 +70,30 @@ impl Watch {
             let Some(event) = decode(event, &scope, &label) else { continue };
             classifier.handle(event, &mut changes);
             metrics::gauge!(m::INDEXED, "resource" => label.clone()).set(classifier.index_len() as f64);
-            for change in changes.drain(..) {
-                let env = match event::build(&self.cluster, &scope, change, chrono::Utc::now()) {
-                    Ok(env) => env,
-                    Err(e) => {
-                        metrics::counter!(m::BAD_OBJECTS, "resource" => label.clone(), "reason" => "encode").increment(1);
-                        tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be encoded");
-                        continue;
-                    }
-                };
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    sent = tx.send(env) => if sent.is_err() { return },
-                }
-                metrics::gauge!(m::QUEUED).set((tx.max_capacity() - tx.capacity()) as f64);
+            if !self.ship(&scope, &label, &mut changes, &tx, &stop).await {
+                return;
             }
         }
+    }
+
+    /// Builds and queues the events of `changes`; false when stopping.
+    async fn ship(&self, scope: &Scope, label: &str, changes: &mut Vec<Change>, tx: &mpsc::Sender<Envelope>, stop: &CancellationToken) -> bool {
+        for change in changes.drain(..) {
+            let env = match event::build(&self.cluster, scope, change, chrono::Utc::now()) {
+                Ok(env) => env,
+                Err(e) => {
+                    metrics::counter!(m::BAD_OBJECTS, "resource" => label.to_string(), "reason" => "encode").increment(1);
+                    tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be encoded");
+                    continue;
+                }
+            };
+            tokio::select! {
+                _ = stop.cancelled() => return false,
+                sent = tx.send(env) => if sent.is_err() { return false },
+            }
+            metrics::gauge!(m::QUEUED).set((tx.max_capacity() - tx.capacity()) as f64);
+        }
+        true
     }
 
     fn watcher_config(&self) -> watcher::Config {
@@ -89,6 +108,16 @@ impl Watch {
             c = c.fields(f);
         }
         c
+    }
+}
+
+/// The next tick of an optional timer; never, without one.
+async fn tick(timer: &mut Option<tokio::time::Interval>) {
+    match timer {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
     }
 }
 

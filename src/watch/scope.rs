@@ -1,5 +1,8 @@
 //! The scope of one watch: a resource, one namespace (or all), selectors and shaping.
 
+use std::time::Duration;
+
+use crate::change::SyncMode;
 use crate::config::PayloadMode;
 use crate::resource::Resource;
 use crate::route::Route;
@@ -18,10 +21,19 @@ pub struct Scope {
     pub payload: PayloadMode,
     pub redact: bool,
     pub ignore_fields: Vec<String>,
+    /// How relists are shipped.
+    pub relist: SyncMode,
+    /// Period of resyncs, when on.
+    pub resync: Option<Duration>,
     pub route: Route,
 }
 
 impl Scope {
+    /// Whether the index must keep shipped content (resyncs and patch payloads need it).
+    pub fn keeps_content(&self) -> bool {
+        self.resync.is_some() || self.payload == PayloadMode::Patch
+    }
+
     /// For logs: `configmaps` or `configmaps in ns`.
     pub fn describe(&self) -> String {
         match &self.namespace {
