@@ -6,6 +6,7 @@ pub mod check;
 pub mod config;
 pub mod event;
 pub mod pipeline;
+pub mod rebuild;
 pub mod resource;
 pub mod route;
 pub mod sink;

@@ -25,6 +25,29 @@ enum Command {
     Check(ConfigArg),
     /// Print the effective configuration (file, then DELTASHIP_ env) as JSON, secrets masked.
     PrintConfig(ConfigArg),
+    /// The reference consumer: read a Kafka topic or a JetStream stream from the start,
+    /// follow the consumer protocol, write the rebuilt state as JSON and a summary on stderr.
+    Rebuild(RebuildArgs),
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["kafka", "nats"])))]
+struct RebuildArgs {
+    /// Kafka bootstrap servers; read every --topic.
+    #[arg(long, requires = "topic")]
+    kafka: Option<String>,
+    /// A topic to read (repeat for several).
+    #[arg(long)]
+    topic: Vec<String>,
+    /// NATS server URL; read the --stream.
+    #[arg(long, requires = "stream")]
+    nats: Option<String>,
+    /// The JetStream stream to read.
+    #[arg(long)]
+    stream: Option<String>,
+    /// Where to write the state document; `-` for stdout.
+    #[arg(long, default_value = "-")]
+    out: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -36,26 +59,17 @@ struct ConfigArg {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let (Command::Run(arg) | Command::Check(arg) | Command::PrintConfig(arg)) = &cli.command;
-    let config = match config::load(&arg.config) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match cli.command {
-        Command::PrintConfig(_) => {
+    match Cli::parse().command {
+        Command::Rebuild(args) => rebuild(&args),
+        Command::PrintConfig(arg) => with_config(&arg, |config| {
             let shown = serde_json::to_string_pretty(&config.masked()).expect("the config serializes");
             println!("{shown}");
             ExitCode::SUCCESS
-        }
-        Command::Check(_) => {
-            let ok = runtime().block_on(check::run(&config));
-            if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
-        }
-        Command::Run(_) => {
+        }),
+        Command::Check(arg) => with_config(&arg, |config| {
+            if runtime().block_on(check::run(&config)) { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        }),
+        Command::Run(arg) => with_config(&arg, |config| {
             telemetry::init_logging(config.log.format, &config.log.level);
             match runtime().block_on(pipeline::run(config, CancellationToken::new())) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -65,8 +79,53 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }),
+    }
+}
+
+/// Loads the config (exit 2 with every problem when invalid) and runs `f` with it.
+fn with_config(arg: &ConfigArg, f: impl FnOnce(config::Config) -> ExitCode) -> ExitCode {
+    match config::load(&arg.config) {
+        Ok(c) => f(c),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
         }
     }
+}
+
+fn rebuild(args: &RebuildArgs) -> ExitCode {
+    let source = match (&args.kafka, &args.nats, &args.stream) {
+        (Some(brokers), _, _) => deltaship::rebuild::Source::Kafka {
+            brokers: brokers.clone(),
+            topics: args.topic.clone(),
+        },
+        (None, Some(url), Some(stream)) => deltaship::rebuild::Source::Nats {
+            url: url.clone(),
+            stream: stream.clone(),
+        },
+        _ => unreachable!("clap requires --kafka with --topic or --nats with --stream"),
+    };
+    let doc = match runtime().block_on(deltaship::rebuild::rebuild(source)) {
+        Ok(doc) => doc,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let text = serde_json::to_string_pretty(&doc).expect("the state serializes");
+    let written = if args.out.as_os_str() == "-" {
+        println!("{text}");
+        Ok(())
+    } else {
+        std::fs::write(&args.out, text)
+    };
+    if let Err(e) = written {
+        eprintln!("error: cannot write {}: {e}", args.out.display());
+        return ExitCode::FAILURE;
+    }
+    eprintln!("{}", doc["summary"]);
+    ExitCode::SUCCESS
 }
 
 fn runtime() -> tokio::runtime::Runtime {
