@@ -247,6 +247,20 @@ pub struct DeliveryConfig {
     /// Time allowed on SIGTERM or SIGINT to send what is queued, in seconds. Default: 30.
     #[serde(default = "default_shutdown_timeout_secs")]
     pub shutdown_timeout_secs: u64,
+    /// An event larger than the sink accepts: `reference` (default: shipped as a reference
+    /// event with the extension `truncated = true`), `skip` (dropped), or `fail` (the
+    /// bridge stops). Counted and logged in every case.
+    #[serde(default)]
+    pub oversize: OversizePolicy,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OversizePolicy {
+    #[default]
+    Reference,
+    Skip,
+    Fail,
 }
 
 impl Default for DeliveryConfig {
@@ -257,6 +271,7 @@ impl Default for DeliveryConfig {
             retry_initial_ms: default_retry_initial_ms(),
             retry_max_ms: default_retry_max_ms(),
             shutdown_timeout_secs: default_shutdown_timeout_secs(),
+            oversize: OversizePolicy::default(),
         }
     }
 }

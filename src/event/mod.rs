@@ -127,6 +127,30 @@ fn object_event(cluster: &str, scope: &Scope, c: ObjectChange, now: DateTime<Utc
     })
 }
 
+/// The same event as a reference (identity only), marked with the extension
+/// `truncated = true`: what the `reference` oversize policy ships when the sink refuses the
+/// whole object. None for markers and events that already are references.
+pub fn truncated(env: &Envelope) -> Option<Envelope> {
+    if matches!(env.kind, EnvelopeKind::Marker(_)) || env.event.extension("truncated").is_some() {
+        return None;
+    }
+    let ext = |name: &str| env.event.extension(name).map(|v| v.to_string());
+    let mut data = json!({
+        "apiVersion": ext("apiversion")?,
+        "kind": ext("kind")?,
+        "name": ext("name")?,
+        "uid": ext("uid")?,
+        "resourceVersion": ext("resourceversion")?,
+    });
+    if let Some(ns) = ext("namespace") {
+        data["namespace"] = json!(ns);
+    }
+    let mut event = env.event.clone();
+    event.set_data(JSON, data);
+    event.set_extension("truncated", true);
+    Some(Envelope { event, ..env.clone() })
+}
+
 fn reference_data(scope: &Scope, r: &ObjectRef) -> Value {
     let mut v = json!({
         "apiVersion": scope.resource.api_version(),
@@ -242,6 +266,17 @@ mod tests {
         let Some(Data::Json(patch)) = env.event.data() else { panic!("JSON data") };
         assert!(patch.as_array().unwrap().contains(&json!({"op": "replace", "path": "/data/v", "value": "new"})), "{patch}");
         assert!(patch.as_array().unwrap().contains(&json!({"op": "replace", "path": "/metadata/resourceVersion", "value": "2"})), "{patch}");
+    }
+
+    #[test]
+    fn a_truncated_event_keeps_its_id_and_carries_the_reference() {
+        let env = build("c", &scope(PayloadMode::Object), updated(None), Utc::now()).unwrap();
+        let t = truncated(&env).unwrap();
+        assert_eq!(t.event.id(), env.event.id());
+        assert_eq!(t.event.extension("truncated").map(|v| v.to_string()).as_deref(), Some("true"));
+        let Some(Data::Json(r)) = t.event.data() else { panic!() };
+        assert_eq!(r, &json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
+        assert!(truncated(&t).is_none(), "never truncated twice");
     }
 
     #[test]

@@ -11,7 +11,8 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 
 use super::retry::RetryPolicy;
-use crate::event::{Envelope, EnvelopeKind};
+use crate::config::OversizePolicy;
+use crate::event::{self, Envelope, EnvelopeKind};
 use crate::sink::{Publisher, SendError};
 use crate::telemetry::{Health, metrics as m};
 
@@ -38,15 +39,17 @@ struct Outcome {
 pub struct Dispatcher<P> {
     sink: P,
     max_in_flight: usize,
+    oversize: OversizePolicy,
     retry: RetryPolicy,
     health: Arc<Health>,
 }
 
 impl<P: Publisher> Dispatcher<P> {
-    pub fn new(sink: P, max_in_flight: usize, retry: RetryPolicy, health: Arc<Health>) -> Self {
+    pub fn new(sink: P, max_in_flight: usize, oversize: OversizePolicy, retry: RetryPolicy, health: Arc<Health>) -> Self {
         Dispatcher {
             sink,
             max_in_flight,
+            oversize,
             retry,
             health,
         }
@@ -180,11 +183,7 @@ impl<P: Publisher> Dispatcher<P> {
                         }
                         Settled::Retry(env, done.attempt + 1, delay)
                     }
-                    SendError::TooLarge { message } => {
-                        metrics::counter!(m::DROPPED, "resource" => env.resource.to_string(), "reason" => "too_large").increment(1);
-                        tracing::error!(sink, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; skipped");
-                        Settled::Done(env)
-                    }
+                    SendError::TooLarge { message } => self.oversized(env, message),
                     SendError::Fatal { kind, message } => {
                         tracing::error!(sink, resource = %env.resource, error_kind = kind, error = %message, "Sink refused an event for good; stopping");
                         Settled::Fatal(DispatchError::SinkFatal {
@@ -196,6 +195,33 @@ impl<P: Publisher> Dispatcher<P> {
                 }
             }
         }
+    }
+}
+
+impl<P: Publisher> Dispatcher<P> {
+    /// The oversize policy: the event as a truncated reference (in the same lane, before
+    /// anything later of its object), skipped, or fatal.
+    fn oversized(&self, env: Arc<Envelope>, message: String) -> Settled {
+        let sink = self.sink.name();
+        let resource = env.resource.to_string();
+        if self.oversize == OversizePolicy::Reference
+            && let Some(reference) = event::truncated(&env)
+        {
+            metrics::counter!(m::TRUNCATED, "resource" => resource).increment(1);
+            tracing::warn!(sink, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; shipping it as a truncated reference");
+            return Settled::Retry(Arc::new(reference), 0, Duration::ZERO);
+        }
+        if self.oversize == OversizePolicy::Fail {
+            tracing::error!(sink, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; stopping (delivery.oversize = fail)");
+            return Settled::Fatal(DispatchError::SinkFatal {
+                resource,
+                kind: "too_large",
+                message,
+            });
+        }
+        metrics::counter!(m::DROPPED, "resource" => resource, "reason" => "too_large").increment(1);
+        tracing::error!(sink, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; skipped");
+        Settled::Done(env)
     }
 }
 
@@ -275,7 +301,7 @@ mod tests {
             initial: Duration::from_millis(10),
             max: Duration::from_millis(100),
         };
-        let d = Dispatcher::new(sink.clone(), max_in_flight, retry, Arc::new(Health::new(0)));
+        let d = Dispatcher::new(sink.clone(), max_in_flight, OversizePolicy::Reference, retry, Arc::new(Health::new(0)));
         let run = tokio::spawn(d.run(rx));
         for e in input {
             tx.send(e).await.unwrap();
@@ -345,6 +371,54 @@ mod tests {
         assert!(sink.max_concurrent.lock().unwrap().1 <= 3);
     }
 
+    /// Refuses every event that is not a truncated reference as too large.
+    #[derive(Clone, Default)]
+    struct Small {
+        acked: Arc<Mutex<Vec<Envelope>>>,
+    }
+
+    impl Publisher for Small {
+        fn name(&self) -> &'static str {
+            "small"
+        }
+        fn send(&self, env: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>> {
+            let acked = self.acked.clone();
+            Box::pin(async move {
+                if env.event.extension("truncated").is_none() {
+                    return Err(SendError::TooLarge { message: "MSG_SIZE_TOO_LARGE".into() });
+                }
+                acked.lock().unwrap().push((*env).clone());
+                Ok(())
+            })
+        }
+    }
+
+    fn object(key: &str, id: &str) -> Envelope {
+        let mut e = envelope(key, id, EnvelopeKind::Object(ChangeType::Updated));
+        for (k, v) in [("apiversion", "v1"), ("kind", "ConfigMap"), ("name", key), ("uid", "u"), ("resourceversion", "7")] {
+            e.event.set_extension(k, v);
+        }
+        e
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_oversized_event_is_shipped_as_a_truncated_reference_or_skipped_or_fatal() {
+        for (policy, delivered, fails) in [(OversizePolicy::Reference, 1, false), (OversizePolicy::Skip, 0, false), (OversizePolicy::Fail, 0, true)] {
+            let sink = Small::default();
+            let (tx, rx) = mpsc::channel(1);
+            let d = Dispatcher::new(sink.clone(), 10, policy, RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) }, Arc::new(Health::new(0)));
+            tx.send(object("a", "a1")).await.unwrap();
+            drop(tx);
+            let result = d.run(rx).await;
+            assert_eq!(result.is_err(), fails, "{policy:?}");
+            let acked = sink.acked.lock().unwrap();
+            assert_eq!(acked.len(), delivered, "{policy:?}");
+            if let Some(t) = acked.first() {
+                assert_eq!(t.event.id(), "a1");
+            }
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_fatal_refusal_stops_delivery_with_an_error_naming_the_cause() {
         #[derive(Clone)]
@@ -358,7 +432,7 @@ mod tests {
             }
         }
         let (tx, rx) = mpsc::channel(1);
-        let d = Dispatcher::new(Refuses, 10, RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) }, Arc::new(Health::new(0)));
+        let d = Dispatcher::new(Refuses, 10, OversizePolicy::Reference, RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) }, Arc::new(Health::new(0)));
         tx.send(envelope("a", "a1", EnvelopeKind::Object(ChangeType::Added))).await.unwrap();
         let e = d.run(rx).await.unwrap_err().to_string();
         assert!(e.contains("authorization") && e.contains("TOPIC_AUTHORIZATION_FAILED") && e.contains("configmaps"), "{e}");

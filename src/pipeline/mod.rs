@@ -71,7 +71,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     prepare(&sink, &config.sink, &plan::topics(&scopes), retry, &stop).await?;
 
     let (tx, rx) = mpsc::channel(config.delivery.queue_capacity);
-    let dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, retry, health.clone());
+    let dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, config.delivery.oversize, retry, health.clone());
     let mut delivery = tokio::spawn(dispatcher.run(rx));
 
     let watch_stop = CancellationToken::new();

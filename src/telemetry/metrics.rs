@@ -10,6 +10,7 @@ pub const RELISTS: &str = "deltaship_relists_total";
 pub const WATCH_ERRORS: &str = "deltaship_watch_errors_total";
 pub const BAD_OBJECTS: &str = "deltaship_bad_objects_total";
 pub const DROPPED: &str = "deltaship_events_dropped_total";
+pub const TRUNCATED: &str = "deltaship_events_truncated_total";
 pub const SINK_ERRORS: &str = "deltaship_sink_errors_total";
 pub const PUBLISH_LATENCY: &str = "deltaship_publish_latency_seconds";
 pub const IN_FLIGHT: &str = "deltaship_in_flight_events";
@@ -29,6 +30,7 @@ pub fn describe() {
     describe_counter!(WATCH_ERRORS, "Watch errors (each followed by a backoff and a restart of the watch), by resource.");
     describe_counter!(BAD_OBJECTS, "Objects that could not be decoded or encoded and were skipped, by resource and reason.");
     describe_counter!(DROPPED, "Events the sink refused and that were skipped by policy, by resource and reason.");
+    describe_counter!(TRUNCATED, "Events too large for the sink, shipped as truncated references, by resource.");
     describe_counter!(SINK_ERRORS, "Failed sends (retried or not), by sink and error_kind.");
     describe_histogram!(PUBLISH_LATENCY, Unit::Seconds, "Time from send to the sink's acknowledgement, by sink.");
     describe_gauge!(IN_FLIGHT, "Events sent and not yet acknowledged.");
