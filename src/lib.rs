@@ -5,6 +5,7 @@ pub mod change;
 pub mod check;
 pub mod config;
 pub mod event;
+pub mod leader;
 pub mod pipeline;
 pub mod rebuild;
 pub mod resource;

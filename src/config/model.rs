@@ -31,6 +31,62 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
+    /// Leader election for several replicas: only the leader publishes.
+    #[serde(default)]
+    pub leader_election: LeaderElectionConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaderElectionConfig {
+    /// Elect a leader among replicas with a Lease; only the leader watches and publishes.
+    /// Default: false (a single replica publishes).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Name of the coordination.k8s.io Lease. Default: `deltaship`.
+    #[serde(default = "default_lease_name")]
+    pub lease_name: String,
+    /// Namespace of the Lease. Default: `$POD_NAMESPACE`, else `default`.
+    pub namespace: Option<String>,
+    /// This replica's identity in the Lease. Default: `$HOSTNAME` plus a random suffix.
+    pub identity: Option<String>,
+    /// How long a lease is valid after its last renewal, in seconds. Default: 15.
+    #[serde(default = "default_lease_duration_secs")]
+    pub lease_duration_secs: u64,
+    /// The leader stops publishing when it could not renew for this long, in seconds;
+    /// shorter than the lease duration. Default: 10.
+    #[serde(default = "default_renew_deadline_secs")]
+    pub renew_deadline_secs: u64,
+    /// Interval of renewals and of acquisition attempts, in seconds. Default: 2.
+    #[serde(default = "default_retry_period_secs")]
+    pub retry_period_secs: u64,
+}
+
+impl Default for LeaderElectionConfig {
+    fn default() -> Self {
+        LeaderElectionConfig {
+            enabled: false,
+            lease_name: default_lease_name(),
+            namespace: None,
+            identity: None,
+            lease_duration_secs: default_lease_duration_secs(),
+            renew_deadline_secs: default_renew_deadline_secs(),
+            retry_period_secs: default_retry_period_secs(),
+        }
+    }
+}
+
+fn default_lease_name() -> String {
+    "deltaship".into()
+}
+fn default_lease_duration_secs() -> u64 {
+    15
+}
+fn default_renew_deadline_secs() -> u64 {
+    10
+}
+fn default_retry_period_secs() -> u64 {
+    2
 }
 
 fn default_cluster() -> String {

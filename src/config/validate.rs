@@ -132,6 +132,22 @@ pub fn validate(c: &Config) -> Vec<Problem> {
             "lower retry_initial_ms or raise retry_max_ms",
         ));
     }
+    let le = &c.leader_election;
+    if le.enabled {
+        if !is_dns_subdomain(&le.lease_name) {
+            out.push(problem("leader_election.lease_name", format!("`{}` is not a valid name", le.lease_name), "use lowercase letters, digits, `-` and `.`"));
+        }
+        if !(le.retry_period_secs >= 1 && le.retry_period_secs < le.renew_deadline_secs && le.renew_deadline_secs < le.lease_duration_secs) {
+            out.push(problem(
+                "leader_election.renew_deadline_secs",
+                format!(
+                    "needs 1 <= retry_period_secs ({}) < renew_deadline_secs ({}) < lease_duration_secs ({})",
+                    le.retry_period_secs, le.renew_deadline_secs, le.lease_duration_secs
+                ),
+                "e.g. 2, 10 and 15: the leader must give up before others may take over",
+            ));
+        }
+    }
     if c.http.listen.parse::<SocketAddr>().is_err() {
         out.push(problem(
             "http.listen",

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, SinkConfig};
+use crate::leader::{Elector, LeaderError};
 use crate::sink::{Publisher, SendError, Sink};
 use crate::telemetry::{self, Health};
 use crate::watch::{self, Watch, access::AccessError, client::ClientError, discovery::DiscoveryError};
@@ -38,6 +39,10 @@ pub enum RunError {
     Dispatch(#[from] DispatchError),
     #[error("cannot listen for signals: {0}")]
     Signals(std::io::Error),
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+    #[error("leadership lost: stopped publishing; restart to stand by again")]
+    LeadershipLost,
 }
 
 /// How often the sink's reachability is probed for /readyz.
@@ -70,6 +75,21 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     };
     prepare(&sink, &config.sink, &plan::topics(&scopes), retry, &stop).await?;
 
+    // With leader election, only the leader goes on; it starts with a full initial sync.
+    let lost = CancellationToken::new();
+    let elector = config.leader_election.enabled.then(|| Arc::new(Elector::new(client.clone(), &config.leader_election)));
+    if let Some(elector) = &elector {
+        health.set_standby(true);
+        if !elector.acquire(&stop).await? {
+            http_stop.cancel();
+            let _ = http.await;
+            return Ok(());
+        }
+        health.set_standby(false);
+        let (elector, stop, lost) = (elector.clone(), stop.clone(), lost.clone());
+        tokio::spawn(async move { elector.hold(&stop, &lost).await });
+    }
+
     let (tx, rx) = mpsc::channel(config.delivery.queue_capacity);
     let dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, config.delivery.oversize, retry, health.clone());
     let mut delivery = tokio::spawn(dispatcher.run(rx));
@@ -92,6 +112,14 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     let result = tokio::select! {
         r = &mut delivery => Some(r.expect("the dispatcher does not panic")),
         _ = stop.cancelled() => None,
+        _ = lost.cancelled() => {
+            // Another replica may take over soon: stop publishing now, without draining.
+            watch_stop.cancel();
+            delivery.abort();
+            sink.purge();
+            http_stop.cancel();
+            return Err(RunError::LeadershipLost);
+        }
     };
     // Shutdown in one place: stop the watches, let the queue drain, flush the sink.
     watch_stop.cancel();
@@ -109,6 +137,9 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     };
     if let Err(e) = sink.flush(Duration::from_secs(5)).await {
         tracing::warn!(error = %e, "Final flush of the sink failed");
+    }
+    if let Some(elector) = &elector {
+        elector.release().await;
     }
     http_stop.cancel();
     let _ = http.await;

@@ -6,7 +6,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer, PurgeConfig};
 use rdkafka::util::Timeout;
 
 use super::SendError;
@@ -172,6 +172,11 @@ impl KafkaSink {
             kind: "metadata",
             message: e.to_string(),
         })?
+    }
+
+    /// Drops every record librdkafka has queued or in flight.
+    pub fn purge(&self) {
+        self.producer.purge(PurgeConfig::default().queue().inflight());
     }
 
     /// Waits until everything queued in librdkafka is delivered, at most `timeout`.

@@ -105,6 +105,13 @@ impl Sink {
         }
     }
 
+    /// Drops what is queued and not yet sent (a deposed leader must stop publishing).
+    pub fn purge(&self) {
+        if let Sink::Kafka(k) = self {
+            k.purge();
+        }
+    }
+
     pub async fn flush(&self, timeout: Duration) -> Result<(), SendError> {
         match self {
             Sink::Stdout(_) => Ok(()),

@@ -1,6 +1,6 @@
 //! Readiness: every initial sync delivered, and the sink reachable.
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 /// The sink's reachability: not probed yet, reachable, unreachable.
 const UNKNOWN: u8 = 0;
@@ -11,6 +11,9 @@ const UNREACHABLE: u8 = 2;
 pub struct Health {
     initial_syncs_pending: AtomicUsize,
     sink: AtomicU8,
+    /// A standby replica (leader election, not the leader) is ready: it is healthy and
+    /// waiting, and rollouts must not wait for it to lead.
+    standby: AtomicBool,
 }
 
 impl Health {
@@ -18,6 +21,7 @@ impl Health {
         Health {
             initial_syncs_pending: AtomicUsize::new(watches),
             sink: AtomicU8::new(UNKNOWN),
+            standby: AtomicBool::new(false),
         }
     }
 
@@ -38,12 +42,21 @@ impl Health {
         changed
     }
 
+    pub fn set_standby(&self, standby: bool) {
+        self.standby.store(standby, Ordering::Release);
+        metrics::gauge!(super::metrics::LEADER).set(if standby { 0.0 } else { 1.0 });
+        self.publish();
+    }
+
     pub fn initial_syncs_pending(&self) -> usize {
         self.initial_syncs_pending.load(Ordering::Acquire)
     }
 
     /// `Ok` when ready, else why not.
     pub fn readiness(&self) -> Result<(), String> {
+        if self.standby.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let pending = self.initial_syncs_pending();
         let connected = self.sink.load(Ordering::Acquire) == REACHABLE;
         match (pending, connected) {

@@ -18,6 +18,7 @@ pub const HELD: &str = "deltaship_held_events";
 pub const QUEUED: &str = "deltaship_queued_events";
 pub const INDEXED: &str = "deltaship_indexed_objects";
 pub const READY: &str = "deltaship_ready";
+pub const LEADER: &str = "deltaship_leader";
 
 /// Bucket bounds of the publish latency histogram, in seconds.
 pub const LATENCY_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
@@ -37,5 +38,6 @@ pub fn describe() {
     describe_gauge!(HELD, "Events waiting behind an earlier event of the same object.");
     describe_gauge!(QUEUED, "Events queued between the watches and the sink.");
     describe_gauge!(INDEXED, "Objects in the index, by resource.");
+    describe_gauge!(LEADER, "With leader election: 1 while this replica leads, 0 while it stands by.");
     describe_gauge!(READY, "1 when every initial sync was delivered and the sink is reachable.");
 }
