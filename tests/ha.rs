@@ -1,0 +1,127 @@
+//! High availability: two bridges elect a leader on a Lease; the leader is killed mid-churn,
+//! the standby takes over within the lease duration, and the state rebuilt from the topic
+//! matches the API server.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use support::bridge::Bridge;
+use support::kube::{client, delete_namespace, eventually, namespace};
+
+const LEASE_SECS: u64 = 6;
+
+fn config(ns: &str, lease: &str, prefix: &str, brokers: &str) -> String {
+    format!(
+        r#"
+[[resources]]
+version = "v1"
+kind = "ConfigMap"
+namespaces = ["{ns}"]
+[sink]
+type = "kafka"
+brokers = "{brokers}"
+topic_template = "{prefix}.{{group}}.{{plural}}"
+create_topics = {{ partitions = 3 }}
+[leader_election]
+enabled = true
+lease_name = "{lease}"
+namespace = "{ns}"
+lease_duration_secs = {LEASE_SECS}
+renew_deadline_secs = 4
+retry_period_secs = 1
+"#
+    )
+}
+
+fn leads(b: &Bridge) -> bool {
+    b.get("/metrics").is_some_and(|(_, m)| m.lines().any(|l| l == "deltaship_leader 1"))
+}
+
+/// The ConfigMaps of `ns` as rebuilt from `topic`: key -> resourceVersion.
+fn rebuilt(brokers: &str, topic: &str, ns: &str) -> BTreeMap<String, String> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_deltaship"))
+        .args(["rebuild", "--kafka", brokers, "--topic", topic])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc["resources"]["v1/ConfigMap"]
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter(|(k, _)| k.starts_with(&format!("{ns}/")))
+                .map(|(k, v)| (k.clone(), v["metadata"]["resourceVersion"].as_str().unwrap().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_standby_takes_over_within_the_lease_and_consumers_rebuild_cleanly() {
+    let env = support::env();
+    let kube = client().await;
+    let ns = namespace(&kube, "it-ha").await;
+    let prefix = support::unique("it");
+    let cfg = config(&ns, "deltaship-ha", &prefix, &env.kafka);
+    let mut a = Bridge::start(&cfg);
+    a.wait_ready(Duration::from_secs(60));
+    let mut b = Bridge::start(&cfg);
+    b.wait_ready(Duration::from_secs(60)); // a standby is ready too
+    let started = Instant::now();
+    while !(leads(&a) ^ leads(&b)) {
+        assert!(started.elapsed() < Duration::from_secs(30), "no single leader:\nA:\n{}\nB:\n{}", a.log_text(), b.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (leader, standby) = if leads(&a) { (a, b) } else { (b, a) };
+
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+    let mut killed_at = None;
+    for i in 0..60 {
+        let name = format!("cm-{}", i % 20);
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}, "data": {"i": i.to_string()}})).unwrap();
+        match i {
+            _ if i < 20 => drop(cms.create(&PostParams::default(), &cm).await.unwrap()),
+            _ if i % 7 == 0 => drop(cms.delete(&name, &DeleteParams::default()).await),
+            _ => drop(cms.patch(&name, &PatchParams::apply("it").force(), &Patch::Apply(&cm)).await.unwrap()),
+        }
+        if i == 30 {
+            leader.signal("KILL");
+            killed_at = Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let killed_at = killed_at.unwrap();
+    while !leads(&standby) {
+        assert!(killed_at.elapsed() < Duration::from_secs(60), "the standby never took over:\n{}", standby.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let takeover = killed_at.elapsed();
+    eprintln!("HA-FIGURES takeover after {takeover:?} (lease {LEASE_SECS} s)");
+    // The lease is judged expired by the standby's clock LEASE_SECS after it last saw a
+    // renewal, and it retries every second.
+    assert!(takeover < Duration::from_secs(LEASE_SECS + 3), "takeover took {takeover:?}");
+
+    let topic = format!("{prefix}.core.configmaps");
+    let want: BTreeMap<String, String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| (format!("{ns}/{}", c.metadata.name.unwrap()), c.metadata.resource_version.unwrap()))
+        .collect();
+    let brokers = env.kafka.clone();
+    eventually(Duration::from_secs(60), "the rebuilt state to match the API server", || {
+        let got = rebuilt(&brokers, &topic, &ns);
+        let want = want.clone();
+        async move { (got == want).then_some(()) }
+    })
+    .await;
+    drop(standby);
+    delete_namespace(&kube, &ns).await;
+}
