@@ -1,6 +1,7 @@
 //! The change stage: watch events classified against the index into changes and markers.
 
 mod classify;
+mod filter;
 mod fingerprint;
 mod index;
 mod object;
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 pub use classify::Classifier;
+pub use filter::Filter;
 pub use fingerprint::Fingerprinter;
 pub use index::{Entry, Index};
 pub use object::{Object, ObjectError, ObjectRef};
@@ -31,7 +33,7 @@ pub enum WatchEvent {
     Delete(Object),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ChangeType {
     Added,

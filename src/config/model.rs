@@ -176,6 +176,11 @@ pub struct ResourceConfig {
     pub topic: Option<String>,
     /// Subject (NATS) of this resource's objects, overriding `sink.subject_template`.
     pub subject: Option<String>,
+    /// Which changes are shipped (default: all). For triggers and audits of selected
+    /// changes; a filtered stream cannot rebuild state. Filtered changes are counted in
+    /// `deltaship_filtered_events_total` and still tracked by the index.
+    #[serde(default)]
+    pub filter: FilterConfig,
 }
 
 fn default_true() -> bool {
@@ -193,6 +198,21 @@ pub enum PayloadMode {
     /// Like `object`, but `updated` events carry a JSON Patch (RFC 6902) from the previous
     /// event's content, with `datacontenttype: application/json-patch+json`.
     Patch,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterConfig {
+    /// Ship only these object event types (`added`, `updated`, `deleted`, `synced`).
+    /// Markers are always shipped. Default: all.
+    pub types: Option<Vec<crate::change::ChangeType>>,
+    /// Ship an `updated` only when one of these JSON pointers changed, e.g.
+    /// `/spec/template` of a Deployment (so status churn never wakes a function).
+    #[serde(default)]
+    pub changed_paths: Vec<String>,
+    /// Ship an `updated` only when `metadata.generation` changed (a spec change).
+    #[serde(default)]
+    pub generation_changed: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

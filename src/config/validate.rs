@@ -78,6 +78,15 @@ pub fn validate(c: &Config) -> Vec<Problem> {
                 ));
             }
         }
+        for (j, p) in r.filter.changed_paths.iter().enumerate() {
+            if !p.starts_with('/') {
+                out.push(problem(
+                    at(&format!("filter.changed_paths[{j}]")),
+                    format!("`{p}` is not a JSON pointer"),
+                    "start it with `/`, e.g. `/spec/template`",
+                ));
+            }
+        }
         for (j, p) in r.ignore_fields.iter().enumerate() {
             if !p.starts_with('/') {
                 out.push(problem(

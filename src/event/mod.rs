@@ -245,6 +245,7 @@ mod tests {
             ignore_fields: vec![],
             relist: SyncMode::Diff,
             resync: None,
+            filter: Default::default(),
             route,
         }
     }

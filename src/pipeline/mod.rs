@@ -45,8 +45,11 @@ pub enum RunError {
     LeadershipLost,
 }
 
-/// How often the sink's reachability is probed for /readyz.
-const PROBE_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the sink's reachability is probed for /readyz: often until it is reachable
+/// (a client connecting in the background becomes ready within a second or two), then
+/// less often.
+const PROBE_UNTIL_REACHABLE: Duration = Duration::from_secs(1);
+const PROBE_WHILE_REACHABLE: Duration = Duration::from_secs(10);
 
 /// Runs the bridge until SIGTERM/SIGINT (or `stop`), then drains within the configured
 /// timeout. Start-up problems (credentials, unknown kinds, missing RBAC, sink config) are
@@ -73,7 +76,11 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         initial: Duration::from_millis(config.delivery.retry_initial_ms),
         max: Duration::from_millis(config.delivery.retry_max_ms),
     };
-    prepare(&sink, &config.sink, &plan::topics(&scopes), retry, &stop).await?;
+    if !prepare(&sink, &config.sink, &plan::topics(&scopes), retry, &stop).await? {
+        http_stop.cancel();
+        let _ = http.await;
+        return Ok(());
+    }
 
     // With leader election, only the leader goes on; it starts with a full initial sync.
     let lost = CancellationToken::new();
@@ -127,9 +134,10 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     let timeout = Duration::from_secs(config.delivery.shutdown_timeout_secs);
     let outcome = match result {
         Some(r) => r.map_err(RunError::from),
-        None => match tokio::time::timeout(timeout, delivery).await {
+        None => match tokio::time::timeout(timeout, &mut delivery).await {
             Ok(r) => r.expect("the dispatcher does not panic").map_err(RunError::from),
             Err(_) => {
+                delivery.abort();
                 tracing::error!(timeout_secs = timeout.as_secs(), "Queued events not delivered within the shutdown timeout; they are re-delivered by the next run's initial sync");
                 Ok(())
             }
@@ -164,19 +172,20 @@ fn forward_signals(stop: CancellationToken) -> Result<(), RunError> {
 }
 
 /// Prepares the sink's destinations (topics, stream), retrying while the brokers cannot be
-/// reached: an unreachable broker keeps the bridge not ready, never crashes it.
-async fn prepare(sink: &Sink, cfg: &SinkConfig, topics: &[String], retry: RetryPolicy, stop: &CancellationToken) -> Result<(), RunError> {
+/// reached: an unreachable broker keeps the bridge not ready, never crashes it. False when
+/// stopped before the sink was ready.
+async fn prepare(sink: &Sink, cfg: &SinkConfig, topics: &[String], retry: RetryPolicy, stop: &CancellationToken) -> Result<bool, RunError> {
     let mut attempt = 0;
     loop {
         match sink.prepare(cfg, topics).await {
-            Ok(()) => return Ok(()),
+            Ok(()) => return Ok(true),
             Err(e @ SendError::Retryable { .. }) => {
                 if attempt == 0 {
                     tracing::warn!(sink = sink.name(), error = %e, "Cannot prepare the sink yet; retrying with backoff");
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(retry.delay(attempt)) => {}
-                    _ = stop.cancelled() => return Ok(()),
+                    _ = stop.cancelled() => return Ok(false),
                 }
                 attempt += 1;
             }
@@ -187,13 +196,14 @@ async fn prepare(sink: &Sink, cfg: &SinkConfig, topics: &[String], retry: RetryP
 
 /// Probes the sink periodically; logs once per change of state.
 async fn probe_sink(sink: Sink, health: Arc<Health>, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(PROBE_INTERVAL);
+    let mut next = PROBE_UNTIL_REACHABLE;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
+            _ = tokio::time::sleep(next) => {}
         }
         let result = sink.probe().await;
+        next = if result.is_ok() { PROBE_WHILE_REACHABLE } else { PROBE_UNTIL_REACHABLE };
         if health.set_sink_connected(result.is_ok()) {
             match result {
                 Ok(()) => tracing::info!(sink = sink.name(), "Sink reachable"),

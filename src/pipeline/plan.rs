@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use crate::change::SyncMode;
+use crate::change::{Filter, SyncMode};
 use crate::config::{Config, RelistMode, ResourceConfig, SinkConfig};
 use crate::resource::Resource;
 use crate::route::{Route, Template, check_topic_name};
@@ -85,6 +85,7 @@ pub fn scopes(config: &Config, resources: &[Resource]) -> Result<Vec<Arc<Scope>>
                 resync: Some(rc.resync_secs.unwrap_or(config.kubernetes.resync_secs))
                     .filter(|s| *s > 0)
                     .map(Duration::from_secs),
+                filter: Filter::new(&rc.filter),
                 route: route.clone(),
             }));
         }

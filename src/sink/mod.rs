@@ -112,11 +112,21 @@ impl Sink {
         }
     }
 
+    /// Waits until what was sent is on its way, at most `timeout` (a disconnected client
+    /// would otherwise wait for its server forever).
     pub async fn flush(&self, timeout: Duration) -> Result<(), SendError> {
-        match self {
-            Sink::Stdout(_) => Ok(()),
-            Sink::Kafka(k) => k.flush(timeout).await,
-            Sink::Nats(n) => n.flush().await,
-        }
+        let flushed = async {
+            match self {
+                Sink::Stdout(_) => Ok(()),
+                Sink::Kafka(k) => k.flush(timeout).await,
+                Sink::Nats(n) => n.flush().await,
+            }
+        };
+        tokio::time::timeout(timeout, flushed).await.unwrap_or_else(|_| {
+            Err(SendError::Retryable {
+                kind: "flush",
+                message: format!("not flushed within {timeout:?}"),
+            })
+        })
     }
 }

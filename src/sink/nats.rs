@@ -1,7 +1,10 @@
 //! The NATS sink: CloudEvents over JetStream (each publish acked by the stream and
 //! deduplicated by event id) or core NATS (at most once).
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage, stream};
 use async_nats::{ConnectOptions, HeaderMap};
@@ -43,11 +46,11 @@ impl NatsSink {
             .name("deltaship")
             .retry_on_initial_connect()
             .max_reconnects(None)
-            .event_callback(|event| async move {
-                match event {
-                    async_nats::Event::Connected => tracing::info!(sink = "nats", "Connected to NATS"),
-                    async_nats::Event::Disconnected => tracing::warn!(sink = "nats", "Disconnected from NATS; reconnecting"),
-                    other => tracing::info!(sink = "nats", event = %other, "NATS connection event"),
+            .event_callback({
+                let log = Arc::new(ConnectionLog::default());
+                move |event| {
+                    let log = log.clone();
+                    async move { log.record(event) }
                 }
             });
         let a = &cfg.auth;
@@ -222,6 +225,42 @@ impl NatsSink {
             kind: "flush",
             message: e.to_string(),
         })
+    }
+}
+
+/// Logs the connection's state changes once each, and each kind of client or server error
+/// (e.g. an authorization violation repeated on every reconnect) at most once a minute.
+#[derive(Default)]
+struct ConnectionLog {
+    connected: AtomicBool,
+    warned: Mutex<HashMap<String, Instant>>,
+}
+
+impl ConnectionLog {
+    fn record(&self, event: async_nats::Event) {
+        match event {
+            async_nats::Event::Connected => {
+                if !self.connected.swap(true, Ordering::AcqRel) {
+                    tracing::info!(sink = "nats", "Connected to NATS");
+                }
+            }
+            async_nats::Event::Disconnected => {
+                if self.connected.swap(false, Ordering::AcqRel) {
+                    tracing::warn!(sink = "nats", "Disconnected from NATS; reconnecting");
+                }
+            }
+            other => {
+                let text = other.to_string();
+                let kind: String = text.chars().take_while(|c| *c != ':').collect();
+                let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+                if warned.get(&kind).is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                    tracing::warn!(sink = "nats", event = %text, "NATS connection problem");
+                    warned.insert(kind, Instant::now());
+                } else {
+                    tracing::debug!(sink = "nats", event = %text, "NATS connection problem (repeated)");
+                }
+            }
+        }
     }
 }
 

@@ -5,6 +5,7 @@ use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
 pub const EVENTS: &str = "deltaship_events_total";
 pub const DEDUPE_SKIPS: &str = "deltaship_dedupe_skips_total";
+pub const FILTERED: &str = "deltaship_filtered_events_total";
 pub const SYNCS: &str = "deltaship_syncs_total";
 pub const RELISTS: &str = "deltaship_relists_total";
 pub const WATCH_ERRORS: &str = "deltaship_watch_errors_total";
@@ -26,6 +27,7 @@ pub const LATENCY_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 pub fn describe() {
     describe_counter!(EVENTS, "Events acknowledged by the sink, by resource and type.");
     describe_counter!(DEDUPE_SKIPS, "Updates not shipped because nothing visible changed, by resource and reason (resource_version, fingerprint).");
+    describe_counter!(FILTERED, "Object events not shipped because of the resource's filter, by resource and type.");
     describe_counter!(SYNCS, "Completed syncs, by resource and reason (initial, relist).");
     describe_counter!(RELISTS, "Relists after a watch could not resume (e.g. 410 Gone), by resource.");
     describe_counter!(WATCH_ERRORS, "Watch errors (each followed by a backoff and a restart of the watch), by resource.");

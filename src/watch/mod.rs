@@ -79,6 +79,12 @@ impl Watch {
     /// Builds and queues the events of `changes`; false when stopping.
     async fn ship(&self, scope: &Scope, label: &str, changes: &mut Vec<Change>, tx: &mpsc::Sender<Envelope>, stop: &CancellationToken) -> bool {
         for change in changes.drain(..) {
+            if !scope.filter.passes(&change) {
+                if let Change::Object(c) = &change {
+                    metrics::counter!(m::FILTERED, "resource" => label.to_string(), "type" => c.change.as_str()).increment(1);
+                }
+                continue;
+            }
             let env = match event::build(&self.cluster, scope, change, chrono::Utc::now()) {
                 Ok(env) => env,
                 Err(e) => {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::change::SyncMode;
+use crate::change::{Filter, SyncMode};
 use crate::config::PayloadMode;
 use crate::resource::Resource;
 use crate::route::Route;
@@ -25,13 +25,15 @@ pub struct Scope {
     pub relist: SyncMode,
     /// Period of resyncs, when on.
     pub resync: Option<Duration>,
+    /// Which changes are shipped.
+    pub filter: Filter,
     pub route: Route,
 }
 
 impl Scope {
     /// Whether the index must keep shipped content (resyncs and patch payloads need it).
     pub fn keeps_content(&self) -> bool {
-        self.resync.is_some() || self.payload == PayloadMode::Patch
+        self.resync.is_some() || self.payload == PayloadMode::Patch || self.filter.needs_previous()
     }
 
     /// For logs: `configmaps` or `configmaps in ns`.

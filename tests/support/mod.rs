@@ -3,9 +3,11 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod bridge;
+pub mod churn;
 pub mod kafka;
 pub mod kube;
 pub mod nats;
+pub mod nats_server;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
