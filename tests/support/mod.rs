@@ -3,7 +3,6 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod bridge;
-pub mod churn;
 pub mod kafka;
 pub mod kube;
 pub mod nats;
