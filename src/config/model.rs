@@ -284,6 +284,10 @@ pub struct TopicCreation {
     /// Replication factor of each created topic. Default: 1.
     #[serde(default = "default_replication")]
     pub replication_factor: i32,
+    /// Topic configs of created topics, e.g. `{"cleanup.policy" = "compact"}` for a
+    /// replica of cluster state (with `tombstones = true`). Default: none.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
 }
 
 fn default_partitions() -> i32 {

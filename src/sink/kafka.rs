@@ -201,7 +201,11 @@ pub async fn create_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), S
     })?;
     let new: Vec<NewTopic> = topics
         .iter()
-        .map(|t| NewTopic::new(t, tc.partitions, TopicReplication::Fixed(tc.replication_factor)))
+        .map(|t| {
+            tc.config
+                .iter()
+                .fold(NewTopic::new(t, tc.partitions, TopicReplication::Fixed(tc.replication_factor)), |n, (k, v)| n.set(k, v))
+        })
         .collect();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = admin.create_topics(&new, &opts).await.map_err(classify)?;

@@ -1,0 +1,186 @@
+//! The use-case configs of config/ run end to end against the real servers, as they are,
+//! with only the environment overrides a user would set (brokers, and here a unique
+//! cluster name or topic prefix so tests do not see each other's events).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use serde_json::{Value, json};
+use support::kube::{client, delete_namespace, eventually, namespace};
+
+/// `deltaship run --config config/<name>` with `envs`, until ready.
+struct Run(Child);
+
+impl Run {
+    fn start(name: &str, envs: &[(&str, &str)]) -> Run {
+        let listen = format!("127.0.0.1:{}", support::bridge::free_port());
+        let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("config").join(name);
+        let child = Command::new(env!("CARGO_BIN_EXE_deltaship"))
+            .args(["run", "--config"])
+            .arg(&config)
+            .envs(envs.iter().copied())
+            .env("DELTASHIP_HTTP__LISTEN", &listen)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ready = Command::new("curl").args(["-fs", &format!("http://{listen}/readyz")]).output().is_ok_and(|o| o.status.success());
+            if ready {
+                return Run(child);
+            }
+            assert!(Instant::now() < deadline, "{name} not ready");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn deployment(name: &str, image: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": image}]}}}
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_trigger_ships_exactly_one_event_per_pod_template_change() {
+    let env = support::env();
+    let kube = client().await;
+    let ns = namespace(&kube, "uc-trigger").await;
+    let cluster = support::unique("c");
+    let _run = Run::start("deploy-trigger.toml", &[("DELTASHIP_SINK__URL", &env.nats), ("DELTASHIP_CLUSTER", &cluster)]);
+    let deploys: Api<Deployment> = Api::namespaced(kube.clone(), &ns);
+    deploys.create(&PostParams::default(), &deployment("web", "nginx:1.27")).await.unwrap();
+    // Let the controller-manager finish its status and annotation updates.
+    eventually(Duration::from_secs(30), "the Deployment to be observed", || {
+        let deploys = deploys.clone();
+        async move { deploys.get("web").await.ok()?.status?.observed_generation.filter(|g| *g >= 1) }
+    })
+    .await;
+    let image = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.28"}]}}}});
+    deploys.patch("web", &PatchParams::default(), &Patch::Strategic(&image)).await.unwrap();
+    // Scaling changes the spec but not the pod template: no trigger.
+    deploys.patch("web", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"replicas": 2}}))).await.unwrap();
+    eventually(Duration::from_secs(30), "the rollout's status updates", || {
+        let deploys = deploys.clone();
+        async move { deploys.get("web").await.ok()?.status?.observed_generation.filter(|g| *g >= 3) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await; // anything still in flight arrives
+    let js = support::nats::jetstream().await;
+    let subject = format!("deltaship.{cluster}.apps.deployment.{ns}.web");
+    let msgs = support::nats::read_until(&js, "DELTASHIP", Duration::from_secs(30), |m| m.iter().any(|m| m.subject == subject)).await;
+    let mine: Vec<_> = msgs.iter().filter(|m| m.subject == subject).collect();
+    assert_eq!(mine.len(), 1, "exactly one trigger: {:?}", mine.iter().map(|m| m.event_type()).collect::<Vec<_>>());
+    assert_eq!(mine[0].event_type(), "dev.deltaship.object.updated");
+    assert_eq!(mine[0].json()["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.28");
+    delete_namespace(&kube, &ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_ships_every_change_with_secrets_redacted() {
+    let env = support::env();
+    let kube = client().await;
+    let ns = namespace(&kube, "uc-audit").await;
+    let prefix = support::unique("audit");
+    let template = format!("{prefix}.{{group}}.{{plural}}");
+    let _run = Run::start("audit.toml", &[("DELTASHIP_SINK__BROKERS", &env.kafka), ("DELTASHIP_SINK__TOPIC_TEMPLATE", &template)]);
+    let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "db"}, "stringData": {"password": "audit-secret-value"}})).unwrap();
+    Api::<Secret>::namespaced(kube.clone(), &ns).create(&PostParams::default(), &secret).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "c"}, "data": {"a": "1"}})).unwrap();
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    cms.patch("c", &PatchParams::default(), &Patch::Merge(&json!({"data": {"a": "2"}}))).await.unwrap();
+    cms.delete("c", &DeleteParams::default()).await.unwrap();
+    let key = format!("{ns}/c");
+    let records = support::kafka::read_until(&env.kafka, &format!("{prefix}.core.configmaps"), Duration::from_secs(60), |r| {
+        r.iter().filter(|r| r.key.as_deref() == Some(key.as_str())).count() == 3
+    });
+    let types: Vec<&str> = records.iter().filter(|r| r.key.as_deref() == Some(key.as_str())).map(|r| r.event_type()).collect();
+    assert_eq!(types, ["dev.deltaship.object.added", "dev.deltaship.object.updated", "dev.deltaship.object.deleted"]);
+    let db = format!("{ns}/db");
+    let secrets = support::kafka::read_until(&env.kafka, &format!("{prefix}.core.secrets"), Duration::from_secs(60), |r| r.iter().any(|r| r.key.as_deref() == Some(db.as_str())));
+    for r in &secrets {
+        assert!(!String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).contains("audit-secret-value"));
+    }
+    delete_namespace(&kube, &ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replica_keeps_compacted_topics_with_tombstones_that_rebuild_the_cluster_state() {
+    let env = support::env();
+    let kube = client().await;
+    let ns = namespace(&kube, "uc-replica").await;
+    let prefix = support::unique("replica");
+    let template = format!("{prefix}.{{group}}.{{plural}}");
+    let _run = Run::start("replica.toml", &[("DELTASHIP_SINK__BROKERS", &env.kafka), ("DELTASHIP_SINK__TOPIC_TEMPLATE", &template)]);
+    let topic = format!("{prefix}.core.configmaps");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", &env.kafka).create().unwrap();
+    let described = admin.describe_configs(&[ResourceSpecifier::Topic(&topic)], &AdminOptions::new()).await.unwrap();
+    let policy = described[0].as_ref().unwrap().get("cleanup.policy").and_then(|e| e.value.clone());
+    assert_eq!(policy.as_deref(), Some("compact"), "the topic is compacted");
+
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+    for i in 0..10 {
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("o{i}")}, "data": {"v": "1"}})).unwrap();
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    for i in 0..10 {
+        if i % 3 == 0 {
+            cms.delete(&format!("o{i}"), &DeleteParams::default()).await.unwrap();
+        } else {
+            cms.patch(&format!("o{i}"), &PatchParams::default(), &Patch::Merge(&json!({"data": {"v": "2"}}))).await.unwrap();
+        }
+    }
+    let gone = format!("{ns}/o0");
+    let records = support::kafka::read_until(&env.kafka, &topic, Duration::from_secs(60), |r| {
+        r.iter().any(|r| r.key.as_deref() == Some(gone.as_str()) && r.value.is_none())
+    });
+    let o0: Vec<_> = records.iter().filter(|r| r.key.as_deref() == Some(gone.as_str())).collect();
+    assert!(o0.last().unwrap().value.is_none(), "a tombstone follows the delete");
+
+    let want: BTreeMap<String, String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| (format!("{ns}/{}", c.metadata.name.unwrap()), c.metadata.resource_version.unwrap()))
+        .collect();
+    let brokers = env.kafka.clone();
+    eventually(Duration::from_secs(60), "the rebuilt replica to match the API server", || {
+        let out = Command::new(env!("CARGO_BIN_EXE_deltaship")).args(["rebuild", "--kafka", &brokers, "--topic", &topic]).output().unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let got: BTreeMap<String, String> = doc["resources"]["v1/ConfigMap"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| k.starts_with(&format!("{ns}/")))
+            .map(|(k, v)| (k.clone(), v["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string()))
+            .collect();
+        let want = want.clone();
+        async move { (got == want).then_some(()) }
+    })
+    .await;
+    delete_namespace(&kube, &ns).await;
+}
