@@ -25,7 +25,7 @@ impl Run {
     fn start(name: &str, envs: &[(&str, &str)]) -> Run {
         let listen = format!("127.0.0.1:{}", support::bridge::free_port());
         let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("config").join(name);
-        let child = Command::new(env!("CARGO_BIN_EXE_deltaship"))
+        let run = Run(Command::new(env!("CARGO_BIN_EXE_deltaship"))
             .args(["run", "--config"])
             .arg(&config)
             .envs(envs.iter().copied())
@@ -33,12 +33,12 @@ impl Run {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap();
+            .unwrap());
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let ready = Command::new("curl").args(["-fs", &format!("http://{listen}/readyz")]).output().is_ok_and(|o| o.status.success());
             if ready {
-                return Run(child);
+                return run;
             }
             assert!(Instant::now() < deadline, "{name} not ready");
             std::thread::sleep(Duration::from_millis(200));
