@@ -14,7 +14,7 @@ use crate::watch::{access, client, discovery};
 pub async fn run(config: &Config) -> bool {
     let mut report = Report::default();
     report.ok("config is valid");
-    let client = match client::connect(&config.kubernetes).await {
+    let (client, api_server) = match client::connect(&config.kubernetes).await {
         Ok(c) => c,
         Err(e) => return report.fail(e).done(),
     };
@@ -42,7 +42,7 @@ pub async fn run(config: &Config) -> bool {
     if resources.len() != config.resources.len() {
         return report.done();
     }
-    let scopes = match plan::scopes(config, &resources) {
+    let scopes = match plan::scopes(config, &resources, &api_server) {
         Ok(s) => s,
         Err(e) => return report.fail(e).done(),
     };

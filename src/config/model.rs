@@ -176,6 +176,12 @@ pub struct ResourceConfig {
     pub topic: Option<String>,
     /// Subject (NATS) of this resource's objects, overriding `sink.subject_template`.
     pub subject: Option<String>,
+    /// The shape of object events: `deltaship` (default) or `knative` (as Knative's
+    /// ApiServerSource in Resource mode: types `dev.knative.apiserver.resource.add|update|delete`,
+    /// `source` = the API server URL, `subject` = the object's API path), so existing
+    /// Knative Triggers and functions work unchanged. Markers keep deltaship's shape.
+    #[serde(default)]
+    pub format: EventFormat,
     /// Which changes are shipped (default: all). For triggers and audits of selected
     /// changes; a filtered stream cannot rebuild state. Filtered changes are counted in
     /// `deltaship_filtered_events_total` and still tracked by the index.
@@ -198,6 +204,14 @@ pub enum PayloadMode {
     /// Like `object`, but `updated` events carry a JSON Patch (RFC 6902) from the previous
     /// event's content, with `datacontenttype: application/json-patch+json`.
     Patch,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventFormat {
+    #[default]
+    Deltaship,
+    Knative,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,6 +1,7 @@
 //! The event stage: changes and markers as CloudEvents, routed, ready for a sink.
 
 mod id;
+mod knative;
 pub mod redact;
 
 use std::sync::Arc;
@@ -78,8 +79,11 @@ pub fn build(cluster: &str, scope: &Scope, change: Change, now: DateTime<Utc>) -
 
 fn object_event(cluster: &str, scope: &Scope, c: ObjectChange, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
     let kind = EnvelopeKind::Object(c.change);
-    let ty = kind.event_type();
     let r = c.payload.reference().clone();
+    let (ty, source, subject) = match &scope.knative_source {
+        None => (kind.event_type(), scope.resource.source(cluster), r.key()),
+        Some(api_server) => knative::attributes(c.change, api_server, &scope.resource, &r),
+    };
     let destination = scope.route.object_destination(&r);
     let key = r.key();
     let partition_key = scope.route.key(&key);
@@ -97,8 +101,8 @@ fn object_event(cluster: &str, scope: &Scope, c: ObjectChange, now: DateTime<Utc
     let mut b = EventBuilderV10::new()
         .id(id)
         .ty(ty)
-        .source(scope.resource.source(cluster))
-        .subject(key.clone())
+        .source(source)
+        .subject(subject)
         .time(now)
         .extension("cluster", cluster)
         .extension("apiversion", scope.resource.api_version())
@@ -246,6 +250,7 @@ mod tests {
             relist: SyncMode::Diff,
             resync: None,
             filter: Default::default(),
+            knative_source: None,
             route,
         }
     }

@@ -58,9 +58,9 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     // Signals cancel `stop` from the very start, so that start-up waits (a broker that is
     // not up yet) end on SIGTERM too.
     forward_signals(stop.clone())?;
-    let client = watch::client::connect(&config.kubernetes).await?;
+    let (client, api_server) = watch::client::connect(&config.kubernetes).await?;
     let resources = watch::discovery::resolve(client.clone(), &config.resources).await?;
-    let scopes = plan::scopes(&config, &resources)?;
+    let scopes = plan::scopes(&config, &resources, &api_server)?;
     for s in &scopes {
         watch::access::check(&client, s).await?;
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::change::{Filter, SyncMode};
-use crate::config::{Config, RelistMode, ResourceConfig, SinkConfig};
+use crate::config::{Config, EventFormat, RelistMode, ResourceConfig, SinkConfig};
 use crate::resource::Resource;
 use crate::route::{Route, Template, check_topic_name};
 use crate::watch::Scope;
@@ -44,7 +44,9 @@ fn route(config: &Config, index: usize, rc: &ResourceConfig, resource: &Resource
     }
 }
 
-pub fn scopes(config: &Config, resources: &[Resource]) -> Result<Vec<Arc<Scope>>, PlanError> {
+/// The watch scopes of `config`; `api_server` is the API server's URL (the `source` of
+/// Knative-shaped events).
+pub fn scopes(config: &Config, resources: &[Resource], api_server: &str) -> Result<Vec<Arc<Scope>>, PlanError> {
     let mut out = Vec::new();
     let mut owners: HashMap<Arc<str>, (String, String)> = HashMap::new();
     for (index, (rc, resource)) in config.resources.iter().zip(resources).enumerate() {
@@ -86,6 +88,7 @@ pub fn scopes(config: &Config, resources: &[Resource]) -> Result<Vec<Arc<Scope>>
                     .filter(|s| *s > 0)
                     .map(Duration::from_secs),
                 filter: Filter::new(&rc.filter),
+                knative_source: (rc.format == EventFormat::Knative).then(|| api_server.into()),
                 route: route.clone(),
             }));
         }

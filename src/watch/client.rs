@@ -15,7 +15,8 @@ pub enum ClientError {
     Create(#[source] kube::Error),
 }
 
-pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClientError> {
+/// A client, and the API server's URL (the `source` of Knative-shaped events).
+pub async fn connect(cfg: &KubernetesConfig) -> Result<(Client, String), ClientError> {
     let options = KubeConfigOptions {
         context: cfg.context.clone(),
         ..Default::default()
@@ -38,5 +39,6 @@ pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClientError> {
             .map_err(|e| ClientError::Infer(e.to_string()))?,
         None => Config::infer().await.map_err(|e| ClientError::Infer(e.to_string()))?,
     };
-    Client::try_from(config).map_err(ClientError::Create)
+    let url = config.cluster_url.to_string().trim_end_matches('/').to_string();
+    Ok((Client::try_from(config).map_err(ClientError::Create)?, url))
 }

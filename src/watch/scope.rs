@@ -1,5 +1,6 @@
 //! The scope of one watch: a resource, one namespace (or all), selectors and shaping.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::change::{Filter, SyncMode};
@@ -27,6 +28,9 @@ pub struct Scope {
     pub resync: Option<Duration>,
     /// Which changes are shipped.
     pub filter: Filter,
+    /// Set when object events are shaped as Knative's ApiServerSource emits them: the
+    /// API server's URL, their `source`.
+    pub knative_source: Option<Arc<str>>,
     pub route: Route,
 }
 
