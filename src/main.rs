@@ -45,6 +45,10 @@ struct RebuildArgs {
     /// The JetStream stream to read.
     #[arg(long)]
     stream: Option<String>,
+    /// Apply only the events of this cluster (the `cluster` extension); needed when
+    /// several clusters share the topic or stream.
+    #[arg(long)]
+    cluster: Option<String>,
     /// Where to write the state document; `-` for stdout.
     #[arg(long, default_value = "-")]
     out: PathBuf,
@@ -106,7 +110,7 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
         },
         _ => unreachable!("clap requires --kafka with --topic or --nats with --stream"),
     };
-    let doc = match runtime().block_on(deltaship::rebuild::rebuild(source)) {
+    let doc = match runtime().block_on(deltaship::rebuild::rebuild(source, args.cluster.clone())) {
         Ok(doc) => doc,
         Err(e) => {
             eprintln!("error: {e}");

@@ -78,6 +78,7 @@ fn decode(m: &rdkafka::message::BorrowedMessage<'_>) -> Result<Option<Received>,
     Ok(Some(Received {
         id: get("id").ok_or_else(|| bad("no ce_id header".into()))?,
         ty: get("type").ok_or_else(|| bad("no ce_type header".into()))?,
+        cluster: get("cluster").unwrap_or_default(),
         apiversion: get("apiversion").unwrap_or_default(),
         kind: get("kind").unwrap_or_default(),
         subject: get("subject"),

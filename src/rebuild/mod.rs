@@ -25,13 +25,15 @@ pub enum Source {
 
 /// Reads the whole source and returns the rebuilt state as a JSON document:
 /// `{"resources": {"<apiVersion>/<Kind>": {"<namespace>/<name>": object}}, "summary": {...}}`.
-pub async fn rebuild(source: Source) -> Result<Value, RebuildError> {
-    let mut state = State::default();
+/// With `cluster`, only that cluster's events are applied (a topic or stream may carry
+/// several clusters; without it their objects of the same key would overwrite each other).
+pub async fn rebuild(source: Source, cluster: Option<String>) -> Result<Value, RebuildError> {
+    let mut state = State::new(cluster.clone());
     match source {
         Source::Kafka { brokers, topics } => {
             // The Kafka reader blocks; keep it off the async threads.
             state = tokio::task::spawn_blocking(move || {
-                let mut state = State::default();
+                let mut state = State::new(cluster);
                 kafka::read(&brokers, &topics, |e| state.apply(e).map_err(Into::into)).map(|_| state)
             })
             .await
@@ -48,6 +50,7 @@ fn from_structured(event: Value, partition: i32) -> Result<Received, String> {
     Ok(Received {
         id: text("id").ok_or("no id")?,
         ty: text("type").ok_or("no type")?,
+        cluster: text("cluster").unwrap_or_default(),
         apiversion: text("apiversion").unwrap_or_default(),
         kind: text("kind").unwrap_or_default(),
         subject: text("subject"),

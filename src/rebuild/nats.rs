@@ -30,6 +30,7 @@ pub async fn read(url: &str, stream: &str, mut each: impl FnMut(Received) -> Res
         each(Received {
             id: header("ce-id").ok_or_else(|| bad("no ce-id header".into()))?,
             ty: header("ce-type").ok_or_else(|| bad("no ce-type header".into()))?,
+            cluster: header("ce-cluster").unwrap_or_default(),
             apiversion: header("ce-apiversion").unwrap_or_default(),
             kind: header("ce-kind").unwrap_or_default(),
             subject: header("ce-subject"),

@@ -9,7 +9,8 @@
 //!
 //! Kafka delivers markers to every partition and each object to one partition, so the
 //! protocol runs per partition: a `completed` seen on partition p only removes keys that
-//! live on p.
+//! live on p. Several clusters may share a topic or stream: a marker only removes keys of
+//! its own cluster (the `cluster` extension).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -21,6 +22,8 @@ use serde_json::Value;
 pub struct Received {
     pub id: String,
     pub ty: String,
+    /// The `cluster` extension.
+    pub cluster: String,
     /// `apiversion` and `kind` extensions: the resource.
     pub apiversion: String,
     pub kind: String,
@@ -44,17 +47,20 @@ pub enum ProtocolError {
 #[derive(Debug, Default)]
 pub struct State {
     pub resources: BTreeMap<String, BTreeMap<String, Value>>,
-    /// Partition of each (resource, key).
-    partitions: HashMap<(String, String), i32>,
+    /// Partition and cluster of each (resource, key).
+    partitions: HashMap<(String, String), (i32, String)>,
     /// Full syncs under way, by (partition, sync id): resource, namespace scope, touched keys.
     open: HashMap<(i32, String), OpenSync>,
     /// Ids seen, per partition (a marker is on every partition with one id).
     seen_ids: HashSet<(i32, String)>,
+    /// Only events of this cluster are applied (None: all clusters).
+    only_cluster: Option<String>,
     pub summary: Summary,
 }
 
 #[derive(Debug)]
 struct OpenSync {
+    cluster: String,
     resource: String,
     namespace: Option<String>,
     touched: HashSet<String>,
@@ -66,6 +72,7 @@ pub struct Summary {
     pub duplicates: u64,
     pub by_type: BTreeMap<String, u64>,
     pub removed_by_markers: u64,
+    pub other_clusters: u64,
     pub objects: u64,
 }
 
@@ -74,8 +81,20 @@ fn resource_of(apiversion: &str, kind: &str) -> String {
 }
 
 impl State {
+    /// A consumer of the events of `cluster` only, or of every cluster.
+    pub fn new(cluster: Option<String>) -> State {
+        State {
+            only_cluster: cluster,
+            ..State::default()
+        }
+    }
+
     pub fn apply(&mut self, e: Received) -> Result<(), ProtocolError> {
         self.summary.events += 1;
+        if self.only_cluster.as_ref().is_some_and(|c| *c != e.cluster) {
+            self.summary.other_clusters += 1;
+            return Ok(());
+        }
         if !self.seen_ids.insert((e.partition, e.id.clone())) {
             // A repeat is an exact repeat: same id, same content.
             self.summary.duplicates += 1;
@@ -100,7 +119,15 @@ impl State {
                 if short == "sync.started" {
                     if data["mode"] == "full" {
                         let namespace = data["namespace"].as_str().map(str::to_string);
-                        self.open.insert(slot, OpenSync { resource, namespace, touched: HashSet::new() });
+                        self.open.insert(
+                            slot,
+                            OpenSync {
+                                cluster: e.cluster.clone(),
+                                resource,
+                                namespace,
+                                touched: HashSet::new(),
+                            },
+                        );
                     }
                 } else if let Some(sync) = self.open.remove(&slot) {
                     self.remove_untouched(e.partition, sync);
@@ -110,7 +137,7 @@ impl State {
                 let key = e.subject.clone().ok_or_else(|| malformed("object event without subject"))?;
                 let resource = resource_of(&e.apiversion, &e.kind);
                 for sync in self.open.values_mut() {
-                    if sync.resource == resource {
+                    if sync.resource == resource && sync.cluster == e.cluster {
                         sync.touched.insert(key.clone());
                     }
                 }
@@ -129,7 +156,7 @@ impl State {
                         data
                     };
                     objects.insert(key.clone(), object);
-                    self.partitions.insert((resource, key), e.partition);
+                    self.partitions.insert((resource, key), (e.partition, e.cluster.clone()));
                 }
             }
         }
@@ -145,7 +172,11 @@ impl State {
         let gone: Vec<String> = objects
             .keys()
             .filter(|k| in_scope(k) && !sync.touched.contains(*k))
-            .filter(|k| self.partitions.get(&(sync.resource.clone(), (*k).clone())) == Some(&partition))
+            .filter(|k| {
+                self.partitions
+                    .get(&(sync.resource.clone(), (*k).clone()))
+                    .is_some_and(|(p, cluster)| *p == partition && *cluster == sync.cluster)
+            })
             .cloned()
             .collect();
         for k in gone {
@@ -172,6 +203,7 @@ mod tests {
         Received {
             id: id.into(),
             ty: format!("dev.deltaship.{ty}"),
+            cluster: "c1".into(),
             apiversion: "v1".into(),
             kind: "ConfigMap".into(),
             subject: subject.map(Into::into),
@@ -208,6 +240,18 @@ mod tests {
         assert_eq!(keys(&s), ["ns/a", "other/c"], "ns/b removed, other namespace untouched");
         assert_eq!(s.resources["v1/ConfigMap"]["ns/a"]["v"], 2);
         assert_eq!(s.summary.removed_by_markers, 1);
+    }
+
+    #[test]
+    fn a_full_sync_of_one_cluster_leaves_another_clusters_objects_alone() {
+        let mut s = State::default();
+        let mut other = ev("1", "object.added", Some("ns/b"), json!({}), 0);
+        other.cluster = "c2".into();
+        s.apply(other).unwrap();
+        for e in [marker("2", "sync.started", "s", 0), marker("3", "sync.completed", "s", 0)] {
+            s.apply(e).unwrap();
+        }
+        assert_eq!(keys(&s), ["ns/b"]);
     }
 
     #[test]
