@@ -1,0 +1,736 @@
+//! The deployment artifacts: the Helm chart (deploy/helm/deltaship), the plain manifest
+//! rendered from it (deploy/kubernetes/deltaship.yaml), the image (deploy/Dockerfile) and
+//! the compose file (docker-compose.yml).
+//!
+//! The chart lints and renders with the pinned helm (tests/env/helm), every rendered object
+//! passes the real API server's validation and admission (server-side dry run), its RBAC is
+//! no more than the config needs (the rendered rules) and no less (deltaship runs as the
+//! chart's ServiceAccount until it leads and is ready). No image is built and no container
+//! runs here (there is no Docker engine): the Dockerfile and the compose file are checked
+//! for their structure and for agreeing with the chart and config/compose.toml.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use deltaship::config::{self, SinkConfig};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::discovery::Scope;
+use kube::Client;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+const MANIFEST: &str = "deploy/kubernetes/deltaship.yaml";
+const REGENERATE: &str = "{ sed '/^---$/,$d' deploy/kubernetes/deltaship.yaml; \
+    helm template deltaship deploy/helm/deltaship --namespace deltaship; } > /tmp/deltaship.yaml \
+    && mv /tmp/deltaship.yaml deploy/kubernetes/deltaship.yaml";
+/// The config of the extended renders: ConfigMaps and Deployments, with matching RBAC.
+const TWO_RESOURCES: [&str; 4] = [
+    "--set-json",
+    r#"config.resources=[{"version":"v1","kind":"ConfigMap"},{"group":"apps","version":"v1","kind":"Deployment","ignore_fields":["/status"]}]"#,
+    "--set-json",
+    r#"rbac.resources=[{"group":"","resource":"configmaps"},{"group":"apps","resource":"deployments"}]"#,
+];
+
+// ---------------------------------------------------------------------------------------
+// helpers
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn chart() -> String {
+    root().join("deploy/helm/deltaship").display().to_string()
+}
+
+fn helm(args: &[&str]) -> std::process::Output {
+    let bin = std::env::var("DELTASHIP_TEST_HELM").unwrap_or_else(|_| {
+        panic!("DELTASHIP_TEST_HELM is not set: build helm with `tests/env/up helm` and `source tests/env/.state/env.sh`, or run the whole suite with `tests/run`")
+    });
+    Command::new(&bin).args(args).output().unwrap_or_else(|e| panic!("run {bin}: {e}"))
+}
+
+/// `helm template RELEASE <chart> --namespace NAMESPACE EXTRA...`, which must succeed.
+fn render_text(release: &str, namespace: &str, extra: &[&str]) -> String {
+    let chart = chart();
+    let mut args = vec!["template", release, &chart, "--namespace", namespace];
+    args.extend_from_slice(extra);
+    let out = helm(&args);
+    assert!(out.status.success(), "helm {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The documents of a multi-document YAML stream, empty ones left out.
+fn docs(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| Value::deserialize(d).expect("rendered YAML parses"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn render(release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> {
+    docs(&render_text(release, namespace, extra))
+}
+
+fn kinds(docs: &[Value]) -> Vec<&str> {
+    docs.iter().map(|d| d["kind"].as_str().unwrap()).collect()
+}
+
+/// The one document of `kind`.
+fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found: Vec<&Value> = docs.iter().filter(|d| d["kind"] == kind).collect();
+    assert_eq!(found.len(), 1, "expected one {kind}, found {} in {:?}", found.len(), kinds(docs));
+    found[0]
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn set<const N: usize>(items: [&str; N]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// `labels` ⊇ `selector` (a matchLabels map).
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let sel = selector.as_object().expect("a label map");
+    !sel.is_empty() && sel.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+fn scratch_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(support::unique("deltaship-deploy"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The deltaship.yaml of the rendered ConfigMap, written to a file, loaded as deltaship does.
+fn rendered_config(docs: &[Value]) -> (PathBuf, config::Config) {
+    let text = one(docs, "ConfigMap")["data"]["deltaship.yaml"].as_str().expect("ConfigMap key deltaship.yaml");
+    let path = scratch_dir().join("deltaship.yaml");
+    std::fs::write(&path, text).unwrap();
+    let cfg = config::load(&path).unwrap_or_else(|e| panic!("the rendered config does not load: {e}\n{text}"));
+    (path, cfg)
+}
+
+fn yaml_file(path: &str) -> Value {
+    let text = std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// {(group, plural)} of values.yaml's rbac.resources.
+fn default_rbac_resources() -> BTreeSet<(String, String)> {
+    let values = yaml_file("deploy/helm/deltaship/values.yaml");
+    values["rbac"]["resources"]
+        .as_array()
+        .expect("rbac.resources in values.yaml")
+        .iter()
+        .map(|r| (r["group"].as_str().unwrap_or("").to_owned(), r["resource"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+/// Asserts that the ClusterRole grants get/list/watch on exactly `expected` and nothing
+/// else but `create` on selfsubjectaccessreviews.
+fn assert_cluster_role(docs: &[Value], expected: &BTreeSet<(String, String)>) {
+    let role = one(docs, "ClusterRole");
+    let read = set(["get", "list", "watch"]);
+    let mut granted = BTreeSet::new();
+    let mut ssar = false;
+    for rule in role["rules"].as_array().unwrap() {
+        let groups = strings(&rule["apiGroups"]);
+        let resources = strings(&rule["resources"]);
+        let verbs: BTreeSet<String> = strings(&rule["verbs"]).into_iter().collect();
+        assert!(rule.get("nonResourceURLs").is_none(), "{rule}");
+        assert!(!groups.contains(&"*".into()) && !resources.contains(&"*".into()) && !verbs.contains("*"), "wildcard in {rule}");
+        if resources == ["selfsubjectaccessreviews"] {
+            assert_eq!(groups, ["authorization.k8s.io"], "{rule}");
+            assert_eq!(verbs, set(["create"]), "{rule}");
+            ssar = true;
+            continue;
+        }
+        assert!(verbs.is_subset(&read), "verbs beyond get/list/watch: {rule}");
+        assert_eq!(verbs, read, "{rule}");
+        for g in &groups {
+            for r in &resources {
+                granted.insert((g.clone(), r.clone()));
+            }
+        }
+    }
+    assert!(ssar, "no create on selfsubjectaccessreviews (deltaship checks its access at start-up): {role}");
+    assert_eq!(&granted, expected, "the ClusterRole's resources are not those of rbac.resources");
+}
+
+/// The API of a rendered object, resolved through discovery; None when the server does not
+/// serve its kind (a CRD that is not installed).
+async fn api_for(client: &Client, doc: &Value) -> Option<Api<DynamicObject>> {
+    let api_version = doc["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, doc["kind"].as_str().unwrap());
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.ok()?;
+    Some(match caps.scope {
+        Scope::Namespaced => {
+            let ns = doc["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_else(|| panic!("namespaced object without a namespace (kubectl apply -f would use the current one): {doc}"));
+            Api::namespaced_with(client.clone(), ns, &ar)
+        }
+        Scope::Cluster => Api::all_with(client.clone(), &ar),
+    })
+}
+
+/// POSTs `doc` with dryRun=All and fieldValidation=Strict, as `kubectl apply
+/// --dry-run=server` does: validation and admission run, nothing is stored, and an unknown
+/// or duplicate field (a typo in a template) is an error. kube's `Api::create` leaves
+/// fieldValidation to the server's default, which only warns, hence the request by hand.
+async fn dry_run_create(client: &Client, api: &Api<DynamicObject>, doc: &Value) -> kube::Result<DynamicObject> {
+    let dry_run = PostParams {
+        dry_run: true,
+        field_manager: None,
+    };
+    let mut req = kube::core::Request::new(api.resource_url())
+        .create(&dry_run, serde_json::to_vec(doc).unwrap())
+        .unwrap();
+    let uri = format!("{}&fieldValidation=Strict", req.uri());
+    assert!(uri.contains("dryRun=All&"), "{uri}");
+    *req.uri_mut() = uri.parse().unwrap();
+    client.request(req).await
+}
+
+fn name_of(doc: &Value) -> String {
+    format!("{}/{}", doc["kind"].as_str().unwrap(), doc["metadata"]["name"].as_str().unwrap())
+}
+
+/// A child process killed when the test ends, also on a failed assertion.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// GET http://ADDR/PATH: (status, body), or None when nothing answers.
+fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut response = String::new();
+    s.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((status, body))
+}
+
+// ---------------------------------------------------------------------------------------
+// the chart
+
+#[test]
+fn helm_lint_passes() {
+    let chart = chart();
+    for extra in [&[][..], &["--set", "serviceMonitor.enabled=true"], &TWO_RESOURCES] {
+        let mut args = vec!["lint", "--strict", &chart];
+        args.extend_from_slice(extra);
+        let out = helm(&args);
+        assert!(
+            out.status.success(),
+            "helm {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_default_render_has_every_object() {
+    let docs = render("deltaship", "deltaship", &[]);
+    let mut found = kinds(&docs);
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount"
+        ],
+        "a ServiceMonitor only when serviceMonitor.enabled"
+    );
+    // The config in the ConfigMap is one deltaship accepts, with the documented defaults.
+    let (_, cfg) = rendered_config(&docs);
+    assert!(cfg.leader_election.enabled);
+    assert_eq!(cfg.http.listen, "0.0.0.0:9090");
+    assert!(matches!(cfg.sink, SinkConfig::Stdout));
+    assert_eq!(cfg.resources.len(), 1);
+    assert_eq!((cfg.resources[0].group.as_str(), cfg.resources[0].kind.as_str()), ("", "ConfigMap"));
+}
+
+#[test]
+fn the_committed_manifest_is_a_fresh_render() {
+    let committed = std::fs::read_to_string(root().join(MANIFEST)).expect("deploy/kubernetes/deltaship.yaml");
+    let (header, body) = committed
+        .split_once("\n---\n")
+        .map(|(h, b)| (h, format!("---\n{b}")))
+        .expect("a header comment, then the rendered documents");
+    assert!(header.lines().all(|l| l.starts_with('#')), "the header is comments only:\n{header}");
+    assert!(
+        header.contains("helm template deltaship deploy/helm/deltaship --namespace deltaship"),
+        "the header says how the file was generated:\n{header}"
+    );
+    let fresh = render_text("deltaship", "deltaship", &[]);
+    assert!(
+        body == fresh,
+        "{MANIFEST} is stale (it differs from a fresh render of the chart); regenerate it with:\n  {REGENERATE}"
+    );
+}
+
+#[test]
+fn the_deployment_is_hardened_and_probed() {
+    let docs = render("deltaship", "deltaship", &[]);
+    let deploy = one(&docs, "Deployment");
+    assert_eq!(deploy["spec"]["replicas"], 2);
+    let pod = &deploy["spec"]["template"]["spec"];
+    // Service links would inject DELTASHIP_PORT & co., which deltaship rejects as config.
+    assert_eq!(pod["enableServiceLinks"], false);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    let containers = pod["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1);
+    let c = &containers[0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["runAsUser"], 65532);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(c["args"], json!(["run", "--config", "/etc/deltaship/deltaship.yaml"]));
+    assert_eq!(c["ports"], json!([{"name": "http", "containerPort": 9090, "protocol": "TCP"}]));
+    assert_eq!(c["livenessProbe"]["httpGet"], json!({"path": "/healthz", "port": "http"}));
+    assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "http"}));
+    assert!(c["resources"]["requests"].is_object() && c["resources"]["limits"].is_object(), "{}", c["resources"]);
+    let env = c["env"].as_array().unwrap();
+    assert!(
+        env.contains(&json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}})),
+        "{env:?}"
+    );
+    // The config: the ConfigMap's deltaship.yaml at /etc/deltaship/deltaship.yaml.
+    let mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/etc/deltaship").expect("config mount");
+    let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+    assert_eq!(volume["configMap"]["name"], one(&docs, "ConfigMap")["metadata"]["name"]);
+    assert_eq!(pod["serviceAccountName"], one(&docs, "ServiceAccount")["metadata"]["name"]);
+    // A changed config rolls the pods.
+    let checksum = |docs: &[Value]| one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/config"].clone();
+    assert!(checksum(&docs).as_str().is_some_and(|s| s.len() == 64), "{}", checksum(&docs));
+    assert_ne!(checksum(&docs), checksum(&render("deltaship", "deltaship", &["--set", "config.cluster=prod"])));
+    // The Service and the PodDisruptionBudget select these pods.
+    let pod_labels = &deploy["spec"]["template"]["metadata"]["labels"];
+    assert!(selects(&deploy["spec"]["selector"]["matchLabels"], pod_labels));
+    let svc = one(&docs, "Service");
+    assert!(selects(&svc["spec"]["selector"], pod_labels), "{svc}");
+    assert_eq!(svc["spec"]["ports"], json!([{"name": "http", "port": 9090, "targetPort": "http", "protocol": "TCP"}]));
+    let pdb = one(&docs, "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert!(selects(&pdb["spec"]["selector"]["matchLabels"], pod_labels), "{pdb}");
+    // The port follows config.http.listen.
+    let moved = render("deltaship", "deltaship", &["--set", "config.http.listen=0.0.0.0:8080"]);
+    assert_eq!(one(&moved, "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"], 8080);
+}
+
+#[test]
+fn the_service_monitor_selects_the_metrics_service() {
+    let docs = render("deltaship", "deltaship", &["--set", "serviceMonitor.enabled=true"]);
+    let sm = one(&docs, "ServiceMonitor");
+    assert_eq!(sm["apiVersion"], "monitoring.coreos.com/v1");
+    let svc = one(&docs, "Service");
+    assert!(selects(&sm["spec"]["selector"]["matchLabels"], &svc["metadata"]["labels"]), "{sm}\n{svc}");
+    assert_eq!(sm["spec"]["namespaceSelector"]["matchNames"], json!(["deltaship"]));
+    let endpoints = sm["spec"]["endpoints"].as_array().unwrap();
+    assert_eq!(endpoints.len(), 1);
+    assert_eq!(endpoints[0]["port"], svc["spec"]["ports"][0]["name"]);
+    assert_eq!(endpoints[0]["path"], "/metrics");
+}
+
+#[test]
+fn the_rbac_grants_no_more_than_the_config_needs() {
+    // Defaults: ConfigMaps, as values.yaml's rbac.resources.
+    let docs = render("deltaship", "deltaship", &[]);
+    let expected = default_rbac_resources();
+    assert_eq!(expected, BTreeSet::from([(String::new(), "configmaps".to_owned())]));
+    assert_cluster_role(&docs, &expected);
+    let binding = one(&docs, "ClusterRoleBinding");
+    assert_eq!(binding["roleRef"]["name"], one(&docs, "ClusterRole")["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": one(&docs, "ServiceAccount")["metadata"]["name"], "namespace": "deltaship"}])
+    );
+
+    // Leader election: the Lease only, in the release namespace.
+    let role = one(&docs, "Role");
+    assert_eq!(role["metadata"]["namespace"], "deltaship");
+    let mut verbs = BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        assert_eq!(strings(&rule["apiGroups"]), ["coordination.k8s.io"], "{rule}");
+        assert_eq!(strings(&rule["resources"]), ["leases"], "{rule}");
+        if rule.get("resourceNames").is_some() {
+            assert_eq!(strings(&rule["resourceNames"]), ["deltaship"], "{rule}");
+        }
+        verbs.extend(strings(&rule["verbs"]));
+    }
+    assert_eq!(verbs, set(["create", "get", "update"]));
+    assert_eq!(one(&docs, "RoleBinding")["roleRef"]["name"], role["metadata"]["name"]);
+    let single = render("deltaship", "deltaship", &["--set", "config.leader_election.enabled=false"]);
+    assert!(!kinds(&single).iter().any(|k| *k == "Role" || *k == "RoleBinding"), "{:?}", kinds(&single));
+
+    // ConfigMaps and Deployments.
+    let docs = render("deltaship", "deltaship", &TWO_RESOURCES);
+    assert_cluster_role(
+        &docs,
+        &BTreeSet::from([(String::new(), "configmaps".to_owned()), ("apps".to_owned(), "deployments".to_owned())]),
+    );
+    let (_, cfg) = rendered_config(&docs);
+    assert_eq!(cfg.resources.len(), 2);
+
+    // A watched group without RBAC does not render.
+    let out = helm(&[
+        "template",
+        "deltaship",
+        &chart(),
+        "--set-json",
+        r#"config.resources=[{"version":"v1","kind":"ConfigMap"},{"group":"apps","version":"v1","kind":"Deployment"}]"#,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "rendered although rbac.resources lacks apps");
+    assert!(err.contains("rbac.resources grants nothing in that group") && err.contains("Deployment"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// against the real API server
+
+/// Every rendered object passes the API server's validation and admission (dryRun=All,
+/// strict field validation): the defaults, the two-resource config, and with the
+/// ServiceMonitor (skipped only when its CRD is not installed, as in the test environment).
+#[tokio::test]
+async fn every_rendered_object_passes_a_server_side_dry_run() {
+    let client = support::kube::client().await;
+    let ns = support::kube::namespace(&client, "deltaship").await;
+    let mut extras: Vec<&[&str]> = vec![&[], &TWO_RESOURCES];
+    extras.push(&["--set", "serviceMonitor.enabled=true"]);
+    for extra in extras {
+        let docs = render("deltaship", &ns, extra);
+        let mut skipped = Vec::new();
+        for doc in &docs {
+            let Some(api) = api_for(&client, doc).await else {
+                skipped.push(doc["kind"].as_str().unwrap().to_owned());
+                continue;
+            };
+            if let Some(ns_of_doc) = doc["metadata"]["namespace"].as_str() {
+                assert_eq!(ns_of_doc, ns, "{}", name_of(doc));
+            }
+            let created = dry_run_create(&client, &api, doc)
+                .await
+                .unwrap_or_else(|e| panic!("the API server rejects {} ({extra:?}): {e}", name_of(doc)));
+            assert_eq!(created.metadata.name.as_deref(), doc["metadata"]["name"].as_str());
+            // Dry run: nothing was stored.
+            assert!(api.get_opt(doc["metadata"]["name"].as_str().unwrap()).await.unwrap().is_none(), "{} exists", name_of(doc));
+        }
+        assert!(skipped.iter().all(|k| k == "ServiceMonitor"), "kinds the API server does not serve: {skipped:?}");
+    }
+    support::kube::delete_namespace(&client, &ns).await;
+}
+
+/// The chart's RBAC is enough: with the ServiceAccount, ClusterRole, Role and bindings
+/// applied for real, deltaship runs the rendered config as that ServiceAccount, takes the
+/// Lease and becomes ready (initial syncs of ConfigMaps and Deployments done), and the
+/// ServiceAccount still may not read Secrets or change ConfigMaps.
+#[tokio::test]
+async fn deltaship_runs_with_the_charts_rbac() {
+    let client = support::kube::client().await;
+    let ns = support::kube::namespace(&client, "deltaship").await;
+    // Release name = namespace name: the cluster-scoped names are unique to this run.
+    let docs = render(&ns, &ns, &TWO_RESOURCES);
+    let rbac_kinds = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
+    for doc in docs.iter().filter(|d| rbac_kinds.contains(&d["kind"].as_str().unwrap())) {
+        let api = api_for(&client, doc).await.unwrap();
+        let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
+        api.create(&PostParams::default(), &obj).await.unwrap_or_else(|e| panic!("create {}: {e}", name_of(doc)));
+    }
+    let sa_name = one(&docs, "ServiceAccount")["metadata"]["name"].as_str().unwrap().to_owned();
+    let cluster_name = one(&docs, "ClusterRole")["metadata"]["name"].as_str().unwrap().to_owned();
+
+    // A kubeconfig for the ServiceAccount: the admin's, with a bound token instead.
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+        .create_token_request(
+            &sa_name,
+            &PostParams::default(),
+            &TokenRequest {
+                spec: TokenRequestSpec {
+                    expiration_seconds: Some(600),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("a token for the chart's ServiceAccount")
+        .status
+        .unwrap()
+        .token;
+    let admin = std::fs::read_to_string(support::env().kubeconfig).unwrap();
+    let mut kubeconfig: serde_yaml::Value = serde_yaml::from_str(&admin).unwrap();
+    kubeconfig["users"] = serde_yaml::from_str(&format!("[{{name: sa, user: {{token: {token}}}}}]")).unwrap();
+    for ctx in kubeconfig["contexts"].as_sequence_mut().unwrap() {
+        ctx["context"]["user"] = "sa".into();
+    }
+    let dir = scratch_dir();
+    let sa_kubeconfig = dir.join("sa.kubeconfig");
+    std::fs::write(&sa_kubeconfig, serde_yaml::to_string(&kubeconfig).unwrap()).unwrap();
+
+    // Not more than needed, as the API server sees it.
+    let sa_client = Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&sa_kubeconfig).unwrap(),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    let allowed = |group: &str, resource: &str, verb: &str| {
+        let api: Api<SelfSubjectAccessReview> = Api::all(sa_client.clone());
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(group.into()),
+                    resource: Some(resource.into()),
+                    verb: Some(verb.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        async move { api.create(&PostParams::default(), &review).await.unwrap().status.unwrap().allowed }
+    };
+    assert!(allowed("", "configmaps", "watch").await);
+    assert!(allowed("apps", "deployments", "list").await);
+    assert!(!allowed("", "secrets", "list").await, "the ServiceAccount may list Secrets");
+    assert!(!allowed("", "configmaps", "update").await, "the ServiceAccount may update ConfigMaps");
+    assert!(!allowed("apps", "replicasets", "list").await, "the ServiceAccount may list ReplicaSets");
+
+    // Enough: deltaship leads and is ready.
+    let (config_file, _) = rendered_config(&docs);
+    let addr = format!("127.0.0.1:{}", support::bridge::free_port());
+    let log = dir.join("deltaship.log");
+    let mut child = Running(
+        Command::new(env!("CARGO_BIN_EXE_deltaship"))
+            .args(["run", "--config"])
+            .arg(&config_file)
+            .env("KUBECONFIG", &sa_kubeconfig)
+            .env("POD_NAMESPACE", &ns)
+            .env("DELTASHIP_HTTP__LISTEN", &addr)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            panic!("deltaship exited ({status}) as the chart's ServiceAccount:\n{}", std::fs::read_to_string(&log).unwrap());
+        }
+        let leads = http_get(&addr, "/metrics").is_some_and(|(_, m)| m.lines().any(|l| l == "deltaship_leader 1"));
+        if leads && http_get(&addr, "/readyz").is_some_and(|(s, _)| s == 200) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "deltaship did not lead and become ready within 60 s:\n{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let lease = Api::<Lease>::namespaced(client.clone(), &ns).get("deltaship").await.expect("the Lease in the release namespace");
+    assert!(lease.spec.and_then(|s| s.holder_identity).is_some_and(|h| !h.is_empty()));
+    drop(child);
+
+    let _ = Api::<ClusterRoleBinding>::all(client.clone()).delete(&cluster_name, &DeleteParams::default()).await;
+    let _ = Api::<ClusterRole>::all(client.clone()).delete(&cluster_name, &DeleteParams::default()).await;
+    support::kube::delete_namespace(&client, &ns).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// the image and the compose file (not built or run here: no Docker engine)
+
+/// The instructions of a Dockerfile: (INSTRUCTION, arguments), continuation lines joined.
+fn dockerfile() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('#') || (t.is_empty() && current.is_empty()) {
+            continue;
+        }
+        match t.strip_suffix('\\') {
+            Some(part) => current.push_str(part),
+            None => {
+                current.push_str(t);
+                let (ins, args) = current.split_once(char::is_whitespace).unwrap_or((&current, ""));
+                out.push((ins.to_ascii_uppercase(), args.trim().to_owned()));
+                current.clear();
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_dockerfile_builds_in_one_stage_and_runs_as_non_root_in_another() {
+    let ins = dockerfile();
+    let stages: Vec<usize> = ins.iter().enumerate().filter(|(_, (i, _))| i == "FROM").map(|(n, _)| n).collect();
+    assert_eq!(stages.len(), 2, "a builder and a runtime stage: {ins:?}");
+    let (builder, runtime) = (&ins[stages[0] + 1..stages[1]], &ins[stages[1] + 1..]);
+    let from = &ins[stages[0]].1;
+    assert_eq!(from, "rust:1.95-bookworm AS build");
+    // The builder's Rust is new enough for the crate.
+    assert!((1, 95) >= rust_version(), "rust:1.95 is older than Cargo.toml's rust-version");
+    let runs: Vec<&str> = builder.iter().filter(|(i, _)| i == "RUN").map(|(_, a)| a.as_str()).collect();
+    assert!(runs.iter().any(|r| r.contains("apt-get install") && r.contains("libssl-dev") && r.contains("pkg-config")), "{runs:?}");
+    assert!(runs.iter().any(|r| r.contains("cargo build --release --locked")), "{runs:?}");
+    // A small build context: only the crate's manifest, lock file and sources.
+    for (i, args) in builder.iter().filter(|(i, _)| i == "COPY" || i == "ADD") {
+        assert_eq!(i, "COPY", "{args}");
+        let words: Vec<&str> = args.split_whitespace().filter(|w| !w.starts_with("--")).collect();
+        for src in &words[..words.len() - 1] {
+            assert!(["Cargo.toml", "Cargo.lock", "src"].contains(src), "the build copies {src}");
+        }
+    }
+
+    assert_eq!(ins[stages[1]].1, "gcr.io/distroless/cc-debian12:nonroot");
+    let last = |name: &str| runtime.iter().rev().find(|(i, _)| i == name).map(|(_, a)| a.clone());
+    assert!(runtime.iter().any(|(i, a)| i == "COPY" && a.starts_with("--from=build ") && a.ends_with(" /usr/local/bin/deltaship")));
+    // Non-root, numerically (runAsNonRoot can only verify a numeric user), as the chart runs it.
+    let user = last("USER").expect("a USER in the runtime stage");
+    let uid: u32 = user.split(':').next().unwrap().parse().expect("a numeric USER");
+    assert_ne!(uid, 0);
+    let chart = render("deltaship", "deltaship", &[]);
+    let container = &one(&chart, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["securityContext"]["runAsUser"], uid);
+    let entrypoint: Value = serde_json::from_str(&last("ENTRYPOINT").unwrap()).expect("ENTRYPOINT in exec form");
+    assert_eq!(entrypoint, json!(["/usr/local/bin/deltaship"]));
+    // The default command is the chart's: run with the config where the chart mounts it.
+    let cmd: Value = serde_json::from_str(&last("CMD").unwrap()).expect("CMD in exec form");
+    assert_eq!(cmd, container["args"]);
+}
+
+/// Cargo.toml's rust-version as (major, minor).
+fn rust_version() -> (u32, u32) {
+    let text = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let line = text.lines().find(|l| l.starts_with("rust-version")).expect("rust-version in Cargo.toml");
+    let mut parts = line.split('"').nth(1).unwrap().split('.').map(|p| p.parse::<u32>().unwrap());
+    (parts.next().unwrap(), parts.next().unwrap())
+}
+
+fn env_of(service: &Value, name: &str) -> Option<String> {
+    match &service["environment"] {
+        Value::Object(map) => map.get(name).map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())),
+        Value::Array(list) => list.iter().filter_map(|e| e.as_str()?.strip_prefix(&format!("{name}=")).map(str::to_owned)).next(),
+        _ => None,
+    }
+}
+
+/// (source, target) of a service's short-syntax volumes.
+fn mounts(service: &Value) -> Vec<(String, String)> {
+    service["volumes"]
+        .as_array()
+        .map(|v| {
+            v.iter()
+                .map(|m| {
+                    let parts: Vec<&str> = m.as_str().expect("short volume syntax").split(':').collect();
+                    (parts[0].to_owned(), parts[1].to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_compose_file_fits_the_dockerfile_and_config_compose_toml() {
+    // `docker compose config` would validate the file, but this machine's docker client has
+    // no compose plugin: the file is parsed, and what must agree is checked.
+    let compose = yaml_file("docker-compose.yml");
+    let services = &compose["services"];
+    for s in ["k3s", "kafka", "nats", "deltaship"] {
+        assert!(services[s].is_object(), "service {s} missing");
+    }
+    let cfg = config::load(&root().join("config/compose.toml")).expect("config/compose.toml loads");
+
+    let ds = &services["deltaship"];
+    assert_eq!(ds["build"]["context"], ".");
+    assert_eq!(ds["build"]["dockerfile"], "deploy/Dockerfile");
+    assert!(root().join(ds["build"]["dockerfile"].as_str().unwrap()).is_file());
+    let ds_mounts = mounts(ds);
+    let config_target = ds_mounts
+        .iter()
+        .find(|(src, _)| src == "./config/compose.toml")
+        .map(|(_, t)| t.clone())
+        .expect("config/compose.toml mounted into deltaship");
+    assert!(config_target.ends_with(".toml"), "deltaship picks the format by the extension: {config_target}");
+    assert_eq!(ds["command"], json!(["run", "--config", config_target]));
+    assert_eq!(ds["restart"], "on-failure");
+    assert_eq!(ds["read_only"], true);
+    for dep in ["k3s", "kafka"] {
+        assert!(ds["depends_on"][dep].is_object(), "deltaship depends on {dep}");
+    }
+
+    // The API server: k3s writes the kubeconfig into a volume deltaship mounts at the same
+    // place; it names https://127.0.0.1:6443, which is k3s's in its network namespace.
+    let k3s = &services["k3s"];
+    assert_eq!(k3s["privileged"], true);
+    let args = strings(&k3s["command"]);
+    assert_eq!(args[0], "server");
+    assert!(args.windows(2).any(|w| w == ["--disable", "traefik"]) && args.windows(2).any(|w| w == ["--tls-san", "k3s"]), "{args:?}");
+    let output = env_of(k3s, "K3S_KUBECONFIG_OUTPUT").expect("K3S_KUBECONFIG_OUTPUT");
+    assert!(env_of(k3s, "K3S_KUBECONFIG_MODE").is_some());
+    let kubeconfig = cfg.kubernetes.kubeconfig.as_ref().expect("kubernetes.kubeconfig in config/compose.toml");
+    assert_eq!(Path::new(&output), kubeconfig);
+    let dir = kubeconfig.parent().unwrap().to_str().unwrap();
+    let volume = mounts(k3s).into_iter().find(|(_, t)| t == dir).map(|(s, _)| s).expect("the kubeconfig directory is a k3s volume");
+    assert!(compose["volumes"].get(&volume).is_some(), "named volume {volume}");
+    assert!(ds_mounts.contains(&(volume.clone(), dir.to_owned())), "deltaship mounts volume {volume} at {dir}");
+    assert_eq!(ds["network_mode"], "service:k3s");
+    // deltaship's HTTP port is published on k3s, whose network namespace it shares.
+    let port = cfg.http.listen.rsplit(':').next().unwrap();
+    assert_eq!(cfg.http.listen, "0.0.0.0:9090");
+    assert!(strings(&k3s["ports"]).contains(&format!("{port}:{port}")), "{}", k3s["ports"]);
+
+    // Kafka: one KRaft node whose advertised listener is the broker address of the config.
+    let kafka = &services["kafka"];
+    let SinkConfig::Kafka(sink) = &cfg.sink else { panic!("config/compose.toml ships to Kafka") };
+    assert_eq!(sink.brokers, "kafka:9092");
+    assert!(sink.create_topics.is_some());
+    assert_eq!(env_of(kafka, "KAFKA_PROCESS_ROLES").as_deref(), Some("broker,controller"));
+    assert!(env_of(kafka, "KAFKA_ADVERTISED_LISTENERS").unwrap().split(',').any(|l| l.ends_with("://kafka:9092")));
+    let kinds: Vec<&str> = cfg.resources.iter().map(|r| r.kind.as_str()).collect();
+    assert_eq!(kinds, ["ConfigMap", "Deployment"]);
+
+    assert!(strings(&services["nats"]["command"]).contains(&"-js".to_owned()));
+}
