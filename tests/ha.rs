@@ -4,14 +4,14 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
 use support::bridge::Bridge;
-use support::kube::{client, delete_namespace, eventually, namespace};
+use support::kube::{client, delete_namespace, namespace};
+use support::state::assert_rebuild_matches;
 
 const LEASE_SECS: u64 = 6;
 
@@ -40,25 +40,6 @@ retry_period_secs = 1
 
 fn leads(b: &Bridge) -> bool {
     b.get("/metrics").is_some_and(|(_, m)| m.lines().any(|l| l == "deltaship_leader 1"))
-}
-
-/// The ConfigMaps of `ns` as rebuilt from `topic`: key -> resourceVersion.
-fn rebuilt(brokers: &str, topic: &str, ns: &str) -> BTreeMap<String, String> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_deltaship"))
-        .args(["rebuild", "--kafka", brokers, "--topic", topic])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    doc["resources"]["v1/ConfigMap"]
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .filter(|(k, _)| k.starts_with(&format!("{ns}/")))
-                .map(|(k, v)| (k.clone(), v["metadata"]["resourceVersion"].as_str().unwrap().to_string()))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -107,21 +88,8 @@ async fn the_standby_takes_over_within_the_lease_and_consumers_rebuild_cleanly()
     assert!(takeover < Duration::from_secs(LEASE_SECS + 3), "takeover took {takeover:?}");
 
     let topic = format!("{prefix}.core.configmaps");
-    let want: BTreeMap<String, String> = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|c| (format!("{ns}/{}", c.metadata.name.unwrap()), c.metadata.resource_version.unwrap()))
-        .collect();
-    let brokers = env.kafka.clone();
-    eventually(Duration::from_secs(60), "the rebuilt state to match the API server", || {
-        let got = rebuilt(&brokers, &topic, &ns);
-        let want = want.clone();
-        async move { (got == want).then_some(()) }
-    })
-    .await;
+    let args = vec!["--kafka".into(), env.kafka.clone(), "--topic".into(), topic];
+    assert_rebuild_matches(&kube, args, std::slice::from_ref(&ns), Duration::from_secs(60)).await;
     drop(standby);
     delete_namespace(&kube, &ns).await;
 }

@@ -13,11 +13,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{Value, json};
 use support::bridge::Bridge;
 use support::kube::{client, delete_namespace};
+use support::state::{api_configmaps, differences, rebuilt_configmaps, until_done};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -72,61 +73,12 @@ impl Target {
             Sink::Kafka => vec!["--kafka".into(), env.kafka, "--topic".into(), self.topic()],
             Sink::Nats => vec!["--nats".into(), env.nats, "--stream".into(), STREAM.into()],
         };
-        let out = tokio::task::spawn_blocking(move || Command::new(env!("CARGO_BIN_EXE_deltaship")).arg("rebuild").args(args).args(["--out", "-"]).output())
-            .await
-            .unwrap()
-            .map_err(|e| format!("cannot run deltaship rebuild: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("deltaship rebuild failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr)));
-        }
-        let doc: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("rebuild output is not JSON: {e}"))?;
-        let objects = doc["resources"]["v1/ConfigMap"].as_object().cloned().unwrap_or_default();
-        let state = objects
-            .into_iter()
-            .filter(|(key, _)| key.split_once('/').is_some_and(|(ns, _)| namespaces.iter().any(|n| n == ns)))
-            .map(|(key, o)| (key, o["metadata"]["resourceVersion"].as_str().unwrap_or("<none>").to_string()))
-            .collect();
-        Ok((state, doc["summary"].clone()))
+        rebuilt_configmaps(args, namespaces).await
     }
 }
 
 // ---------------------------------------------------------------------------------------
 // The API server side: retried writes, its own state.
-
-/// Retries `op` until it succeeds or fails with `done_code` (an idempotent outcome: 404 on
-/// a delete, 409 on a create), for as long as an API server restart may take.
-async fn until_done(what: &str, done_code: u16, mut op: impl AsyncFnMut() -> Result<(), kube::Error>) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let err = match tokio::time::timeout(Duration::from_secs(10), op()).await {
-            Ok(Ok(())) => return,
-            Ok(Err(kube::Error::Api(s))) if s.code == done_code => return,
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => "no answer within 10 s".to_string(),
-        };
-        assert!(Instant::now() < deadline, "{what} still failing after 120 s: {err}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// The API server's ConfigMaps in `namespaces`: key to resourceVersion.
-async fn api_state(client: &Client, namespaces: &[String]) -> BTreeMap<String, String> {
-    let mut state = BTreeMap::new();
-    for ns in namespaces {
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-        let mut list = None;
-        until_done(&format!("listing ConfigMaps in {ns}"), 0, async || {
-            list = Some(api.list(&ListParams::default()).await?);
-            Ok(())
-        })
-        .await;
-        for cm in list.unwrap() {
-            let m = cm.metadata;
-            state.insert(format!("{ns}/{}", m.name.unwrap()), m.resource_version.unwrap());
-        }
-    }
-    state
-}
 
 // ---------------------------------------------------------------------------------------
 // The churn: a fixed plan of steps over 3 namespaces, so each test knows which step runs
@@ -182,7 +134,7 @@ async fn churn_step(client: &Client, namespaces: &[String], step: usize) {
 async fn assert_churn_applied(client: &Client, namespaces: &[String]) {
     let planned: BTreeSet<String> =
         namespaces.iter().flat_map(|ns| (0..NAMES + LATE_NAMES).filter(|i| exists(*i, STEPS - 1)).map(move |i| format!("{ns}/cm-{i:03}"))).collect();
-    let actual: BTreeSet<String> = api_state(client, namespaces).await.into_keys().filter(|k| !k.ends_with("/kube-root-ca.crt")).collect();
+    let actual: BTreeSet<String> = api_configmaps(client, namespaces).await.into_keys().filter(|k| !k.ends_with("/kube-root-ca.crt")).collect();
     assert_eq!(actual, planned, "the API server does not hold what the churn planned");
 }
 
@@ -227,7 +179,7 @@ async fn assert_rebuilt_equals_api_server(target: &Target, client: &Client, name
     const CONVERGE: Duration = Duration::from_secs(120);
     let deadline = Instant::now() + CONVERGE;
     loop {
-        let api = api_state(client, namespaces).await;
+        let api = api_configmaps(client, namespaces).await;
         let problem = match target.rebuild(namespaces).await {
             Ok((rebuilt, _)) if rebuilt == api => return,
             Ok((rebuilt, summary)) => differences(&api, &rebuilt, &summary),
@@ -239,16 +191,6 @@ async fn assert_rebuilt_equals_api_server(target: &Target, client: &Client, name
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-}
-
-fn differences(api: &BTreeMap<String, String>, rebuilt: &BTreeMap<String, String>, summary: &Value) -> String {
-    let missing: Vec<&String> = api.keys().filter(|k| !rebuilt.contains_key(*k)).collect();
-    let extra: Vec<String> = rebuilt.iter().filter(|(k, _)| !api.contains_key(*k)).map(|(k, rv)| format!("{k}@{rv}")).collect();
-    let stale: Vec<String> = api
-        .iter()
-        .filter_map(|(k, rv)| rebuilt.get(k).filter(|r| *r != rv).map(|r| format!("{k}: rebuilt {r}, API server {rv}")))
-        .collect();
-    format!("missing from the rebuilt state: {missing:?}\nextra in the rebuilt state: {extra:?}\ndiffering resourceVersions: {stale:#?}\nrebuild summary: {summary}")
 }
 
 /// The bridge's last warnings and errors, for failure messages (its debug log is long).
@@ -455,7 +397,7 @@ async fn resyncs_redeliver_the_index(sink: Sink) {
     let resyncs = |es: &[Shipped]| changes(es).map(|c| resyncs_after(es, &c.map(|i| &es[i]), partitions)).unwrap_or_default();
     let events = read_shipped(&target, Duration::from_secs(60), |es| resyncs(es).len() >= 2).await;
 
-    let api_now = api_state(&client, &namespaces).await;
+    let api_now = api_configmaps(&client, &namespaces).await;
     let mut ids: Vec<(String, BTreeSet<&str>)> = Vec::new();
     for (sid, completed) in resyncs(&events).into_iter().take(2) {
         let of_sync: Vec<&Shipped> = events.iter().filter(|e| e.sync_id.as_ref() == Some(&sid)).collect();

@@ -4,19 +4,19 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::kube::{client, delete_namespace, eventually, namespace};
+use support::state::assert_rebuild_matches;
 
 /// `deltaship run --config config/<name>` with `envs`, until ready.
 struct Run(Child);
@@ -159,28 +159,7 @@ async fn replica_keeps_compacted_topics_with_tombstones_that_rebuild_the_cluster
     let o0: Vec<_> = records.iter().filter(|r| r.key.as_deref() == Some(gone.as_str())).collect();
     assert!(o0.last().unwrap().value.is_none(), "a tombstone follows the delete");
 
-    let want: BTreeMap<String, String> = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|c| (format!("{ns}/{}", c.metadata.name.unwrap()), c.metadata.resource_version.unwrap()))
-        .collect();
-    let brokers = env.kafka.clone();
-    eventually(Duration::from_secs(60), "the rebuilt replica to match the API server", || {
-        let out = Command::new(env!("CARGO_BIN_EXE_deltaship")).args(["rebuild", "--kafka", &brokers, "--topic", &topic]).output().unwrap();
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        let got: BTreeMap<String, String> = doc["resources"]["v1/ConfigMap"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(k, _)| k.starts_with(&format!("{ns}/")))
-            .map(|(k, v)| (k.clone(), v["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string()))
-            .collect();
-        let want = want.clone();
-        async move { (got == want).then_some(()) }
-    })
-    .await;
+    let args = vec!["--kafka".into(), env.kafka.clone(), "--topic".into(), topic];
+    assert_rebuild_matches(&kube, args, std::slice::from_ref(&ns), Duration::from_secs(60)).await;
     delete_namespace(&kube, &ns).await;
 }

@@ -7,6 +7,7 @@ pub mod kafka;
 pub mod kube;
 pub mod nats;
 pub mod nats_server;
+pub mod state;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

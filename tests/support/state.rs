@@ -1,0 +1,89 @@
+//! Cluster state two ways, for the rebuild guarantee: the API server's own list, and what
+//! `deltaship rebuild` makes of a stream. Both as key (`namespace/name`) to resourceVersion.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use serde_json::Value;
+
+/// Retries `op` until it succeeds or fails with `done_code` (an idempotent outcome: 404 on
+/// a delete, 409 on a create; 0 for none), for as long as an API server restart may take.
+pub async fn until_done(what: &str, done_code: u16, mut op: impl AsyncFnMut() -> Result<(), kube::Error>) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let err = match tokio::time::timeout(Duration::from_secs(10), op()).await {
+            Ok(Ok(())) => return,
+            Ok(Err(kube::Error::Api(s))) if s.code == done_code => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer within 10 s".to_string(),
+        };
+        assert!(Instant::now() < deadline, "{what} still failing after 120 s: {err}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The API server's ConfigMaps in `namespaces`.
+pub async fn api_configmaps(client: &Client, namespaces: &[String]) -> BTreeMap<String, String> {
+    let mut state = BTreeMap::new();
+    for ns in namespaces {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        let mut list = None;
+        until_done(&format!("listing ConfigMaps in {ns}"), 0, async || {
+            list = Some(api.list(&ListParams::default()).await?);
+            Ok(())
+        })
+        .await;
+        for cm in list.unwrap() {
+            let m = cm.metadata;
+            state.insert(format!("{ns}/{}", m.name.unwrap()), m.resource_version.unwrap());
+        }
+    }
+    state
+}
+
+/// `deltaship rebuild ARGS` (e.g. `--kafka B --topic T`): the rebuilt ConfigMaps of
+/// `namespaces`, and the summary.
+pub async fn rebuilt_configmaps(args: Vec<String>, namespaces: &[String]) -> Result<(BTreeMap<String, String>, Value), String> {
+    let out = tokio::task::spawn_blocking(move || Command::new(env!("CARGO_BIN_EXE_deltaship")).arg("rebuild").args(args).args(["--out", "-"]).output())
+        .await
+        .unwrap()
+        .map_err(|e| format!("cannot run deltaship rebuild: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("deltaship rebuild failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    let doc: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("rebuild output is not JSON: {e}"))?;
+    let objects = doc["resources"]["v1/ConfigMap"].as_object().cloned().unwrap_or_default();
+    let state = objects
+        .into_iter()
+        .filter(|(key, _)| key.split_once('/').is_some_and(|(ns, _)| namespaces.iter().any(|n| n == ns)))
+        .map(|(key, o)| (key, o["metadata"]["resourceVersion"].as_str().unwrap_or("<none>").to_string()))
+        .collect();
+    Ok((state, doc["summary"].clone()))
+}
+
+/// Polls until the rebuilt state equals the API server's, or panics after `timeout`
+/// showing the differences.
+pub async fn assert_rebuild_matches(client: &Client, rebuild_args: Vec<String>, namespaces: &[String], timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let want = api_configmaps(client, namespaces).await;
+        let problem = match rebuilt_configmaps(rebuild_args.clone(), namespaces).await {
+            Ok((got, _)) if got == want => return,
+            Ok((got, summary)) => differences(&want, &got, &summary),
+            Err(e) => e,
+        };
+        assert!(Instant::now() < deadline, "the rebuilt state never matched the API server:\n{problem}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+pub fn differences(api: &BTreeMap<String, String>, rebuilt: &BTreeMap<String, String>, summary: &Value) -> String {
+    let missing: Vec<&String> = api.keys().filter(|k| !rebuilt.contains_key(*k)).collect();
+    let extra: Vec<&String> = rebuilt.keys().filter(|k| !api.contains_key(*k)).collect();
+    let stale: Vec<_> = api.iter().filter_map(|(k, v)| rebuilt.get(k).filter(|r| *r != v).map(|r| (k, v, r))).collect();
+    format!("missing from the rebuilt state: {missing:?}\nextra in the rebuilt state: {extra:?}\ndiffering resourceVersions (key, api, rebuilt): {stale:#?}\nrebuild summary: {summary}")
+}
