@@ -72,7 +72,7 @@ async fn deploy_trigger_ships_exactly_one_event_per_pod_template_change() {
     let deploys: Api<Deployment> = Api::namespaced(kube.clone(), &ns);
     deploys.create(&PostParams::default(), &deployment("web", "nginx:1.27")).await.unwrap();
     // Let the controller-manager finish its status and annotation updates.
-    eventually(Duration::from_secs(30), "the Deployment to be observed", || {
+    eventually(Duration::from_secs(60), "the Deployment to be observed", || {
         let deploys = deploys.clone();
         async move { deploys.get("web").await.ok()?.status?.observed_generation.filter(|g| *g >= 1) }
     })
@@ -81,7 +81,7 @@ async fn deploy_trigger_ships_exactly_one_event_per_pod_template_change() {
     deploys.patch("web", &PatchParams::default(), &Patch::Strategic(&image)).await.unwrap();
     // Scaling changes the spec but not the pod template: no trigger.
     deploys.patch("web", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"replicas": 2}}))).await.unwrap();
-    eventually(Duration::from_secs(30), "the rollout's status updates", || {
+    eventually(Duration::from_secs(60), "the rollout's status updates", || {
         let deploys = deploys.clone();
         async move { deploys.get("web").await.ok()?.status?.observed_generation.filter(|g| *g >= 3) }
     })
