@@ -346,6 +346,15 @@ pub struct DeliveryConfig {
     /// bridge stops). Counted and logged in every case.
     #[serde(default)]
     pub oversize: OversizePolicy,
+    /// /healthz fails when events have waited this long without any acknowledgement from
+    /// the sink (a stuck client; the restart re-delivers with an initial sync), in seconds;
+    /// 0 turns the check off. Default: 300.
+    #[serde(default = "default_stall_timeout_secs")]
+    pub stall_timeout_secs: u64,
+}
+
+fn default_stall_timeout_secs() -> u64 {
+    300
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -366,6 +375,7 @@ impl Default for DeliveryConfig {
             retry_max_ms: default_retry_max_ms(),
             shutdown_timeout_secs: default_shutdown_timeout_secs(),
             oversize: OversizePolicy::default(),
+            stall_timeout_secs: default_stall_timeout_secs(),
         }
     }
 }

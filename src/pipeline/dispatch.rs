@@ -76,6 +76,8 @@ impl<P: Publisher> Dispatcher<P> {
             }
             metrics::gauge!(m::IN_FLIGHT).set(in_flight.len() as f64);
             metrics::gauge!(m::HELD).set(held as f64);
+            metrics::gauge!(m::QUEUED).set(rx.len() as f64);
+            self.health.set_outstanding(in_flight.len() + held);
             let can_take = input_open && barrier.is_none() && in_flight.len() + held < self.max_in_flight;
             if !can_take && in_flight.is_empty() {
                 if !input_open {
@@ -164,6 +166,7 @@ impl<P: Publisher> Dispatcher<P> {
         let env = done.env;
         match done.result {
             Ok(()) => {
+                self.health.progressed();
                 metrics::counter!(m::EVENTS, "resource" => env.resource.to_string(), "type" => env.kind.label()).increment(1);
                 metrics::histogram!(m::PUBLISH_LATENCY, "sink" => sink).record(done.started.elapsed().as_secs_f64());
                 if env.completes_initial_sync {

@@ -66,7 +66,8 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     }
     let sink = Sink::from_config(&config.sink).await?;
 
-    let health = Arc::new(Health::new(scopes.len()));
+    let stall = Some(Duration::from_secs(config.delivery.stall_timeout_secs)).filter(|d| !d.is_zero());
+    let health = Arc::new(Health::with_stall_timeout(scopes.len(), stall));
     let http_stop = CancellationToken::new();
     let addr: SocketAddr = config.http.listen.parse().expect("validated at load");
     let http = telemetry::serve(addr, health.clone(), http_stop.clone()).await?;

@@ -50,7 +50,7 @@ pub async fn serve(addr: SocketAddr, health: Arc<Health>, stop: CancellationToke
     });
     let app = Router::new()
         .route("/metrics", get(|State(s): State<AppState>| async move { s.metrics.render() }))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(AppState { metrics: handle, health });
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| HttpError::Bind { addr, source })?;
@@ -61,6 +61,13 @@ pub async fn serve(addr: SocketAddr, health: Arc<Health>, stop: CancellationToke
             tracing::error!(error = %e, "HTTP server failed");
         }
     }))
+}
+
+async fn healthz(State(s): State<AppState>) -> (StatusCode, String) {
+    match s.health.liveness() {
+        Ok(()) => (StatusCode::OK, "ok\n".into()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("stalled: {why}\n")),
+    }
 }
 
 async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {

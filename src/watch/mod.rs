@@ -97,7 +97,6 @@ impl Watch {
                 _ = stop.cancelled() => return false,
                 sent = tx.send(env) => if sent.is_err() { return false },
             }
-            metrics::gauge!(m::QUEUED).set((tx.max_capacity() - tx.capacity()) as f64);
         }
         true
     }

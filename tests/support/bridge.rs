@@ -72,6 +72,11 @@ impl Bridge {
         }
     }
 
+    /// The process id of the running bridge (for /proc/<pid>/status).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
