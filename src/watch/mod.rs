@@ -97,6 +97,8 @@ impl Watch {
                 _ = stop.cancelled() => return false,
                 sent = tx.send(env) => if sent.is_err() { return false },
             }
+            // Set where the queue fills (here) and where it drains (the dispatcher).
+            metrics::gauge!(m::QUEUED).set((tx.max_capacity() - tx.capacity()) as f64);
         }
         true
     }
