@@ -1,0 +1,270 @@
+//! Shared by the benches: the fixtures, watch scopes built through the public config and
+//! plan API, recorded watch events, and the sinks' binary-mode encodings rebuilt from
+//! `deltaship::sink::encode` (the sinks' own `encode` methods are private).
+#![allow(dead_code)] // each bench uses a different part
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use deltaship::change::{Change, Classifier, Fingerprinter, Object, WatchEvent};
+use deltaship::config::{self, Config};
+use deltaship::event::{self, Envelope, redact};
+use deltaship::resource::Resource;
+use deltaship::sink::encode::{binary_attributes, data_bytes, data_content_type, percent_encode};
+use deltaship::watch::Scope;
+use kube::api::DynamicObject;
+use rdkafka::message::{Header, OwnedHeaders};
+use serde_json::Value;
+
+/// A 5.6 KB Pod and an 18 KB ConfigMap as the API server serves them (managedFields
+/// included; compact JSON).
+pub const POD: &[u8] = include_bytes!("../fixtures/pod.json");
+pub const CONFIGMAP: &[u8] = include_bytes!("../fixtures/configmap.json");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Pod,
+    ConfigMap,
+}
+
+impl Kind {
+    pub fn parse(s: &str) -> Kind {
+        match s {
+            "pod" => Kind::Pod,
+            "configmap" => Kind::ConfigMap,
+            other => panic!("unknown fixture {other}; use pod or configmap"),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Pod => "pod",
+            Kind::ConfigMap => "configmap",
+        }
+    }
+
+    /// The fixture as a JSON value.
+    pub fn value(self) -> Value {
+        let raw = match self {
+            Kind::Pod => POD,
+            Kind::ConfigMap => CONFIGMAP,
+        };
+        serde_json::from_slice(raw).expect("fixtures are JSON")
+    }
+
+    /// The fixture's size as the API server sends it (compact JSON).
+    pub fn wire_size(self) -> usize {
+        serde_json::to_vec(&self.value()).unwrap().len()
+    }
+
+    pub fn resource(self) -> Resource {
+        let (kind, plural) = match self {
+            Kind::Pod => ("Pod", "pods"),
+            Kind::ConfigMap => ("ConfigMap", "configmaps"),
+        };
+        Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            namespaced: true,
+        }
+    }
+}
+
+/// A name unique to this process: `prefix-<hex>`.
+pub fn unique(prefix: &str) -> String {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    format!("{prefix}-{:x}", (nanos ^ ((std::process::id() as u128) << 40)) & 0xffff_ffff_ffff)
+}
+
+/// Loads a config through the public loader (file, validation), from TOML text.
+pub fn load_config(toml: &str) -> Config {
+    let path: PathBuf = std::env::temp_dir().join(format!("{}.toml", unique("deltaship-bench-config")));
+    std::fs::write(&path, toml).unwrap();
+    let config = config::load(&path).unwrap_or_else(|e| panic!("bench config invalid: {e}\n{toml}"));
+    let _ = std::fs::remove_file(&path);
+    config
+}
+
+/// The watch scope of `kind` (namespace `shop`) for `sink_toml` (a `[sink]` table), as
+/// `deltaship run` plans it.
+pub fn scope(cluster: &str, kind: Kind, sink_toml: &str) -> Arc<Scope> {
+    let r = kind.resource();
+    let toml = format!(
+        "cluster = \"{cluster}\"\n[[resources]]\nversion = \"v1\"\nkind = \"{}\"\nnamespaces = [\"shop\"]\n\n{sink_toml}\n",
+        r.kind
+    );
+    let config = load_config(&toml);
+    let scopes = deltaship::pipeline::plan::scopes(&config, &[r], "https://127.0.0.1:6443").expect("plan");
+    scopes.into_iter().next().expect("one scope")
+}
+
+/// A Kafka scope with the default topic template, or `topic` when given.
+pub fn kafka_scope(cluster: &str, kind: Kind, brokers: &str) -> Arc<Scope> {
+    scope(cluster, kind, &format!("[sink]\ntype = \"kafka\"\nbrokers = \"{brokers}\"\n"))
+}
+
+/// A NATS scope with the default subject templates.
+pub fn nats_scope(cluster: &str, kind: Kind, url: &str) -> Arc<Scope> {
+    scope(cluster, kind, &format!("[sink]\ntype = \"nats\"\nurl = \"{url}\"\n"))
+}
+
+/// `value` as object number `i` at resourceVersion `rv`, revision `rev` (an annotation
+/// whose change makes the update visible, as a real change would).
+pub fn variant(value: &Value, i: usize, rv: u64, rev: u64) -> Value {
+    let mut v = value.clone();
+    let m = &mut v["metadata"];
+    let base = m["name"].as_str().unwrap().to_string();
+    m["name"] = Value::String(format!("{base}-{i:06}"));
+    let uid = m["uid"].as_str().unwrap().to_string();
+    m["uid"] = Value::String(format!("{}{i:012}", &uid[..uid.len() - 12]));
+    m["resourceVersion"] = Value::String(rv.to_string());
+    m["annotations"]["bench.deltaship.dev/revision"] = Value::String(rev.to_string());
+    v
+}
+
+/// What the API server sends for one object: JSON bytes.
+pub fn wire(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap()
+}
+
+/// The watch stage's decoding of one object: JSON bytes to a DynamicObject (as kube's
+/// watcher does), to deltaship's Object, redacted.
+pub fn decode(bytes: &[u8]) -> Object {
+    let dynamic: DynamicObject = serde_json::from_slice(bytes).expect("fixture decodes");
+    let mut obj = Object::from_dynamic(dynamic).expect("fixture has name, uid, resourceVersion");
+    redact::redact(&mut obj.value);
+    obj
+}
+
+/// One recorded watch event, objects as the bytes the API server sent.
+#[derive(Clone)]
+pub enum Recorded {
+    Init,
+    InitApply(Vec<u8>),
+    InitDone,
+    Apply(Vec<u8>),
+}
+
+/// A recorded watch of `kind` with `n` events in all: the initial sync of `objects` objects
+/// (Init, one InitApply each, InitDone), then MODIFIED events round-robin over them, each a
+/// visible change (new resourceVersion, new revision annotation).
+pub fn recording(kind: Kind, n: usize, objects: usize) -> Vec<Recorded> {
+    assert!(n >= objects + 2, "{n} events cannot hold an initial sync of {objects} objects");
+    let base = kind.value();
+    let mut rv = 1_000_000u64;
+    let mut out = Vec::with_capacity(n);
+    out.push(Recorded::Init);
+    for i in 0..objects {
+        rv += 1;
+        out.push(Recorded::InitApply(wire(&variant(&base, i, rv, 0))));
+    }
+    out.push(Recorded::InitDone);
+    let mut rev = 0;
+    while out.len() < n {
+        rev += 1;
+        for i in 0..objects {
+            if out.len() == n {
+                break;
+            }
+            rv += 1;
+            out.push(Recorded::Apply(wire(&variant(&base, i, rv, rev))));
+        }
+    }
+    out
+}
+
+/// The bridge's per-event path up to the sink: decode, classify against the index, build
+/// the CloudEvent. Returns the envelopes in order.
+pub fn envelopes(cluster: &str, scope: &Scope, recorded: &[Recorded]) -> Vec<Envelope> {
+    let mut classifier = Classifier::new(scope.resource.label(), Fingerprinter::new(&scope.ignore_fields), scope.relist, scope.keeps_content());
+    let mut changes: Vec<Change> = Vec::new();
+    let mut out = Vec::with_capacity(recorded.len());
+    for r in recorded {
+        classifier.handle(watch_event(r), &mut changes);
+        for c in changes.drain(..) {
+            out.push(event::build(cluster, scope, c, chrono::Utc::now()).expect("builds"));
+        }
+    }
+    out
+}
+
+/// A recorded event decoded as the watch stage does.
+pub fn watch_event(r: &Recorded) -> WatchEvent {
+    match r {
+        Recorded::Init => WatchEvent::Init,
+        Recorded::InitApply(b) => WatchEvent::InitApply(decode(b)),
+        Recorded::InitDone => WatchEvent::InitDone,
+        Recorded::Apply(b) => WatchEvent::Apply(decode(b)),
+    }
+}
+
+/// The Kafka sink's binary mode (as `KafkaSink::encode`): value = data, attributes as
+/// `ce_` headers, `content-type` from `datacontenttype`.
+pub fn encode_kafka(env: &Envelope) -> (Vec<u8>, OwnedHeaders) {
+    let payload = data_bytes(&env.event);
+    let content_type = data_content_type(&env.event);
+    let attrs: Vec<(String, String)> = binary_attributes(&env.event)
+        .filter(|(name, _)| *name != "datacontenttype")
+        .map(|(name, value)| (format!("ce_{name}"), value))
+        .collect();
+    let mut headers = OwnedHeaders::new_with_capacity(attrs.len() + 1).insert(Header {
+        key: "content-type",
+        value: Some(content_type),
+    });
+    for (k, v) in &attrs {
+        headers = headers.insert(Header { key: k, value: Some(v) });
+    }
+    (payload, headers)
+}
+
+/// The NATS sink's binary mode (as `NatsSink::encode`): every attribute as a
+/// percent-encoded `ce-` header, payload = data.
+pub fn encode_nats(env: &Envelope) -> (Bytes, async_nats::HeaderMap) {
+    let mut headers = async_nats::HeaderMap::new();
+    for (name, value) in binary_attributes(&env.event) {
+        headers.insert(format!("ce-{name}").as_str(), percent_encode(&value).as_str());
+    }
+    (Bytes::from(data_bytes(&env.event)), headers)
+}
+
+/// CPU time of this process (all threads, live and exited), in seconds.
+pub fn process_cpu() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// Median, min and max of `xs` (not empty).
+pub fn stats(xs: &[f64]) -> (f64, f64, f64) {
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+    (median, v[0], v[n - 1])
+}
+
+/// Whether the binary was started by `cargo bench` (`--bench`); `cargo test --benches`
+/// runs it without, for a quick smoke run.
+pub fn bench_mode() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v} is not valid")),
+        Err(_) => default,
+    }
+}
+
+/// A test-environment variable; missing is a failure naming the command to run.
+pub fn test_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: start the test servers with `tests/env/up` and `source tests/env/.state/env.sh`, or run `tests/bench`")
+    })
+}
