@@ -255,21 +255,11 @@ fn selected(v: Variant) -> bool {
 
 // ---------------------------------------------------------------- Kafka
 
-/// The sink's producer settings (`sink::kafka::client_config` is private; kept in step
-/// with it by hand): idempotent, acks=all, no message timeout, murmur2, zstd, 64 MiB
-/// queue, linger 5 ms.
+/// The sink's own producer settings (idempotent, acks=all, no message timeout, murmur2,
+/// zstd, 64 MiB queue, linger 5 ms), for the raw client.
 fn raw_producer(brokers: &str) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("message.timeout.ms", "0")
-        .set("partitioner", "murmur2_random")
-        .set("compression.type", "zstd")
-        .set("queue.buffering.max.kbytes", "65536")
-        .set("linger.ms", "5")
-        .create()
-        .expect("raw producer")
+    let cfg: deltaship::config::KafkaConfig = serde_json::from_value(serde_json::json!({"brokers": brokers})).expect("a Kafka config");
+    deltaship::sink::kafka::client_config(&cfg).create().expect("raw producer")
 }
 
 struct KafkaRecord {

@@ -1,6 +1,5 @@
 //! Shared by the benches: the fixtures, watch scopes built through the public config and
-//! plan API, recorded watch events, and the sinks' binary-mode encodings rebuilt from
-//! `deltaship::sink::encode` (the sinks' own `encode` methods are private).
+//! plan API, recorded watch events, and the sinks' own binary-mode encodings.
 #![allow(dead_code)] // each bench uses a different part
 
 use std::path::PathBuf;
@@ -10,12 +9,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use deltaship::change::{Change, Classifier, Fingerprinter, Object, WatchEvent};
 use deltaship::config::{self, Config};
-use deltaship::event::{self, Envelope, redact};
+use deltaship::config::ContentMode;
+use deltaship::event::{self, Envelope};
 use deltaship::resource::Resource;
-use deltaship::sink::encode::{binary_attributes, data_bytes, data_content_type, percent_encode};
 use deltaship::watch::Scope;
 use kube::api::DynamicObject;
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::OwnedHeaders;
 use serde_json::Value;
 
 /// A 5.6 KB Pod and an 18 KB ConfigMap as the API server serves them (managedFields
@@ -135,9 +134,7 @@ pub fn wire(value: &Value) -> Vec<u8> {
 /// watcher does), to deltaship's Object, redacted.
 pub fn decode(bytes: &[u8]) -> Object {
     let dynamic: DynamicObject = serde_json::from_slice(bytes).expect("fixture decodes");
-    let mut obj = Object::from_dynamic(dynamic).expect("fixture has name, uid, resourceVersion");
-    redact::redact(&mut obj.value);
-    obj
+    deltaship::watch::decode_object(dynamic, true).expect("fixture has name, uid, resourceVersion")
 }
 
 /// One recorded watch event, objects as the bytes the API server sent.
@@ -202,33 +199,14 @@ pub fn watch_event(r: &Recorded) -> WatchEvent {
     }
 }
 
-/// The Kafka sink's binary mode (as `KafkaSink::encode`): value = data, attributes as
-/// `ce_` headers, `content-type` from `datacontenttype`.
+/// The Kafka sink's binary mode.
 pub fn encode_kafka(env: &Envelope) -> (Vec<u8>, OwnedHeaders) {
-    let payload = data_bytes(&env.event);
-    let content_type = data_content_type(&env.event);
-    let attrs: Vec<(String, String)> = binary_attributes(&env.event)
-        .filter(|(name, _)| *name != "datacontenttype")
-        .map(|(name, value)| (format!("ce_{name}"), value))
-        .collect();
-    let mut headers = OwnedHeaders::new_with_capacity(attrs.len() + 1).insert(Header {
-        key: "content-type",
-        value: Some(content_type),
-    });
-    for (k, v) in &attrs {
-        headers = headers.insert(Header { key: k, value: Some(v) });
-    }
-    (payload, headers)
+    deltaship::sink::kafka::encode(env, ContentMode::Binary)
 }
 
-/// The NATS sink's binary mode (as `NatsSink::encode`): every attribute as a
-/// percent-encoded `ce-` header, payload = data.
+/// The NATS sink's binary mode.
 pub fn encode_nats(env: &Envelope) -> (Bytes, async_nats::HeaderMap) {
-    let mut headers = async_nats::HeaderMap::new();
-    for (name, value) in binary_attributes(&env.event) {
-        headers.insert(format!("ce-{name}").as_str(), percent_encode(&value).as_str());
-    }
-    (Bytes::from(data_bytes(&env.event)), headers)
+    deltaship::sink::nats::encode(env, ContentMode::Binary)
 }
 
 /// CPU time of this process (all threads, live and exited), in seconds.

@@ -44,7 +44,7 @@ impl KafkaSink {
     /// Sends one event; markers go to every partition of the topic. Resolves when the
     /// broker acknowledged every record (acks=all).
     pub async fn send(&self, env: &Envelope) -> Result<(), SendError> {
-        let (payload, headers) = self.encode(env);
+        let (payload, headers) = encode(env, self.content_mode);
         match env.kind {
             EnvelopeKind::Marker(_) => {
                 let partitions = self.partitions(&env.destination).await?;
@@ -66,28 +66,6 @@ impl KafkaSink {
             }
         }
         Ok(())
-    }
-
-    fn encode(&self, env: &Envelope) -> (Vec<u8>, OwnedHeaders) {
-        let (payload, content_type, attrs): (_, &str, Vec<(String, String)>) = match self.content_mode {
-            ContentMode::Binary => (
-                data_bytes(&env.event),
-                data_content_type(&env.event),
-                binary_attributes(&env.event)
-                    .filter(|(name, _)| *name != "datacontenttype")
-                    .map(|(name, value)| (format!("ce_{name}"), value))
-                    .collect(),
-            ),
-            ContentMode::Structured => (structured_bytes(&env.event), STRUCTURED_CONTENT_TYPE, Vec::new()),
-        };
-        let mut headers = OwnedHeaders::new_with_capacity(attrs.len() + 1).insert(Header {
-            key: "content-type",
-            value: Some(content_type),
-        });
-        for (k, v) in &attrs {
-            headers = headers.insert(Header { key: k, value: Some(v) });
-        }
-        (payload, headers)
     }
 
     fn produce(
@@ -192,6 +170,29 @@ impl KafkaSink {
     }
 }
 
+/// The record value and headers of `env` in `mode`, per the CloudEvents Kafka binding.
+pub fn encode(env: &Envelope, mode: ContentMode) -> (Vec<u8>, OwnedHeaders) {
+    let (payload, content_type, attrs): (_, &str, Vec<(String, String)>) = match mode {
+        ContentMode::Binary => (
+            data_bytes(&env.event),
+            data_content_type(&env.event),
+            binary_attributes(&env.event)
+                .filter(|(name, _)| *name != "datacontenttype")
+                .map(|(name, value)| (format!("ce_{name}"), value))
+                .collect(),
+        ),
+        ContentMode::Structured => (structured_bytes(&env.event), STRUCTURED_CONTENT_TYPE, Vec::new()),
+    };
+    let mut headers = OwnedHeaders::new_with_capacity(attrs.len() + 1).insert(Header {
+        key: "content-type",
+        value: Some(content_type),
+    });
+    for (k, v) in &attrs {
+        headers = headers.insert(Header { key: k, value: Some(v) });
+    }
+    (payload, headers)
+}
+
 /// Creates the missing topics among `topics` with the configured partitions.
 pub async fn create_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), SendError> {
     let Some(tc) = &cfg.create_topics else { return Ok(()) };
@@ -223,7 +224,8 @@ pub async fn create_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), S
     Ok(())
 }
 
-fn client_config(cfg: &KafkaConfig) -> ClientConfig {
+/// The producer settings of the sink (the benchmarks' raw baseline uses them too).
+pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &cfg.brokers)
         // Per-partition order through retries, nothing lost or duplicated by the producer.

@@ -167,7 +167,7 @@ impl NatsSink {
     /// Publishes one event to its subject; in JetStream mode resolves when the stream
     /// stored it (or already had its id: a redelivery).
     pub async fn send(&self, env: &Envelope) -> Result<(), SendError> {
-        let (payload, headers) = self.encode(env);
+        let (payload, headers) = encode(env, self.content_mode);
         let subject = env.destination.to_string();
         match &self.jetstream {
             Some(js) => {
@@ -192,23 +192,6 @@ impl NatsSink {
         Ok(())
     }
 
-    fn encode(&self, env: &Envelope) -> (Bytes, HeaderMap) {
-        let mut headers = HeaderMap::new();
-        let payload = match self.content_mode {
-            ContentMode::Binary => {
-                for (name, value) in binary_attributes(&env.event) {
-                    headers.insert(format!("ce-{name}").as_str(), percent_encode(&value).as_str());
-                }
-                data_bytes(&env.event)
-            }
-            ContentMode::Structured => {
-                headers.insert("Content-Type", STRUCTURED_CONTENT_TYPE);
-                structured_bytes(&env.event)
-            }
-        };
-        (Bytes::from(payload), headers)
-    }
-
     /// Connected to a server now.
     pub fn probe(&self) -> Result<(), SendError> {
         match self.client.connection_state() {
@@ -226,6 +209,24 @@ impl NatsSink {
             message: e.to_string(),
         })
     }
+}
+
+/// The payload and headers of `env` in `mode`, per the CloudEvents NATS binding.
+pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, HeaderMap) {
+    let mut headers = HeaderMap::new();
+    let payload = match mode {
+        ContentMode::Binary => {
+            for (name, value) in binary_attributes(&env.event) {
+                headers.insert(format!("ce-{name}").as_str(), percent_encode(&value).as_str());
+            }
+            data_bytes(&env.event)
+        }
+        ContentMode::Structured => {
+            headers.insert("Content-Type", STRUCTURED_CONTENT_TYPE);
+            structured_bytes(&env.event)
+        }
+    };
+    (Bytes::from(payload), headers)
 }
 
 /// Logs the connection's state changes once each, and each kind of client or server error

@@ -15,7 +15,7 @@ use kube::Client;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::change::{Change, Classifier, Fingerprinter, Object, WatchEvent};
+use crate::change::{Change, Classifier, Fingerprinter, Object, ObjectError, WatchEvent};
 use crate::config::KubernetesConfig;
 use crate::event::{self, Envelope, redact};
 use crate::telemetry::metrics as m;
@@ -144,16 +144,20 @@ pub fn api(client: Client, scope: &Scope) -> Api<DynamicObject> {
     }
 }
 
+/// One watched object as the later stages take it: decoded and, when `redact`, redacted.
+pub fn decode_object(o: DynamicObject, redact: bool) -> Result<Object, ObjectError> {
+    let mut obj = Object::from_dynamic(o)?;
+    if redact {
+        redact::redact(&mut obj.value);
+    }
+    Ok(obj)
+}
+
 /// Decodes and redacts the event's object; an object that cannot be decoded is counted,
 /// logged with its key and skipped.
 fn decode(event: watcher::Event<DynamicObject>, scope: &Scope, label: &str) -> Option<WatchEvent> {
-    let object = |o: DynamicObject| match Object::from_dynamic(o) {
-        Ok(mut obj) => {
-            if scope.redact {
-                redact::redact(&mut obj.value);
-            }
-            Some(obj)
-        }
+    let object = |o: DynamicObject| match decode_object(o, scope.redact) {
+        Ok(obj) => Some(obj),
         Err(e) => {
             metrics::counter!(m::BAD_OBJECTS, "resource" => label.to_string(), "reason" => "decode").increment(1);
             tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be decoded");
