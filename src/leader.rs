@@ -62,10 +62,6 @@ impl Elector {
         }
     }
 
-    pub fn identity(&self) -> &str {
-        &self.identity
-    }
-
     fn error(&self, source: kube::Error) -> LeaderError {
         LeaderError::Api {
             namespace: self.namespace.clone(),

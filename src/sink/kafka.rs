@@ -12,7 +12,7 @@ use rdkafka::util::Timeout;
 use super::SendError;
 use super::kafka_log::QuietContext;
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_bytes, data_content_type, structured_bytes};
-use crate::config::{ContentMode, KafkaConfig, mask_value};
+use crate::config::{ContentMode, KafkaConfig};
 use crate::event::{Envelope, EnvelopeKind};
 use crate::change::ChangeType;
 
@@ -243,15 +243,6 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
         c.set(k, v);
     }
     c
-}
-
-/// Options for logs, secrets masked.
-pub fn describe(cfg: &KafkaConfig) -> String {
-    cfg.librdkafka
-        .iter()
-        .map(|(k, v)| format!("{k}={}", mask_value(k, v)))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 async fn await_delivery(d: rdkafka::producer::DeliveryFuture) -> Result<(), SendError> {

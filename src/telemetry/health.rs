@@ -92,7 +92,7 @@ impl Health {
         self.publish();
     }
 
-    pub fn initial_syncs_pending(&self) -> usize {
+    fn initial_syncs_pending(&self) -> usize {
         self.initial_syncs_pending.load(Ordering::Acquire)
     }
 
