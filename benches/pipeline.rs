@@ -91,7 +91,7 @@ impl Setup {
 
     fn envelope(&mut self, scope: &Scope) -> Envelope {
         let change = self.updated();
-        event::build(CLUSTER, scope, change, chrono::Utc::now()).unwrap()
+        event::build(CLUSTER, scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap()
     }
 }
 
@@ -144,7 +144,7 @@ fn build(bencher: Bencher, fixture: &str) {
     bencher
         .counter(bytes(s.kind))
         .with_inputs(|| s.updated())
-        .bench_local_values(|change| event::build(CLUSTER, &scope, change, chrono::Utc::now()).unwrap());
+        .bench_local_values(|change| event::build(CLUSTER, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap());
 }
 
 /// Kafka binary mode: data as the record value, attributes as `ce_` headers.
@@ -178,7 +178,7 @@ fn per_event_kafka(bencher: Bencher, fixture: &str) {
             let mut out = Vec::with_capacity(1);
             classifier.handle(WatchEvent::Apply(common::decode(&wire)), &mut out);
             let change = out.pop().expect("a visible update");
-            let env = event::build(CLUSTER, &scope, change, chrono::Utc::now()).unwrap();
+            let env = event::build(CLUSTER, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
             let encoded = common::encode_kafka(&env);
             (env, encoded)
         });
@@ -197,7 +197,7 @@ fn per_event_nats(bencher: Bencher, fixture: &str) {
             let mut out = Vec::with_capacity(1);
             classifier.handle(WatchEvent::Apply(common::decode(&wire)), &mut out);
             let change = out.pop().expect("a visible update");
-            let env = event::build(CLUSTER, &scope, change, chrono::Utc::now()).unwrap();
+            let env = event::build(CLUSTER, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
             let encoded = common::encode_nats(&env);
             (env, encoded)
         });

@@ -99,7 +99,7 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         // The bridge records metrics on every event: install the same recorder.
-        let health = Arc::new(Health::new(0));
+        let health = Health::single(0);
         let http_stop = CancellationToken::new();
         let _http = deltaship::telemetry::serve("127.0.0.1:0".parse().unwrap(), health.clone(), http_stop.clone())
             .await
@@ -136,7 +136,7 @@ async fn through_pipeline(sink: Sink, envs: Vec<Envelope>, health: Arc<Health>) 
         max: Duration::from_millis(30_000),
     };
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-    let dispatcher = Dispatcher::new(sink, MAX_IN_FLIGHT, OversizePolicy::Reference, retry, health);
+    let dispatcher = Dispatcher::new(sink, MAX_IN_FLIGHT, OversizePolicy::Reference, retry, health.route(0));
     let cpu = common::process_cpu();
     let started = Instant::now();
     let delivery = tokio::spawn(dispatcher.run(rx));
@@ -159,7 +159,7 @@ async fn end_to_end(sink: Sink, cluster: String, scope: Arc<deltaship::watch::Sc
         max: Duration::from_millis(30_000),
     };
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-    let dispatcher = Dispatcher::new(sink, MAX_IN_FLIGHT, OversizePolicy::Reference, retry, health);
+    let dispatcher = Dispatcher::new(sink, MAX_IN_FLIGHT, OversizePolicy::Reference, retry, health.route(0));
     let cpu = common::process_cpu();
     let started = Instant::now();
     let delivery = tokio::spawn(dispatcher.run(rx));
@@ -170,7 +170,7 @@ async fn end_to_end(sink: Sink, cluster: String, scope: Arc<deltaship::watch::Sc
         for r in recorded.iter() {
             classifier.handle(common::watch_event(r), &mut changes);
             for c in changes.drain(..) {
-                let env = deltaship::event::build(&cluster, &scope, c, chrono::Utc::now()).expect("builds");
+                let env = deltaship::event::build(&cluster, &scope, &scope.outputs[0], c, chrono::Utc::now()).expect("builds");
                 tx.send(env).await.expect("dispatcher running");
                 sent += 1;
             }
@@ -326,13 +326,14 @@ async fn kafka_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, ru
     let prefix = format!("{run_id}-kafka");
     let sink_toml = kafka_sink_toml(brokers, &prefix);
     let scope = common::scope("warmup", kind, &sink_toml);
-    let topic = scope.route.marker_destination().to_string();
+    let topic = scope.outputs[0].destination.marker_destination().to_string();
     let config = common::load_config(&format!(
         "[[resources]]\nversion = \"v1\"\nkind = \"{}\"\n{sink_toml}",
         kind.resource().kind
     ));
-    let sink = Sink::from_config(&config.sink).await.expect("kafka sink");
-    sink.prepare(&config.sink, std::slice::from_ref(&topic)).await.expect("create the bench topic");
+    let sink_config = config.effective_routes().remove(0).sink;
+    let sink = Sink::from_config(&sink_config).await.expect("kafka sink");
+    sink.prepare(&sink_config, std::slice::from_ref(&topic)).await.expect("create the bench topic");
     let producer = raw_producer(brokers);
     wait_for_partitions(&producer, &topic).await;
     eprintln!("replay: kafka topic {topic}");
@@ -480,8 +481,9 @@ async fn nats_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, run
         "[[resources]]\nversion = \"v1\"\nkind = \"{}\"\n{sink_toml}",
         kind.resource().kind
     ));
-    let sink = Sink::from_config(&config.sink).await.expect("nats sink");
-    sink.prepare(&config.sink, &[]).await.expect("create the bench stream");
+    let sink_config = config.effective_routes().remove(0).sink;
+    let sink = Sink::from_config(&sink_config).await.expect("nats sink");
+    sink.prepare(&sink_config, &[]).await.expect("create the bench stream");
     eprintln!("replay: JetStream stream {stream}");
     // The raw client: the sink's connection and JetStream settings (10 s ack timeout).
     let client = async_nats::ConnectOptions::new().name("deltaship-bench-raw").connect(url).await.expect("raw NATS client");

@@ -5,7 +5,7 @@ use std::fmt::Display;
 
 use std::time::Duration;
 
-use crate::config::{Config, NatsConfig, SinkConfig};
+use crate::config::{Config, DEFAULT_ROUTE, NatsConfig, SinkConfig};
 use crate::pipeline::plan;
 use crate::sink::{KafkaSink, NatsSink};
 use crate::watch::{access, client, discovery};
@@ -54,10 +54,16 @@ pub async fn run(config: &Config) -> bool {
             }
         }
     }
-    match &config.sink {
-        SinkConfig::Kafka(k) => check_kafka(&mut report, k, plan::topics(&scopes)).await,
-        SinkConfig::Nats(n) => check_nats(&mut report, n).await,
-        SinkConfig::Stdout => report.ok("sink: stdout"),
+    let routes = config.effective_routes();
+    for (i, route) in routes.iter().enumerate() {
+        if routes.len() > 1 || route.name != DEFAULT_ROUTE {
+            report.ok(format!("route {}: {} watch(es) feed it", route.name, plan::watches_of(&scopes, i)));
+        }
+        match &route.sink {
+            SinkConfig::Kafka(k) => check_kafka(&mut report, k, plan::topics(&scopes, i)).await,
+            SinkConfig::Nats(n) => check_nats(&mut report, n).await,
+            SinkConfig::Stdout => report.ok("sink: stdout"),
+        }
     }
     report.done()
 }

@@ -104,6 +104,6 @@ fn the_nats_example_runs_with_the_server_from_the_environment() {
 fn the_kafka_example_runs_with_the_brokers_from_the_environment() {
     let env = support::env();
     let c = config::load(Path::new(&example("kafka.toml"))).unwrap();
-    assert!(matches!(c.sink, SinkConfig::Kafka(_)));
+    assert!(matches!(c.sink, Some(SinkConfig::Kafka(_))));
     check_and_run("kafka.toml", &[("DELTASHIP_SINK__BROKERS", &env.kafka)]);
 }

@@ -277,7 +277,7 @@ fn the_default_render_has_every_object() {
     let (_, cfg) = rendered_config(&docs);
     assert!(cfg.leader_election.enabled);
     assert_eq!(cfg.http.listen, "0.0.0.0:9090");
-    assert!(matches!(cfg.sink, SinkConfig::Stdout));
+    assert!(matches!(cfg.effective_routes()[0].sink, SinkConfig::Stdout));
     assert_eq!(cfg.resources.len(), 1);
     assert_eq!((cfg.resources[0].group.as_str(), cfg.resources[0].kind.as_str()), ("", "ConfigMap"));
 }
@@ -724,7 +724,7 @@ fn the_compose_file_fits_the_dockerfile_and_config_compose_toml() {
 
     // Kafka: one KRaft node whose advertised listener is the broker address of the config.
     let kafka = &services["kafka"];
-    let SinkConfig::Kafka(sink) = &cfg.sink else { panic!("config/compose.toml ships to Kafka") };
+    let SinkConfig::Kafka(sink) = &cfg.effective_routes()[0].sink else { panic!("config/compose.toml ships to Kafka") };
     assert_eq!(sink.brokers, "kafka:9092");
     assert!(sink.create_topics.is_some());
     assert_eq!(env_of(kafka, "KAFKA_PROCESS_ROLES").as_deref(), Some("broker,controller"));

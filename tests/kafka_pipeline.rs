@@ -247,7 +247,7 @@ async fn kafka_stream_carries_every_change_in_order_with_markers_on_every_partit
 
     // Metrics reflect what was shipped.
     let (_, metrics) = bridge.get("/metrics").expect("/metrics answers");
-    assert!(metrics.contains("deltaship_events_total{resource=\"configmaps\",type=\"updated\"} 3"), "{metrics}");
+    assert!(metrics.contains("deltaship_events_total{resource=\"configmaps\",type=\"updated\",route=\"default\"} 3"), "{metrics}");
     assert!(metrics.contains("deltaship_syncs_total"), "{metrics}");
     assert!(metrics.contains("deltaship_publish_latency_seconds_bucket"), "{metrics}");
 

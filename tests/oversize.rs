@@ -50,7 +50,7 @@ async fn an_oversized_object_reaches_kafka_as_a_truncated_reference_in_order() {
     assert_eq!(huge[1].json()["data"]["blob"], "small now");
     assert!(!huge[1].headers.contains_key("ce_truncated"));
     let (_, metrics) = bridge.get("/metrics").unwrap();
-    assert!(metrics.contains("deltaship_events_truncated_total{resource=\"configmaps\"} 1"), "{metrics}");
+    assert!(metrics.contains("deltaship_events_truncated_total{resource=\"configmaps\",route=\"default\"} 1"), "{metrics}");
     drop(bridge);
     delete_namespace(&kube, &ns).await;
 }

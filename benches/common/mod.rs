@@ -183,7 +183,7 @@ pub fn envelopes(cluster: &str, scope: &Scope, recorded: &[Recorded]) -> Vec<Env
     for r in recorded {
         classifier.handle(watch_event(r), &mut changes);
         for c in changes.drain(..) {
-            out.push(event::build(cluster, scope, c, chrono::Utc::now()).expect("builds"));
+            out.push(event::build(cluster, scope, &scope.outputs[0], c, chrono::Utc::now()).expect("builds"));
         }
     }
     out

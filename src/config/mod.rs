@@ -2,6 +2,7 @@
 
 mod model;
 mod nats;
+mod route;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use figment::providers::{Env, Format, Toml, Yaml};
 
 pub use model::*;
 pub use nats::*;
+pub use route::*;
 pub use validate::Problem;
 
 /// Environment variables with this prefix override file settings; `__` separates levels,
@@ -134,7 +136,16 @@ impl Config {
     /// The configuration with every secret replaced by `***`, for `print-config` and logs.
     pub fn masked(&self) -> Config {
         let mut c = self.clone();
-        match &mut c.sink {
+        for sink in c.sink.iter_mut().chain(c.routes.iter_mut().map(|r| &mut r.sink)) {
+            sink.mask();
+        }
+        c
+    }
+}
+
+impl SinkConfig {
+    fn mask(&mut self) {
+        match self {
             SinkConfig::Kafka(k) => {
                 for (key, value) in k.librdkafka.iter_mut() {
                     *value = mask_value(key, value);
@@ -149,7 +160,6 @@ impl Config {
             }
             SinkConfig::Stdout => {}
         }
-        c
     }
 }
 
@@ -170,7 +180,11 @@ mod tests {
             jail.create_file("c.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n")?;
             let c = load_in_jail(jail, "c.toml").unwrap();
             assert_eq!(c.cluster, "local");
-            assert!(matches!(c.sink, SinkConfig::Stdout));
+            assert!(c.sink.is_none());
+            let routes = c.effective_routes();
+            assert_eq!(routes.len(), 1);
+            assert_eq!(routes[0].name, DEFAULT_ROUTE);
+            assert!(matches!(routes[0].sink, SinkConfig::Stdout));
             assert_eq!(c.delivery.queue_capacity, 10_000);
             assert!(c.resources[0].redact);
             assert_eq!(c.resources[0].payload, PayloadMode::Object);
@@ -191,7 +205,7 @@ mod tests {
             let c = load_in_jail(jail, "c.yaml").unwrap();
             assert_eq!(c.cluster, "prod");
             match c.sink {
-                SinkConfig::Kafka(k) => assert_eq!(k.brokers, "127.0.0.1:9092"),
+                Some(SinkConfig::Kafka(k)) => assert_eq!(k.brokers, "127.0.0.1:9092"),
                 other => panic!("expected kafka, got {other:?}"),
             }
             Ok(())
@@ -263,6 +277,46 @@ mod tests {
             let shown = serde_json::to_string(&c).unwrap();
             assert!(!shown.contains("hunter2"), "{shown}");
             assert!(shown.contains("\"linger.ms\":\"5\""), "{shown}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn routes_are_loaded_checked_and_masked() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.toml",
+                r#"
+[[resources]]
+version = "v1"
+kind = "ConfigMap"
+[[resources]]
+group = "apps"
+version = "v1"
+kind = "Deployment"
+[[routes]]
+name = "audit"
+sink = { type = "kafka", brokers = "b:1", librdkafka = { "sasl.password" = "hunter2" } }
+[[routes]]
+name = "trigger"
+resources = ["apps/Deployment"]
+payload = "reference"
+filter = { types = ["updated"] }
+sink = { type = "nats", url = "nats://n:4222", auth = { token = "tok3n" } }
+"#,
+            )?;
+            let c = load_in_jail(jail, "c.toml").unwrap();
+            let routes = c.effective_routes();
+            assert_eq!(routes.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["audit", "trigger"]);
+            assert!(routes[0].selects(&c.resources[0]) && routes[0].selects(&c.resources[1]));
+            assert!(!routes[1].selects(&c.resources[0]) && routes[1].selects(&c.resources[1]));
+            let shown = serde_json::to_string(&c.masked()).unwrap();
+            assert!(!shown.contains("hunter2") && !shown.contains("tok3n"), "{shown}");
+            // With `DELTASHIP_SINK__*` variables, an env override could add `sink` beside
+            // `routes`: that is an error naming both.
+            jail.set_env("DELTASHIP_SINK__TYPE", "stdout");
+            let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("`sink`") && e.contains("routes"), "{e}");
             Ok(())
         });
     }

@@ -19,9 +19,14 @@ pub struct Config {
     /// The resources to watch. At least one.
     #[serde(default)]
     pub resources: Vec<ResourceConfig>,
-    /// Where events go. Default: stdout.
-    #[serde(default)]
-    pub sink: SinkConfig,
+    /// Where events go, when they go to one place. Default: stdout. Not together with
+    /// `routes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink: Option<SinkConfig>,
+    /// Several sinks at once, each with its own resources, filter and shape, fed by the
+    /// same watches. Not together with `sink`. Default: none (one route to `sink`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<super::RouteConfig>,
     /// Queues, concurrency and retries between the watches and the sink.
     #[serde(default)]
     pub delivery: DeliveryConfig,

@@ -1,9 +1,10 @@
 //! Start-up validation of a loaded configuration: each problem names its key and the fix.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
 
-use super::{Config, NatsConfig, SinkConfig};
+use super::{Config, KafkaConfig, NatsConfig, SinkConfig, selector_matches};
 use crate::route::Template;
 
 /// One thing wrong with the configuration.
@@ -78,24 +79,8 @@ pub fn validate(c: &Config) -> Vec<Problem> {
                 ));
             }
         }
-        for (j, p) in r.filter.changed_paths.iter().enumerate() {
-            if !p.starts_with('/') {
-                out.push(problem(
-                    at(&format!("filter.changed_paths[{j}]")),
-                    format!("`{p}` is not a JSON pointer"),
-                    "start it with `/`, e.g. `/spec/template`",
-                ));
-            }
-        }
-        for (j, p) in r.ignore_fields.iter().enumerate() {
-            if !p.starts_with('/') {
-                out.push(problem(
-                    at(&format!("ignore_fields[{j}]")),
-                    format!("`{p}` is not a JSON pointer"),
-                    "start it with `/`, e.g. `/status` or `/metadata/annotations/example.com~1note`",
-                ));
-            }
-        }
+        check_pointers(&mut out, &at("filter.changed_paths"), &r.filter.changed_paths, "`/spec/template`");
+        check_pointers(&mut out, &at("ignore_fields"), &r.ignore_fields, "`/status` or `/metadata/annotations/example.com~1note`");
         if let Some(t) = &r.topic {
             check_template(&mut out, at("topic"), t, false);
         }
@@ -103,30 +88,7 @@ pub fn validate(c: &Config) -> Vec<Problem> {
             check_template(&mut out, at("subject"), t, true);
         }
     }
-    if let SinkConfig::Kafka(k) = &c.sink {
-        if k.brokers.trim().is_empty() {
-            out.push(problem("sink.brokers", "is empty", "list bootstrap servers, e.g. `kafka-0:9092,kafka-1:9092`"));
-        }
-        check_template(&mut out, "sink.topic_template".into(), &k.topic_template, false);
-        if !COMPRESSIONS.contains(&k.compression.as_str()) {
-            out.push(problem(
-                "sink.compression",
-                format!("`{}` is not a codec", k.compression),
-                format!("use one of {}", COMPRESSIONS.join(", ")),
-            ));
-        }
-        if let Some(t) = &k.create_topics {
-            if t.partitions < 1 {
-                out.push(problem("sink.create_topics.partitions", "must be at least 1", "set 1 or more"));
-            }
-            if t.replication_factor < 1 {
-                out.push(problem("sink.create_topics.replication_factor", "must be at least 1", "set 1 or more"));
-            }
-        }
-    }
-    if let SinkConfig::Nats(n) = &c.sink {
-        validate_nats(&mut out, n);
-    }
+    validate_routes(&mut out, c);
     let d = &c.delivery;
     if d.queue_capacity == 0 {
         out.push(problem("delivery.queue_capacity", "must be at least 1", "set a positive number of events, e.g. 10000"));
@@ -167,6 +129,88 @@ pub fn validate(c: &Config) -> Vec<Problem> {
     out
 }
 
+/// JSON pointers (each starting with `/`) at `key[j]`.
+fn check_pointers(out: &mut Vec<Problem>, key: &str, pointers: &[String], example: &str) {
+    for (j, p) in pointers.iter().enumerate() {
+        if !p.starts_with('/') {
+            out.push(problem(format!("{key}[{j}]"), format!("`{p}` is not a JSON pointer"), format!("start it with `/`, e.g. {example}")));
+        }
+    }
+}
+
+/// `sink`, or `routes` with their sinks, names, selectors and filters.
+fn validate_routes(out: &mut Vec<Problem>, c: &Config) {
+    if let Some(sink) = &c.sink {
+        validate_sink(out, "sink", sink);
+        if !c.routes.is_empty() {
+            out.push(problem(
+                "sink",
+                "is set together with `routes`",
+                "move the sink into a [[routes]] entry (with a `name`), or remove `routes`",
+            ));
+        }
+    }
+    let mut names = HashSet::new();
+    for (i, r) in c.routes.iter().enumerate() {
+        let at = |field: &str| format!("routes[{i}].{field}");
+        if !is_dns_label(&r.name) {
+            out.push(problem(at("name"), format!("`{}` is not a valid route name", r.name), "use a lowercase DNS label, e.g. `audit`"));
+        } else if !names.insert(r.name.as_str()) {
+            out.push(problem(at("name"), format!("`{}` names two routes", r.name), "give each route its own name"));
+        }
+        validate_sink(out, &at("sink"), &r.sink);
+        for (j, selector) in r.resources.iter().enumerate() {
+            if !c.resources.iter().any(|rc| selector_matches(selector, rc)) {
+                let known: Vec<String> = c.resources.iter().map(|rc| if rc.group.is_empty() { rc.kind.clone() } else { format!("{}/{}", rc.group, rc.kind) }).collect();
+                out.push(problem(
+                    at(&format!("resources[{j}]")),
+                    format!("`{selector}` matches none of `resources`"),
+                    format!("name a configured kind as `Kind` or `group/Kind`: {}", known.join(", ")),
+                ));
+            }
+        }
+        check_pointers(out, &at("filter.changed_paths"), &r.filter.changed_paths, "`/spec/template`");
+    }
+    if !c.routes.is_empty() {
+        for (i, rc) in c.resources.iter().enumerate() {
+            if !c.routes.iter().any(|r| r.selects(rc)) {
+                out.push(problem(
+                    format!("resources[{i}]"),
+                    format!("{} is shipped by no route", rc.kind),
+                    "add it to a route's `resources` (or leave a route's `resources` empty to ship all), or remove it",
+                ));
+            }
+        }
+    }
+}
+
+fn validate_sink(out: &mut Vec<Problem>, key: &str, sink: &SinkConfig) {
+    match sink {
+        SinkConfig::Kafka(k) => validate_kafka(out, key, k),
+        SinkConfig::Nats(n) => validate_nats(out, key, n),
+        SinkConfig::Stdout => {}
+    }
+}
+
+fn validate_kafka(out: &mut Vec<Problem>, key: &str, k: &KafkaConfig) {
+    let at = |field: &str| format!("{key}.{field}");
+    if k.brokers.trim().is_empty() {
+        out.push(problem(at("brokers"), "is empty", "list bootstrap servers, e.g. `kafka-0:9092,kafka-1:9092`"));
+    }
+    check_template(out, at("topic_template"), &k.topic_template, false);
+    if !COMPRESSIONS.contains(&k.compression.as_str()) {
+        out.push(problem(at("compression"), format!("`{}` is not a codec", k.compression), format!("use one of {}", COMPRESSIONS.join(", "))));
+    }
+    if let Some(t) = &k.create_topics {
+        if t.partitions < 1 {
+            out.push(problem(at("create_topics.partitions"), "must be at least 1", "set 1 or more"));
+        }
+        if t.replication_factor < 1 {
+            out.push(problem(at("create_topics.replication_factor"), "must be at least 1", "set 1 or more"));
+        }
+    }
+}
+
 /// A template that parses; `{namespace}` and `{name}` only where one name per object is
 /// possible (NATS object subjects).
 fn check_template(out: &mut Vec<Problem>, key: String, t: &str, per_object: bool) {
@@ -181,28 +225,29 @@ fn check_template(out: &mut Vec<Problem>, key: String, t: &str, per_object: bool
     }
 }
 
-fn validate_nats(out: &mut Vec<Problem>, n: &NatsConfig) {
+fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
+    let at = |field: &str| format!("{key}.{field}");
     if n.url.trim().is_empty() {
-        out.push(problem("sink.url", "is empty", "list server URLs, e.g. `nats://nats-0:4222,nats://nats-1:4222`"));
+        out.push(problem(at("url"), "is empty", "list server URLs, e.g. `nats://nats-0:4222,nats://nats-1:4222`"));
     }
-    check_template(out, "sink.subject_template".into(), &n.subject_template, true);
-    check_template(out, "sink.marker_subject_template".into(), &n.marker_subject_template, false);
+    check_template(out, at("subject_template"), &n.subject_template, true);
+    check_template(out, at("marker_subject_template"), &n.marker_subject_template, false);
     let js = &n.jetstream;
     if js.stream.is_empty() || js.stream.contains(['.', '*', '>', ' ', '\t', '/', '\\']) {
         out.push(problem(
-            "sink.jetstream.stream",
+            at("jetstream.stream"),
             format!("`{}` is not a valid stream name", js.stream),
             "use letters, digits, `-` and `_`, e.g. `DELTASHIP`",
         ));
     }
     if js.create && js.subjects.is_empty() {
-        out.push(problem("sink.jetstream.subjects", "is empty", "list the stream's subjects, e.g. [\"deltaship.>\"]"));
+        out.push(problem(at("jetstream.subjects"), "is empty", "list the stream's subjects, e.g. [\"deltaship.>\"]"));
     }
     if js.ack_timeout_secs == 0 {
-        out.push(problem("sink.jetstream.ack_timeout_secs", "must be at least 1", "set seconds to wait for an ack, e.g. 10"));
+        out.push(problem(at("jetstream.ack_timeout_secs"), "must be at least 1", "set seconds to wait for an ack, e.g. 10"));
     }
     if js.max_msgs_per_subject < 0 {
-        out.push(problem("sink.jetstream.max_msgs_per_subject", "is negative", "use 0 to keep all messages, or a positive limit"));
+        out.push(problem(at("jetstream.max_msgs_per_subject"), "is negative", "use 0 to keep all messages, or a positive limit"));
     }
     let a = &n.auth;
     let methods = [
@@ -213,19 +258,19 @@ fn validate_nats(out: &mut Vec<Problem>, n: &NatsConfig) {
     ];
     if methods.iter().filter(|m| **m).count() > 1 {
         out.push(problem(
-            "sink.auth",
+            at("auth"),
             "sets more than one way to authenticate",
             "keep one of: user with password, token, nkey_seed_file, credentials_file",
         ));
     }
     if a.password.is_some() && a.password_file.is_some() || a.token.is_some() && a.token_file.is_some() {
-        out.push(problem("sink.auth", "sets a secret both inline and as a file", "keep only the *_file setting"));
+        out.push(problem(at("auth"), "sets a secret both inline and as a file", "keep only the *_file setting"));
     }
     if a.user.is_some() != (a.password.is_some() || a.password_file.is_some()) {
-        out.push(problem("sink.auth.user", "user and password go together", "set both `user` and `password_file` (or `password`), or neither"));
+        out.push(problem(at("auth.user"), "user and password go together", "set both `user` and `password_file` (or `password`), or neither"));
     }
     if n.tls.cert_file.is_some() != n.tls.key_file.is_some() {
-        out.push(problem("sink.tls.cert_file", "a client certificate needs its key", "set both `cert_file` and `key_file`, or neither"));
+        out.push(problem(at("tls.cert_file"), "a client certificate needs its key", "set both `cert_file` and `key_file`, or neither"));
     }
 }
 
@@ -309,7 +354,7 @@ mod tests {
             "type": "kafka", "brokers": " ", "compression": "brotli", "topic_template": "{cluster"
         }))
         .unwrap();
-        assert!(matches!(c.sink, SinkConfig::Kafka(_)));
+        assert!(matches!(c.sink, Some(SinkConfig::Kafka(_))));
         assert_eq!(keys(&c), ["sink.brokers", "sink.topic_template", "sink.compression"]);
         c.sink = serde_json::from_value(serde_json::json!({
             "type": "kafka", "brokers": "b:1", "topic_template": "t.{namespace}"
@@ -333,5 +378,34 @@ mod tests {
             keys(&c),
             ["sink.marker_subject_template", "sink.jetstream.stream", "sink.jetstream.ack_timeout_secs", "sink.auth", "sink.auth.user", "sink.tls.cert_file"]
         );
+    }
+
+    #[test]
+    fn route_mistakes_name_their_keys() {
+        let mut c = base();
+        c.routes = serde_json::from_value(serde_json::json!([
+            {"name": "a", "sink": {"type": "kafka", "brokers": ""}, "resources": ["Secret"]},
+            {"name": "a", "sink": {"type": "stdout"}, "resources": ["apps/ConfigMap"], "filter": {"changed_paths": ["spec"]}},
+            {"name": "Bad_Name", "sink": {"type": "nats", "url": ""}, "resources": ["core/ConfigMap"]},
+        ]))
+        .unwrap();
+        c.sink = Some(SinkConfig::Stdout);
+        assert_eq!(
+            keys(&c),
+            [
+                "sink",
+                "routes[0].sink.brokers",
+                "routes[0].resources[0]",
+                "routes[1].name",
+                "routes[1].resources[0]",
+                "routes[1].filter.changed_paths[0]",
+                "routes[2].name",
+                "routes[2].sink.url",
+            ]
+        );
+        assert!(validate(&c)[2].fix.contains("ConfigMap"), "lists the configured kinds");
+        c.sink = None;
+        c.routes.truncate(1);
+        assert!(keys(&c).contains(&"resources[0]".to_string()), "a resource no route ships");
     }
 }

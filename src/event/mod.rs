@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::change::{Change, ChangeType, Marker, MarkerPhase, ObjectChange, ObjectRef, Payload, SyncReason};
 use crate::config::PayloadMode;
-use crate::watch::Scope;
+use crate::watch::{Output, Scope};
 
 pub use id::event_id;
 
@@ -69,28 +69,29 @@ pub struct BuildError {
     pub reason: String,
 }
 
-/// Builds the envelope of a change of the watch `scope` observed at `now`.
-pub fn build(cluster: &str, scope: &Scope, change: Change, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+/// Builds the envelope of a change of the watch `scope` observed at `now`, shaped and
+/// routed for `output`.
+pub fn build(cluster: &str, scope: &Scope, output: &Output, change: Change, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
     match change {
-        Change::Object(c) => object_event(cluster, scope, c, now),
-        Change::Marker(m) => marker_event(cluster, scope, m, now),
+        Change::Object(c) => object_event(cluster, scope, output, c, now),
+        Change::Marker(m) => marker_event(cluster, scope, output, m, now),
     }
 }
 
-fn object_event(cluster: &str, scope: &Scope, c: ObjectChange, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+fn object_event(cluster: &str, scope: &Scope, output: &Output, c: ObjectChange, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
     let kind = EnvelopeKind::Object(c.change);
     let r = c.payload.reference().clone();
-    let (ty, source, subject) = match &scope.knative_source {
+    let (ty, source, subject) = match &output.knative_source {
         None => (kind.event_type(), scope.resource.source(cluster), r.key()),
         Some(api_server) => knative::attributes(c.change, api_server, &scope.resource, &r),
     };
-    let destination = scope.route.object_destination(&r);
+    let destination = output.destination.object_destination(&r);
     let key = r.key();
-    let partition_key = scope.route.key(&key);
+    let partition_key = output.destination.key(&key);
     let resource = scope.resource.label();
     let sync_id = c.sync_id.as_deref().unwrap_or("");
     let id = event_id(&[cluster, &resource, &r.uid, &r.resource_version, &ty, sync_id]);
-    let (data, content_type) = match (scope.payload, c.payload, c.previous) {
+    let (data, content_type) = match (output.payload, c.payload, c.previous) {
         (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => (reference_data(scope, payload.reference()), JSON),
         (PayloadMode::Patch, Payload::Object(o), Some(previous)) => {
             let patch = json_patch::diff(&previous, &o.value);
@@ -169,7 +170,7 @@ fn reference_data(scope: &Scope, r: &ObjectRef) -> Value {
     v
 }
 
-fn marker_event(cluster: &str, scope: &Scope, m: Marker, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
     let kind = EnvelopeKind::Marker(m.phase);
     let ty = kind.event_type();
     let resource = scope.resource.label();
@@ -200,7 +201,7 @@ fn marker_event(cluster: &str, scope: &Scope, m: Marker, now: DateTime<Utc>) -> 
         data["counts"] = json!(counts);
     }
     let completes_initial_sync = m.phase == MarkerPhase::Completed && m.reason == SyncReason::Initial;
-    let key = scope.route.marker_key.clone();
+    let key = output.destination.marker_key.clone();
     let event = EventBuilderV10::new()
         .id(id)
         .ty(ty)
@@ -216,7 +217,7 @@ fn marker_event(cluster: &str, scope: &Scope, m: Marker, now: DateTime<Utc>) -> 
         .map_err(|e| BuildError { key: key.clone(), reason: e.to_string() })?;
     Ok(Envelope {
         event,
-        destination: scope.route.marker_destination(),
+        destination: output.destination.marker_destination(),
         key,
         kind,
         resource: resource.into(),
@@ -235,23 +236,29 @@ mod tests {
     use crate::resource::fixtures::configmaps;
     use crate::route::{Route, Template};
 
-    fn scope(payload: PayloadMode) -> Scope {
-        let resource = configmaps();
-        let route = Route::topic("c", &resource, &Template::parse("t.{plural}").unwrap());
+    fn scope() -> Scope {
         Scope {
             index: 0,
-            resource,
+            resource: configmaps(),
             namespace: None,
             label_selector: None,
             field_selector: None,
-            payload,
             redact: true,
             ignore_fields: vec![],
             relist: SyncMode::Diff,
             resync: None,
-            filter: Default::default(),
+            outputs: vec![],
+        }
+    }
+
+    fn output(payload: PayloadMode) -> Output {
+        Output {
+            route: 0,
+            route_name: "default".into(),
+            payload,
+            filters: Default::default(),
             knative_source: None,
-            route,
+            destination: Route::topic("c", &configmaps(), &Template::parse("t.{plural}").unwrap()),
         }
     }
 
@@ -267,7 +274,7 @@ mod tests {
     #[test]
     fn patch_payloads_carry_a_json_patch_from_the_previous_content() {
         let before = configmap("a", "u1", "1", json!({"v": "old"})).value;
-        let env = build("c", &scope(PayloadMode::Patch), updated(Some(before)), Utc::now()).unwrap();
+        let env = build("c", &scope(), &output(PayloadMode::Patch), updated(Some(before)), Utc::now()).unwrap();
         assert_eq!(env.event.datacontenttype(), Some(JSON_PATCH));
         let Some(Data::Json(patch)) = env.event.data() else { panic!("JSON data") };
         assert!(patch.as_array().unwrap().contains(&json!({"op": "replace", "path": "/data/v", "value": "new"})), "{patch}");
@@ -276,7 +283,7 @@ mod tests {
 
     #[test]
     fn a_truncated_event_keeps_its_id_and_carries_the_reference() {
-        let env = build("c", &scope(PayloadMode::Object), updated(None), Utc::now()).unwrap();
+        let env = build("c", &scope(), &output(PayloadMode::Object), updated(None), Utc::now()).unwrap();
         let t = truncated(&env).unwrap();
         assert_eq!(t.event.id(), env.event.id());
         assert_eq!(t.event.extension("truncated").map(|v| v.to_string()).as_deref(), Some("true"));
@@ -287,11 +294,11 @@ mod tests {
 
     #[test]
     fn object_and_reference_payloads() {
-        let env = build("c", &scope(PayloadMode::Object), updated(None), Utc::now()).unwrap();
+        let env = build("c", &scope(), &output(PayloadMode::Object), updated(None), Utc::now()).unwrap();
         assert_eq!(env.event.datacontenttype(), Some(JSON));
         let Some(Data::Json(o)) = env.event.data() else { panic!() };
         assert_eq!(o["data"]["v"], "new");
-        let env = build("c", &scope(PayloadMode::Reference), updated(None), Utc::now()).unwrap();
+        let env = build("c", &scope(), &output(PayloadMode::Reference), updated(None), Utc::now()).unwrap();
         let Some(Data::Json(r)) = env.event.data() else { panic!() };
         assert_eq!(r, &json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
     }

@@ -14,7 +14,7 @@ use super::retry::RetryPolicy;
 use crate::config::OversizePolicy;
 use crate::event::{self, Envelope, EnvelopeKind};
 use crate::sink::{Publisher, SendError};
-use crate::telemetry::{Health, metrics as m};
+use crate::telemetry::{RouteHealth, metrics as m};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {
@@ -41,16 +41,20 @@ pub struct Dispatcher<P> {
     max_in_flight: usize,
     oversize: OversizePolicy,
     retry: RetryPolicy,
-    health: Arc<Health>,
+    health: RouteHealth,
+    /// The `route` metric label.
+    route: String,
 }
 
 impl<P: Publisher> Dispatcher<P> {
-    pub fn new(sink: P, max_in_flight: usize, oversize: OversizePolicy, retry: RetryPolicy, health: Arc<Health>) -> Self {
+    /// The dispatcher of one route: `health` is that route's.
+    pub fn new(sink: P, max_in_flight: usize, oversize: OversizePolicy, retry: RetryPolicy, health: RouteHealth) -> Self {
         Dispatcher {
             sink,
             max_in_flight,
             oversize,
             retry,
+            route: health.name().to_string(),
             health,
         }
     }
@@ -74,9 +78,9 @@ impl<P: Publisher> Dispatcher<P> {
                 in_flight.push(self.attempt(marker.clone(), 0, None));
                 barrier_sent = true;
             }
-            metrics::gauge!(m::IN_FLIGHT).set(in_flight.len() as f64);
-            metrics::gauge!(m::HELD).set(held as f64);
-            metrics::gauge!(m::QUEUED).set(rx.len() as f64);
+            metrics::gauge!(m::IN_FLIGHT, "route" => self.route.clone()).set(in_flight.len() as f64);
+            metrics::gauge!(m::HELD, "route" => self.route.clone()).set(held as f64);
+            metrics::gauge!(m::QUEUED, "route" => self.route.clone()).set(rx.len() as f64);
             self.health.set_outstanding(in_flight.len() + held);
             let can_take = input_open && barrier.is_none() && in_flight.len() + held < self.max_in_flight;
             if !can_take && in_flight.is_empty() {
@@ -167,20 +171,20 @@ impl<P: Publisher> Dispatcher<P> {
         match done.result {
             Ok(()) => {
                 self.health.progressed();
-                metrics::counter!(m::EVENTS, "resource" => env.resource.to_string(), "type" => env.kind.label()).increment(1);
-                metrics::histogram!(m::PUBLISH_LATENCY, "sink" => sink).record(done.started.elapsed().as_secs_f64());
+                metrics::counter!(m::EVENTS, "resource" => env.resource.to_string(), "type" => env.kind.label(), "route" => self.route.clone()).increment(1);
+                metrics::histogram!(m::PUBLISH_LATENCY, "sink" => sink, "route" => self.route.clone()).record(done.started.elapsed().as_secs_f64());
                 if env.completes_initial_sync {
                     self.health.initial_sync_delivered();
                 }
                 Settled::Done(env)
             }
             Err(e) => {
-                metrics::counter!(m::SINK_ERRORS, "sink" => sink, "error_kind" => e.kind()).increment(1);
+                metrics::counter!(m::SINK_ERRORS, "sink" => sink, "route" => self.route.clone(), "error_kind" => e.kind()).increment(1);
                 match e {
                     SendError::Retryable { kind, message } => {
                         let delay = self.retry.delay(done.attempt);
                         if done.attempt == 0 {
-                            tracing::warn!(sink, resource = %env.resource, error_kind = kind, error = %message, "Send failed; retrying with backoff");
+                            tracing::warn!(sink, route = %self.route, resource = %env.resource, error_kind = kind, error = %message, "Send failed; retrying with backoff");
                         } else {
                             tracing::debug!(sink, resource = %env.resource, attempt = done.attempt, error = %message, "Send failed again; retrying");
                         }
@@ -188,7 +192,7 @@ impl<P: Publisher> Dispatcher<P> {
                     }
                     SendError::TooLarge { message } => self.oversized(env, message),
                     SendError::Fatal { kind, message } => {
-                        tracing::error!(sink, resource = %env.resource, error_kind = kind, error = %message, "Sink refused an event for good; stopping");
+                        tracing::error!(sink, route = %self.route, resource = %env.resource, error_kind = kind, error = %message, "Sink refused an event for good; stopping");
                         Settled::Fatal(DispatchError::SinkFatal {
                             resource: env.resource.to_string(),
                             kind,
@@ -210,20 +214,20 @@ impl<P: Publisher> Dispatcher<P> {
         if self.oversize == OversizePolicy::Reference
             && let Some(reference) = event::truncated(&env)
         {
-            metrics::counter!(m::TRUNCATED, "resource" => resource).increment(1);
-            tracing::warn!(sink, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; shipping it as a truncated reference");
+            metrics::counter!(m::TRUNCATED, "resource" => resource, "route" => self.route.clone()).increment(1);
+            tracing::warn!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; shipping it as a truncated reference");
             return Settled::Retry(Arc::new(reference), 0, Duration::ZERO);
         }
         if self.oversize == OversizePolicy::Fail {
-            tracing::error!(sink, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; stopping (delivery.oversize = fail)");
+            tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; stopping (delivery.oversize = fail)");
             return Settled::Fatal(DispatchError::SinkFatal {
                 resource,
                 kind: "too_large",
                 message,
             });
         }
-        metrics::counter!(m::DROPPED, "resource" => resource, "reason" => "too_large").increment(1);
-        tracing::error!(sink, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; skipped");
+        metrics::counter!(m::DROPPED, "resource" => resource, "reason" => "too_large", "route" => self.route.clone()).increment(1);
+        tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; skipped");
         Settled::Done(env)
     }
 }
@@ -243,6 +247,7 @@ mod tests {
 
     use super::*;
     use crate::change::{ChangeType, MarkerPhase};
+    use crate::telemetry::Health;
 
     /// A sink that acknowledges after a delay derived from the event id (so that events
     /// complete out of order), fails chosen events' first attempts, and records what it
@@ -304,7 +309,7 @@ mod tests {
             initial: Duration::from_millis(10),
             max: Duration::from_millis(100),
         };
-        let d = Dispatcher::new(sink.clone(), max_in_flight, OversizePolicy::Reference, retry, Arc::new(Health::new(0)));
+        let d = Dispatcher::new(sink.clone(), max_in_flight, OversizePolicy::Reference, retry, Health::single(0).route(0));
         let run = tokio::spawn(d.run(rx));
         for e in input {
             tx.send(e).await.unwrap();
@@ -409,7 +414,7 @@ mod tests {
         for (policy, delivered, fails) in [(OversizePolicy::Reference, 1, false), (OversizePolicy::Skip, 0, false), (OversizePolicy::Fail, 0, true)] {
             let sink = Small::default();
             let (tx, rx) = mpsc::channel(1);
-            let d = Dispatcher::new(sink.clone(), 10, policy, RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) }, Arc::new(Health::new(0)));
+            let d = Dispatcher::new(sink.clone(), 10, policy, RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) }, Health::single(0).route(0));
             tx.send(object("a", "a1")).await.unwrap();
             drop(tx);
             let result = d.run(rx).await;
@@ -435,7 +440,7 @@ mod tests {
             }
         }
         let (tx, rx) = mpsc::channel(1);
-        let d = Dispatcher::new(Refuses, 10, OversizePolicy::Reference, RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) }, Arc::new(Health::new(0)));
+        let d = Dispatcher::new(Refuses, 10, OversizePolicy::Reference, RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) }, Health::single(0).route(0));
         tx.send(envelope("a", "a1", EnvelopeKind::Object(ChangeType::Added))).await.unwrap();
         let e = d.run(rx).await.unwrap_err().to_string();
         assert!(e.contains("authorization") && e.contains("TOPIC_AUTHORIZATION_FAILED") && e.contains("configmaps"), "{e}");

@@ -1,5 +1,5 @@
-//! Wires the stages with a bounded queue; owns start-up checks, backpressure and the
-//! shutdown order.
+//! Wires the stages with a bounded queue per route; owns start-up checks, backpressure
+//! and the shutdown order.
 
 mod dispatch;
 pub mod plan;
@@ -12,10 +12,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, SinkConfig};
+use crate::config::{Config, RouteConfig, SinkConfig};
 use crate::leader::{Elector, LeaderError};
 use crate::sink::{Publisher, SendError, Sink};
-use crate::telemetry::{self, Health};
+use crate::telemetry::{self, Health, RouteHealth};
 use crate::watch::{self, Watch, access::AccessError, client::ClientError, discovery::DiscoveryError};
 
 pub use dispatch::{DispatchError, Dispatcher};
@@ -31,8 +31,8 @@ pub enum RunError {
     Plan(#[from] plan::PlanError),
     #[error(transparent)]
     Access(#[from] AccessError),
-    #[error("sink: {0}")]
-    Sink(#[from] SendError),
+    #[error("{at}: {source}")]
+    Sink { at: String, source: SendError },
     #[error(transparent)]
     Http(#[from] telemetry::HttpError),
     #[error(transparent)]
@@ -64,23 +64,19 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     for s in &scopes {
         watch::access::check(&client, s).await?;
     }
-    let sink = Sink::from_config(&config.sink).await?;
+    let routes = config.effective_routes();
+    let mut sinks = Vec::new();
+    for route in &routes {
+        sinks.push(Sink::from_config(&route.sink).await.map_err(|source| RunError::Sink { at: sink_key(&routes, route), source })?);
+    }
 
     let stall = Some(Duration::from_secs(config.delivery.stall_timeout_secs)).filter(|d| !d.is_zero());
-    let health = Arc::new(Health::with_stall_timeout(scopes.len(), stall));
+    let health = Health::new(routes.iter().enumerate().map(|(i, r)| (r.name.clone(), plan::watches_of(&scopes, i))).collect(), stall);
     let http_stop = CancellationToken::new();
     let addr: SocketAddr = config.http.listen.parse().expect("validated at load");
     let http = telemetry::serve(addr, health.clone(), http_stop.clone()).await?;
-    tokio::spawn(probe_sink(sink.clone(), health.clone(), http_stop.clone()));
-
-    let retry = RetryPolicy {
-        initial: Duration::from_millis(config.delivery.retry_initial_ms),
-        max: Duration::from_millis(config.delivery.retry_max_ms),
-    };
-    if !prepare(&sink, &config.sink, &plan::topics(&scopes), retry, &stop).await? {
-        http_stop.cancel();
-        let _ = http.await;
-        return Ok(());
+    for (i, sink) in sinks.iter().enumerate() {
+        tokio::spawn(probe_sink(sink.clone(), health.route(i), http_stop.clone()));
     }
 
     // With leader election, only the leader goes on; it starts with a full initial sync.
@@ -98,9 +94,33 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         tokio::spawn(async move { elector.hold(&stop, &lost).await });
     }
 
-    let (tx, rx) = mpsc::channel(config.delivery.queue_capacity);
-    let dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, config.delivery.oversize, retry, health.clone());
-    let mut delivery = tokio::spawn(dispatcher.run(rx));
+    // Each route: its own bounded queue, then its sink's preparation and dispatcher, so
+    // that a route whose sink is down holds back the others by its queue at most.
+    let retry = RetryPolicy {
+        initial: Duration::from_millis(config.delivery.retry_initial_ms),
+        max: Duration::from_millis(config.delivery.retry_max_ms),
+    };
+    let mut queues = Vec::new();
+    let mut deliveries = tokio::task::JoinSet::new();
+    for (i, (route, sink)) in routes.iter().zip(&sinks).enumerate() {
+        let (tx, rx) = mpsc::channel(config.delivery.queue_capacity);
+        queues.push(tx);
+        let delivery = Delivery {
+            sink: sink.clone(),
+            config: route.sink.clone(),
+            at: sink_key(&routes, route),
+            topics: plan::topics(&scopes, i),
+            retry,
+        };
+        let dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, config.delivery.oversize, retry, health.route(i));
+        let stop = stop.clone();
+        deliveries.spawn(async move {
+            if !delivery.prepare(&stop).await? {
+                return Ok(());
+            }
+            dispatcher.run(rx).await.map_err(RunError::from)
+        });
+    }
 
     let watch_stop = CancellationToken::new();
     let cluster: Arc<str> = config.cluster.as_str().into();
@@ -112,40 +132,49 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
             scope,
             kubernetes: config.kubernetes.clone(),
         };
-        watches.spawn(w.run(tx.clone(), watch_stop.clone()));
+        watches.spawn(w.run(queues.clone(), watch_stop.clone()));
     }
-    drop(tx);
-    tracing::info!(watches = watches.len(), sink = sink.name(), "deltaship started");
+    // The watches hold the only senders: a route's queue closes when they end.
+    drop(queues);
+    let sink_names: Vec<&str> = sinks.iter().map(Publisher::name).collect();
+    tracing::info!(watches = watches.len(), routes = routes.len(), sinks = ?sink_names, "deltaship started");
 
     let result = tokio::select! {
-        r = &mut delivery => Some(r.expect("the dispatcher does not panic")),
+        Some(r) = deliveries.join_next() => Some(r.expect("deliveries do not panic")),
         _ = stop.cancelled() => None,
         _ = lost.cancelled() => {
             // Another replica may take over soon: stop publishing now, without draining.
             watch_stop.cancel();
-            delivery.abort();
-            sink.purge();
+            deliveries.abort_all();
+            for sink in &sinks {
+                sink.purge();
+            }
             http_stop.cancel();
             return Err(RunError::LeadershipLost);
         }
     };
-    // Shutdown in one place: stop the watches, let the queue drain, flush the sink.
+    // Shutdown in one place: stop the watches, let the queues drain, flush the sinks.
     watch_stop.cancel();
     while watches.join_next().await.is_some() {}
     let timeout = Duration::from_secs(config.delivery.shutdown_timeout_secs);
-    let outcome = match result {
-        Some(r) => r.map_err(RunError::from),
-        None => match tokio::time::timeout(timeout, &mut delivery).await {
-            Ok(r) => r.expect("the dispatcher does not panic").map_err(RunError::from),
-            Err(_) => {
-                delivery.abort();
-                tracing::error!(timeout_secs = timeout.as_secs(), "Queued events not delivered within the shutdown timeout; they are re-delivered by the next run's initial sync");
-                Ok(())
+    let mut outcome = result.unwrap_or(Ok(()));
+    let drained = tokio::time::timeout(timeout, async {
+        while let Some(r) = deliveries.join_next().await {
+            let r = r.expect("deliveries do not panic");
+            if outcome.is_ok() {
+                outcome = r;
             }
-        },
-    };
-    if let Err(e) = sink.flush(Duration::from_secs(5)).await {
-        tracing::warn!(error = %e, "Final flush of the sink failed");
+        }
+    })
+    .await;
+    if drained.is_err() {
+        deliveries.abort_all();
+        tracing::error!(timeout_secs = timeout.as_secs(), "Queued events not delivered within the shutdown timeout; they are re-delivered by the next run's initial sync");
+    }
+    for sink in &sinks {
+        if let Err(e) = sink.flush(Duration::from_secs(5)).await {
+            tracing::warn!(sink = sink.name(), error = %e, "Final flush of the sink failed");
+        }
     }
     if let Some(elector) = &elector {
         elector.release().await;
@@ -154,6 +183,14 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     let _ = http.await;
     tracing::info!("deltaship stopped");
     outcome
+}
+
+/// The configuration key of a route's sink, for errors: `sink`, or `routes[i].sink` (`name`).
+fn sink_key(routes: &[RouteConfig], route: &RouteConfig) -> String {
+    match routes.iter().position(|r| std::ptr::eq(r, route)) {
+        Some(i) if routes.len() > 1 || route.name != crate::config::DEFAULT_ROUTE => format!("routes[{i}].sink ({})", route.name),
+        _ => "sink".into(),
+    }
 }
 
 /// Cancels `stop` on SIGTERM or SIGINT.
@@ -172,31 +209,43 @@ fn forward_signals(stop: CancellationToken) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Prepares the sink's destinations (topics, stream), retrying while the brokers cannot be
-/// reached: an unreachable broker keeps the bridge not ready, never crashes it. False when
-/// stopped before the sink was ready.
-async fn prepare(sink: &Sink, cfg: &SinkConfig, topics: &[String], retry: RetryPolicy, stop: &CancellationToken) -> Result<bool, RunError> {
-    let mut attempt = 0;
-    loop {
-        match sink.prepare(cfg, topics).await {
-            Ok(()) => return Ok(true),
-            Err(e @ SendError::Retryable { .. }) => {
-                if attempt == 0 {
-                    tracing::warn!(sink = sink.name(), error = %e, "Cannot prepare the sink yet; retrying with backoff");
+/// What a route's delivery task needs to prepare its sink.
+struct Delivery {
+    sink: Sink,
+    config: SinkConfig,
+    /// The sink's configuration key, for logs and errors.
+    at: String,
+    topics: Vec<String>,
+    retry: RetryPolicy,
+}
+
+impl Delivery {
+    /// Prepares the sink's destinations (topics, stream), retrying while the brokers
+    /// cannot be reached: an unreachable broker keeps the route not ready, never crashes
+    /// the bridge. False when stopped before the sink was ready.
+    async fn prepare(&self, stop: &CancellationToken) -> Result<bool, RunError> {
+        let mut attempt = 0;
+        loop {
+            match self.sink.prepare(&self.config, &self.topics).await {
+                Ok(()) => return Ok(true),
+                Err(e @ SendError::Retryable { .. }) => {
+                    if attempt == 0 {
+                        tracing::warn!(sink = self.sink.name(), at = %self.at, error = %e, "Cannot prepare the sink yet; retrying with backoff");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.retry.delay(attempt)) => {}
+                        _ = stop.cancelled() => return Ok(false),
+                    }
+                    attempt += 1;
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(retry.delay(attempt)) => {}
-                    _ = stop.cancelled() => return Ok(false),
-                }
-                attempt += 1;
+                Err(source) => return Err(RunError::Sink { at: self.at.clone(), source }),
             }
-            Err(e) => return Err(e.into()),
         }
     }
 }
 
 /// Probes the sink periodically; logs once per change of state.
-async fn probe_sink(sink: Sink, health: Arc<Health>, stop: CancellationToken) {
+async fn probe_sink(sink: Sink, health: RouteHealth, stop: CancellationToken) {
     let mut next = PROBE_UNTIL_REACHABLE;
     loop {
         tokio::select! {
@@ -207,8 +256,8 @@ async fn probe_sink(sink: Sink, health: Arc<Health>, stop: CancellationToken) {
         next = if result.is_ok() { PROBE_WHILE_REACHABLE } else { PROBE_UNTIL_REACHABLE };
         if health.set_sink_connected(result.is_ok()) {
             match result {
-                Ok(()) => tracing::info!(sink = sink.name(), "Sink reachable"),
-                Err(e) => tracing::warn!(sink = sink.name(), error = %e, "Sink unreachable; retrying"),
+                Ok(()) => tracing::info!(sink = sink.name(), route = health.name(), "Sink reachable"),
+                Err(e) => tracing::warn!(sink = sink.name(), route = health.name(), error = %e, "Sink unreachable; retrying"),
             }
         }
     }

@@ -1,5 +1,5 @@
-//! The plan: configured resources, as discovery resolved them, expanded into watch scopes
-//! with their routes. `run` and `check` share it.
+//! The plan: configured resources, as discovery resolved them, expanded into watch scopes,
+//! each with the outputs of the routes that ship it. `run` and `check` share it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::change::{Filter, SyncMode};
-use crate::config::{Config, EventFormat, RelistMode, ResourceConfig, SinkConfig};
+use crate::config::{Config, EventFormat, RelistMode, ResourceConfig, RouteConfig, SinkConfig};
 use crate::resource::Resource;
 use crate::route::{Route, Template, check_topic_name};
-use crate::watch::Scope;
+use crate::watch::{Output, Scope};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -27,10 +27,9 @@ fn parse(index: usize, t: &str) -> Result<Template, PlanError> {
     Template::parse(t).map_err(|problem| PlanError::Template { index, problem })
 }
 
-/// The route of `resources[index]` for the configured sink.
-fn route(config: &Config, index: usize, rc: &ResourceConfig, resource: &Resource) -> Result<Route, PlanError> {
-    let cluster = &config.cluster;
-    match &config.sink {
+/// Where `resources[index]` goes on a route to `sink`.
+fn destination(cluster: &str, sink: &SinkConfig, index: usize, rc: &ResourceConfig, resource: &Resource) -> Result<Route, PlanError> {
+    match sink {
         SinkConfig::Stdout => Ok(Route::topic(cluster, resource, &parse(index, STDOUT_TEMPLATE)?)),
         SinkConfig::Kafka(k) => {
             let route = Route::topic(cluster, resource, &parse(index, rc.topic.as_deref().unwrap_or(&k.topic_template))?);
@@ -44,27 +43,47 @@ fn route(config: &Config, index: usize, rc: &ResourceConfig, resource: &Resource
     }
 }
 
+/// The outputs of `resources[index]`: one per route that ships it.
+fn outputs(config: &Config, routes: &[RouteConfig], index: usize, rc: &ResourceConfig, resource: &Resource, api_server: &str) -> Result<Vec<Output>, PlanError> {
+    let mut out = Vec::new();
+    for (position, route) in routes.iter().enumerate().filter(|(_, r)| r.selects(rc)) {
+        out.push(Output {
+            route: position,
+            route_name: route.name.as_str().into(),
+            payload: route.payload.unwrap_or(rc.payload),
+            filters: [Filter::new(&rc.filter), Filter::new(&route.filter)],
+            knative_source: (route.format.unwrap_or(rc.format) == EventFormat::Knative).then(|| api_server.into()),
+            destination: destination(&config.cluster, &route.sink, index, rc, resource)?,
+        });
+    }
+    Ok(out)
+}
+
 /// The watch scopes of `config`; `api_server` is the API server's URL (the `source` of
 /// Knative-shaped events).
 pub fn scopes(config: &Config, resources: &[Resource], api_server: &str) -> Result<Vec<Arc<Scope>>, PlanError> {
+    let routes = config.effective_routes();
     let mut out = Vec::new();
-    let mut owners: HashMap<Arc<str>, (String, String)> = HashMap::new();
+    // Per route and marker destination: the resource there, and its key prefix.
+    let mut owners: HashMap<(usize, Arc<str>), (String, String)> = HashMap::new();
     for (index, (rc, resource)) in config.resources.iter().zip(resources).enumerate() {
-        let route = route(config, index, rc, resource)?;
-        // Two resources in one topic are fine when their keys are prefixed; two
-        // resources whose markers would share a destination with unprefixed keys are not.
-        let shared = route.marker_destination();
-        if let Some((other, prefix)) = owners.get(&shared)
-            && *other != resource.label()
-            && prefix.is_empty()
-        {
-            return Err(PlanError::SharedTopic {
-                topic: shared.to_string(),
-                a: other.clone(),
-                b: resource.label(),
-            });
+        let outputs = outputs(config, &routes, index, rc, resource, api_server)?;
+        for o in &outputs {
+            // Two resources in one topic are fine when their keys are prefixed; two
+            // resources whose markers would share a destination with unprefixed keys are not.
+            let shared = (o.route, o.destination.marker_destination());
+            if let Some((other, prefix)) = owners.get(&shared)
+                && *other != resource.label()
+                && prefix.is_empty()
+            {
+                return Err(PlanError::SharedTopic {
+                    topic: shared.1.to_string(),
+                    a: other.clone(),
+                    b: resource.label(),
+                });
+            }
+            owners.insert(shared, (resource.label(), o.destination.key_prefix.clone()));
         }
-        owners.insert(shared, (resource.label(), route.key_prefix.clone()));
         let namespaces: Vec<Option<String>> = if rc.namespaces.is_empty() {
             vec![None]
         } else {
@@ -77,7 +96,6 @@ pub fn scopes(config: &Config, resources: &[Resource], api_server: &str) -> Resu
                 namespace,
                 label_selector: rc.label_selector.clone(),
                 field_selector: rc.field_selector.clone(),
-                payload: rc.payload,
                 redact: rc.redact,
                 ignore_fields: rc.ignore_fields.clone(),
                 relist: match rc.relist {
@@ -87,19 +105,26 @@ pub fn scopes(config: &Config, resources: &[Resource], api_server: &str) -> Resu
                 resync: Some(rc.resync_secs.unwrap_or(config.kubernetes.resync_secs))
                     .filter(|s| *s > 0)
                     .map(Duration::from_secs),
-                filter: Filter::new(&rc.filter),
-                knative_source: (rc.format == EventFormat::Knative).then(|| api_server.into()),
-                route: route.clone(),
+                outputs: outputs.clone(),
             }));
         }
     }
     Ok(out)
 }
 
-/// The distinct marker destinations of `scopes`: for Kafka, every topic.
-pub fn topics(scopes: &[Arc<Scope>]) -> Vec<String> {
-    let mut t: Vec<String> = scopes.iter().map(|s| s.route.marker_destination().to_string()).collect();
+/// The distinct marker destinations of `route` (by position) in `scopes`: for Kafka,
+/// every topic it writes.
+pub fn topics(scopes: &[Arc<Scope>], route: usize) -> Vec<String> {
+    let mut t: Vec<String> = scopes
+        .iter()
+        .flat_map(|s| s.outputs.iter().filter(|o| o.route == route).map(|o| o.destination.marker_destination().to_string()))
+        .collect();
     t.sort();
     t.dedup();
     t
+}
+
+/// Watches that feed `route` (by position): its initial syncs to deliver.
+pub fn watches_of(scopes: &[Arc<Scope>], route: usize) -> usize {
+    scopes.iter().filter(|s| s.outputs.iter().any(|o| o.route == route)).count()
 }

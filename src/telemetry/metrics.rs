@@ -1,5 +1,5 @@
 //! Metric names (`deltaship_<noun>_<unit>[_total]`) and their descriptions. Labels come
-//! from bounded sets only: resource, type, reason, sink, error_kind.
+//! from bounded sets only: resource, type, reason, sink, route, error_kind.
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
@@ -19,27 +19,29 @@ pub const HELD: &str = "deltaship_held_events";
 pub const QUEUED: &str = "deltaship_queued_events";
 pub const INDEXED: &str = "deltaship_indexed_objects";
 pub const READY: &str = "deltaship_ready";
+pub const SINK_REACHABLE: &str = "deltaship_sink_reachable";
 pub const LEADER: &str = "deltaship_leader";
 
 /// Bucket bounds of the publish latency histogram, in seconds.
 pub const LATENCY_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
 
 pub fn describe() {
-    describe_counter!(EVENTS, "Events acknowledged by the sink, by resource and type.");
+    describe_counter!(EVENTS, "Events acknowledged by the sink, by resource, type and route.");
     describe_counter!(DEDUPE_SKIPS, "Updates not shipped because nothing visible changed, by resource and reason (resource_version, fingerprint).");
-    describe_counter!(FILTERED, "Object events not shipped because of the resource's filter, by resource and type.");
+    describe_counter!(FILTERED, "Object events not shipped because of a filter (the resource's or the route's), by resource, type and route.");
     describe_counter!(SYNCS, "Completed syncs, by resource and reason (initial, relist).");
     describe_counter!(RELISTS, "Relists after a watch could not resume (e.g. 410 Gone), by resource.");
     describe_counter!(WATCH_ERRORS, "Watch errors (each followed by a backoff and a restart of the watch), by resource.");
     describe_counter!(BAD_OBJECTS, "Objects that could not be decoded or encoded and were skipped, by resource and reason.");
-    describe_counter!(DROPPED, "Events the sink refused and that were skipped by policy, by resource and reason.");
-    describe_counter!(TRUNCATED, "Events too large for the sink, shipped as truncated references, by resource.");
-    describe_counter!(SINK_ERRORS, "Failed sends (retried or not), by sink and error_kind.");
-    describe_histogram!(PUBLISH_LATENCY, Unit::Seconds, "Time from send to the sink's acknowledgement, by sink.");
-    describe_gauge!(IN_FLIGHT, "Events sent and not yet acknowledged.");
-    describe_gauge!(HELD, "Events waiting behind an earlier event of the same object.");
-    describe_gauge!(QUEUED, "Events queued between the watches and the sink.");
+    describe_counter!(DROPPED, "Events the sink refused and that were skipped by policy, by resource, reason and route.");
+    describe_counter!(TRUNCATED, "Events too large for the sink, shipped as truncated references, by resource and route.");
+    describe_counter!(SINK_ERRORS, "Failed sends (retried or not), by sink, route and error_kind.");
+    describe_histogram!(PUBLISH_LATENCY, Unit::Seconds, "Time from send to the sink's acknowledgement, by sink and route.");
+    describe_gauge!(IN_FLIGHT, "Events sent and not yet acknowledged, by route.");
+    describe_gauge!(HELD, "Events waiting behind an earlier event of the same object, by route.");
+    describe_gauge!(QUEUED, "Events queued between the watches and the route's sink, by route.");
     describe_gauge!(INDEXED, "Objects in the index, by resource.");
     describe_gauge!(LEADER, "With leader election: 1 while this replica leads, 0 while it stands by.");
-    describe_gauge!(READY, "1 when every initial sync was delivered and the sink is reachable.");
+    describe_gauge!(READY, "1 when every route delivered its initial syncs and its sink is reachable.");
+    describe_gauge!(SINK_REACHABLE, "1 while the route's sink answers probes, by route.");
 }

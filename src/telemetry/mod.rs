@@ -5,6 +5,6 @@ mod http;
 mod logging;
 pub mod metrics;
 
-pub use health::Health;
+pub use health::{Health, RouteHealth};
 pub use http::{HttpError, serve};
 pub use logging::init as init_logging;

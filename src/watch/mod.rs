@@ -4,6 +4,7 @@
 pub mod access;
 pub mod client;
 pub mod discovery;
+mod output;
 mod scope;
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use crate::config::KubernetesConfig;
 use crate::event::{self, Envelope, redact};
 use crate::telemetry::metrics as m;
 
+pub use output::Output;
 pub use scope::Scope;
 
 /// Everything one watch task needs.
@@ -31,9 +33,10 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// Watches until `stop` is cancelled or `tx` is closed. Watch errors never end it:
-    /// they are logged and counted, and the watcher resumes (or relists) after a backoff.
-    pub async fn run(self, tx: mpsc::Sender<Envelope>, stop: CancellationToken) {
+    /// Watches until `stop` is cancelled or a route's queue is closed; `queues` holds each
+    /// route's queue, by route position. Watch errors never end it: they are logged and
+    /// counted, and the watcher resumes (or relists) after a backoff.
+    pub async fn run(self, queues: Vec<mpsc::Sender<Envelope>>, stop: CancellationToken) {
         let scope = self.scope.clone();
         let label = scope.resource.label();
         let stream = watcher(api(self.client.clone(), &scope), self.watcher_config()).default_backoff();
@@ -51,7 +54,7 @@ impl Watch {
                     if !classifier.resync(&mut changes) {
                         tracing::debug!(watch = %scope.describe(), "Resync skipped: a sync is under way");
                     }
-                    if !self.ship(&scope, &label, &mut changes, &tx, &stop).await {
+                    if !self.ship(&scope, &label, &mut changes, &queues, &stop).await {
                         return;
                     }
                     continue;
@@ -70,35 +73,46 @@ impl Watch {
             let Some(event) = decode(event, &scope, &label) else { continue };
             classifier.handle(event, &mut changes);
             metrics::gauge!(m::INDEXED, "resource" => label.clone()).set(classifier.index_len() as f64);
-            if !self.ship(&scope, &label, &mut changes, &tx, &stop).await {
+            if !self.ship(&scope, &label, &mut changes, &queues, &stop).await {
                 return;
             }
         }
     }
 
-    /// Builds and queues the events of `changes`; false when stopping.
-    async fn ship(&self, scope: &Scope, label: &str, changes: &mut Vec<Change>, tx: &mpsc::Sender<Envelope>, stop: &CancellationToken) -> bool {
+    /// Builds and queues the events of `changes` for each route that ships them; false
+    /// when stopping. A full route queue pauses this watch (and with it every route it
+    /// feeds) until that route catches up: nothing is dropped.
+    async fn ship(&self, scope: &Scope, label: &str, changes: &mut Vec<Change>, queues: &[mpsc::Sender<Envelope>], stop: &CancellationToken) -> bool {
         for change in changes.drain(..) {
-            if !scope.filter.passes(&change) {
-                if let Change::Object(c) = &change {
-                    metrics::counter!(m::FILTERED, "resource" => label.to_string(), "type" => c.change.as_str()).increment(1);
-                }
-                continue;
-            }
-            let env = match event::build(&self.cluster, scope, change, chrono::Utc::now()) {
-                Ok(env) => env,
-                Err(e) => {
-                    metrics::counter!(m::BAD_OBJECTS, "resource" => label.to_string(), "reason" => "encode").increment(1);
-                    tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be encoded");
+            let last = scope.outputs.len().saturating_sub(1);
+            let mut change = Some(change);
+            for (i, output) in scope.outputs.iter().enumerate() {
+                let c = change.as_ref().expect("taken only by the last output");
+                if !output.passes(c) {
+                    if let Change::Object(o) = c {
+                        metrics::counter!(m::FILTERED, "resource" => label.to_string(), "type" => o.change.as_str(), "route" => output.route_name.to_string())
+                            .increment(1);
+                    }
                     continue;
                 }
-            };
-            tokio::select! {
-                _ = stop.cancelled() => return false,
-                sent = tx.send(env) => if sent.is_err() { return false },
+                // The last output takes the change; the others build from a copy.
+                let c = if i == last { change.take().expect("not taken yet") } else { c.clone() };
+                let env = match event::build(&self.cluster, scope, output, c, chrono::Utc::now()) {
+                    Ok(env) => env,
+                    Err(e) => {
+                        metrics::counter!(m::BAD_OBJECTS, "resource" => label.to_string(), "reason" => "encode").increment(1);
+                        tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be encoded");
+                        continue;
+                    }
+                };
+                let tx = &queues[output.route];
+                tokio::select! {
+                    _ = stop.cancelled() => return false,
+                    sent = tx.send(env) => if sent.is_err() { return false },
+                }
+                // Set where the queue fills (here) and where it drains (the dispatcher).
+                metrics::gauge!(m::QUEUED, "route" => output.route_name.to_string()).set((tx.max_capacity() - tx.capacity()) as f64);
             }
-            // Set where the queue fills (here) and where it drains (the dispatcher).
-            metrics::gauge!(m::QUEUED).set((tx.max_capacity() - tx.capacity()) as f64);
         }
         true
     }

@@ -1,12 +1,10 @@
 //! The scope of one watch: a resource, one namespace (or all), selectors and shaping.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::change::{Filter, SyncMode};
-use crate::config::PayloadMode;
+use super::Output;
+use crate::change::SyncMode;
 use crate::resource::Resource;
-use crate::route::Route;
 
 /// One watch and everything the later stages need to know about it. Shared (`Arc`) by
 /// all events of the watch.
@@ -19,25 +17,20 @@ pub struct Scope {
     pub namespace: Option<String>,
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
-    pub payload: PayloadMode,
     pub redact: bool,
     pub ignore_fields: Vec<String>,
     /// How relists are shipped.
     pub relist: SyncMode,
     /// Period of resyncs, when on.
     pub resync: Option<Duration>,
-    /// Which changes are shipped.
-    pub filter: Filter,
-    /// Set when object events are shaped as Knative's ApiServerSource emits them: the
-    /// API server's URL, their `source`.
-    pub knative_source: Option<Arc<str>>,
-    pub route: Route,
+    /// The routes that ship this resource, with their filters and shapes.
+    pub outputs: Vec<Output>,
 }
 
 impl Scope {
     /// Whether the index must keep shipped content (resyncs and patch payloads need it).
     pub fn keeps_content(&self) -> bool {
-        self.resync.is_some() || self.payload == PayloadMode::Patch || self.filter.needs_previous()
+        self.resync.is_some() || self.outputs.iter().any(Output::needs_previous)
     }
 
     /// For logs: `configmaps` or `configmaps in ns`.
