@@ -45,6 +45,36 @@ fn the_all_options_example_shows_every_default() {
     assert_eq!(serde_json::to_value(&all).unwrap(), serde_json::to_value(&min).unwrap());
 }
 
+/// Resources the README's config snippets refer to, for snippets that show other keys.
+const SNIPPET_RESOURCES: &str = "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[[resources]]\ngroup = \"apps\"\nversion = \"v1\"\nkind = \"Deployment\"\n";
+
+/// The TOML block that follows `<!-- config: NAME -->` in the README, loaded as a config
+/// (with ConfigMaps and Deployments as resources).
+fn readme_config(name: &str) -> config::Config {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let marker = format!("<!-- config: {name} -->");
+    let after = &readme[readme.find(&marker).unwrap_or_else(|| panic!("README has no {marker}"))..];
+    let start = after.find("```toml\n").expect("a toml block after the marker") + "```toml\n".len();
+    let end = after[start..].find("```").unwrap();
+    let dir = std::env::temp_dir().join(support::unique("readme-cfg"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, format!("{SNIPPET_RESOURCES}{}", &after[start..start + end])).unwrap();
+    config::load(&file).unwrap_or_else(|e| panic!("README config {name}: {e}"))
+}
+
+#[test]
+fn the_readme_routes_example_loads_as_documented() {
+    let c = readme_config("routes");
+    let routes = c.effective_routes();
+    assert_eq!(routes.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["analytics", "functions"]);
+    assert!(matches!(routes[0].sink, SinkConfig::Kafka(_)) && matches!(routes[1].sink, SinkConfig::Nats(_)));
+    assert!(routes[0].selects(&c.resources[0]) && routes[0].selects(&c.resources[1]));
+    assert!(!routes[1].selects(&c.resources[0]) && routes[1].selects(&c.resources[1]));
+    assert_eq!(routes[1].payload, Some(config::PayloadMode::Reference));
+    assert_eq!(routes[1].format, Some(config::EventFormat::Knative));
+}
+
 fn example(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("config").join(name).display().to_string()
 }
