@@ -265,7 +265,7 @@ fn raw_producer(brokers: &str) -> FutureProducer {
 struct KafkaRecord {
     topic: String,
     key: String,
-    payload: Vec<u8>,
+    payload: bytes::Bytes,
     headers: OwnedHeaders,
     marker: bool,
 }
@@ -286,7 +286,7 @@ async fn raw_kafka(producer: &FutureProducer, records: Vec<KafkaRecord>, window:
         let partitions: Vec<Option<i32>> = if r.marker { (0..PARTITIONS).map(Some).collect() } else { vec![None] };
         for p in partitions {
             loop {
-                let mut rec = FutureRecord::<str, Vec<u8>>::to(&r.topic).key(&r.key).payload(&r.payload).headers(r.headers.clone());
+                let mut rec = FutureRecord::<str, [u8]>::to(&r.topic).key(&r.key).payload(&r.payload[..]).headers(r.headers.clone());
                 if let Some(p) = p {
                     rec = rec.partition(p);
                 }

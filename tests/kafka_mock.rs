@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
+use cloudevents::event::AttributesWriter;
 use cloudevents::{EventBuilder, EventBuilderV10};
 use deltaship::change::{ChangeType, MarkerPhase};
 use deltaship::config::KafkaConfig;
@@ -39,16 +40,17 @@ fn sink(mock: &Mock) -> KafkaSink {
 }
 
 fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
-    let event = EventBuilderV10::new()
+    let mut event = EventBuilderV10::new()
         .id(id)
         .ty(kind.event_type())
         .source("//mock/api/v1/configmaps")
         .subject(key)
-        .data("application/json", json!({"metadata": {"name": key}, "data": {"id": id}}))
         .build()
         .expect("a CloudEvent");
+    event.set_datacontenttype(Some("application/json"));
     Envelope {
         event,
+        data: serde_json::to_vec(&json!({"metadata": {"name": key}, "data": {"id": id}})).unwrap().into(),
         destination: TOPIC.into(),
         key: key.into(),
         kind,

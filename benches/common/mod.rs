@@ -200,7 +200,7 @@ pub fn watch_event(r: &Recorded) -> WatchEvent {
 }
 
 /// The Kafka sink's binary mode.
-pub fn encode_kafka(env: &Envelope) -> (Vec<u8>, OwnedHeaders) {
+pub fn encode_kafka(env: &Envelope) -> (Bytes, OwnedHeaders) {
     deltaship::sink::kafka::encode(env, ContentMode::Binary)
 }
 

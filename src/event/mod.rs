@@ -6,8 +6,11 @@ pub mod redact;
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use cloudevents::event::AttributesWriter;
 use cloudevents::{Event, EventBuilder, EventBuilderV10};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::change::{Change, ChangeType, Marker, MarkerPhase, ObjectChange, ObjectRef, Payload, SyncReason};
@@ -24,7 +27,12 @@ pub const JSON_PATCH: &str = "application/json-patch+json";
 /// A CloudEvent with where it goes.
 #[derive(Debug, Clone)]
 pub struct Envelope {
+    /// The attributes and extensions (`datacontenttype` included). It holds no data: that
+    /// is `data`.
     pub event: Event,
+    /// The event's data as JSON bytes, serialized once where the event is built (in the
+    /// watch task, while the object is hot): the sinks send these bytes as they are.
+    pub data: Bytes,
     /// The Kafka topic or NATS subject.
     pub destination: Arc<str>,
     /// The partition key (`partitionkey` extension): one per object, or the marker key.
@@ -92,12 +100,9 @@ fn object_event(cluster: &str, scope: &Scope, output: &Output, c: ObjectChange, 
     let sync_id = c.sync_id.as_deref().unwrap_or("");
     let id = event_id(&[cluster, &resource, &r.uid, &r.resource_version, &ty, sync_id]);
     let (data, content_type) = match (output.payload, c.payload, c.previous) {
-        (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => (reference_data(scope, payload.reference()), JSON),
-        (PayloadMode::Patch, Payload::Object(o), Some(previous)) => {
-            let patch = json_patch::diff(&previous, &o.value);
-            (serde_json::to_value(patch).expect("a JSON Patch serializes"), JSON_PATCH)
-        }
-        (_, Payload::Object(o), _) => (o.value, JSON),
+        (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => (to_bytes(&reference_data(scope, payload.reference())), JSON),
+        (PayloadMode::Patch, Payload::Object(o), Some(previous)) => (to_bytes(&json_patch::diff(&previous, &o.value)), JSON_PATCH),
+        (_, Payload::Object(o), _) => (to_bytes(&o.value), JSON),
     };
     let mut b = EventBuilderV10::new()
         .id(id)
@@ -118,12 +123,11 @@ fn object_event(cluster: &str, scope: &Scope, output: &Output, c: ObjectChange, 
     if let Some(s) = &c.sync_id {
         b = b.extension("syncid", s.as_ref());
     }
-    let event = b
-        .data(content_type, data)
-        .build()
-        .map_err(|e| BuildError { key, reason: e.to_string() })?;
+    let mut event = b.build().map_err(|e| BuildError { key, reason: e.to_string() })?;
+    event.set_datacontenttype(Some(content_type));
     Ok(Envelope {
         event,
+        data,
         destination,
         key: partition_key,
         kind,
@@ -151,9 +155,18 @@ pub fn truncated(env: &Envelope) -> Option<Envelope> {
         data["namespace"] = json!(ns);
     }
     let mut event = env.event.clone();
-    event.set_data(JSON, data);
+    event.set_datacontenttype(Some(JSON));
     event.set_extension("truncated", true);
-    Some(Envelope { event, ..env.clone() })
+    Some(Envelope {
+        event,
+        data: to_bytes(&data),
+        ..env.clone()
+    })
+}
+
+/// Event data as JSON bytes.
+fn to_bytes(data: &impl Serialize) -> Bytes {
+    serde_json::to_vec(data).expect("event data always serializes").into()
 }
 
 fn reference_data(scope: &Scope, r: &ObjectRef) -> Value {
@@ -202,7 +215,7 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
     }
     let completes_initial_sync = m.phase == MarkerPhase::Completed && m.reason == SyncReason::Initial;
     let key = output.destination.marker_key.clone();
-    let event = EventBuilderV10::new()
+    let mut event = EventBuilderV10::new()
         .id(id)
         .ty(ty)
         .source(scope.resource.source(cluster))
@@ -212,11 +225,12 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
         .extension("kind", scope.resource.kind.as_str())
         .extension("syncid", m.sync_id.as_ref())
         .extension("partitionkey", key.as_str())
-        .data("application/json", data)
         .build()
         .map_err(|e| BuildError { key: key.clone(), reason: e.to_string() })?;
+    event.set_datacontenttype(Some(JSON));
     Ok(Envelope {
         event,
+        data: to_bytes(&data),
         destination: output.destination.marker_destination(),
         key,
         kind,
@@ -228,7 +242,6 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
 #[cfg(test)]
 mod tests {
     use cloudevents::AttributesReader;
-    use cloudevents::event::Data;
 
     use super::*;
     use crate::change::fixtures::configmap;
@@ -271,12 +284,16 @@ mod tests {
         })
     }
 
+    fn data(env: &Envelope) -> Value {
+        serde_json::from_slice(&env.data).expect("JSON data")
+    }
+
     #[test]
     fn patch_payloads_carry_a_json_patch_from_the_previous_content() {
         let before = configmap("a", "u1", "1", json!({"v": "old"})).value;
         let env = build("c", &scope(), &output(PayloadMode::Patch), updated(Some(before)), Utc::now()).unwrap();
         assert_eq!(env.event.datacontenttype(), Some(JSON_PATCH));
-        let Some(Data::Json(patch)) = env.event.data() else { panic!("JSON data") };
+        let patch = data(&env);
         assert!(patch.as_array().unwrap().contains(&json!({"op": "replace", "path": "/data/v", "value": "new"})), "{patch}");
         assert!(patch.as_array().unwrap().contains(&json!({"op": "replace", "path": "/metadata/resourceVersion", "value": "2"})), "{patch}");
     }
@@ -287,8 +304,8 @@ mod tests {
         let t = truncated(&env).unwrap();
         assert_eq!(t.event.id(), env.event.id());
         assert_eq!(t.event.extension("truncated").map(|v| v.to_string()).as_deref(), Some("true"));
-        let Some(Data::Json(r)) = t.event.data() else { panic!() };
-        assert_eq!(r, &json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
+        assert_eq!(t.event.datacontenttype(), Some(JSON));
+        assert_eq!(data(&t), json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
         assert!(truncated(&t).is_none(), "never truncated twice");
     }
 
@@ -296,10 +313,8 @@ mod tests {
     fn object_and_reference_payloads() {
         let env = build("c", &scope(), &output(PayloadMode::Object), updated(None), Utc::now()).unwrap();
         assert_eq!(env.event.datacontenttype(), Some(JSON));
-        let Some(Data::Json(o)) = env.event.data() else { panic!() };
-        assert_eq!(o["data"]["v"], "new");
+        assert_eq!(data(&env)["data"]["v"], "new");
         let env = build("c", &scope(), &output(PayloadMode::Reference), updated(None), Utc::now()).unwrap();
-        let Some(Data::Json(r)) = env.event.data() else { panic!() };
-        assert_eq!(r, &json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
+        assert_eq!(data(&env), json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
     }
 }

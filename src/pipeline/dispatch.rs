@@ -295,6 +295,7 @@ mod tests {
     fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
         Envelope {
             event: EventBuilderV10::new().id(id).ty("t").source("//c").build().unwrap(),
+            data: bytes::Bytes::from_static(b"{}"),
             destination: "topic".into(),
             key: key.into(),
             kind,

@@ -1,6 +1,5 @@
 //! CloudEvents protocol bindings shared by the sinks: binary-mode attributes and bytes.
 
-use cloudevents::event::Data;
 use cloudevents::{AttributesReader, Event};
 
 /// The event's attributes and extensions in binary content mode, as (name, canonical
@@ -29,19 +28,20 @@ pub fn data_content_type(event: &Event) -> &str {
     event.datacontenttype().unwrap_or("application/json")
 }
 
-/// The event's data as bytes (binary mode payload); empty when there is none.
-pub fn data_bytes(event: &Event) -> Vec<u8> {
-    match event.data() {
-        Some(Data::Json(v)) => serde_json::to_vec(v).expect("a JSON value always serializes"),
-        Some(Data::Binary(b)) => b.clone(),
-        Some(Data::String(s)) => s.clone().into_bytes(),
-        None => Vec::new(),
+/// The whole event as JSON (structured content mode): the attributes of `event` (which
+/// holds no data) with `data`, the JSON bytes of its data, as its `data` member.
+pub fn structured_bytes(event: &Event, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512 + data.len());
+    serde_json::to_writer(&mut out, event).expect("a CloudEvent always serializes");
+    if !data.is_empty() {
+        // The attributes are a JSON object with at least its four required members: its
+        // closing brace makes way for one more.
+        out.pop();
+        out.extend_from_slice(b",\"data\":");
+        out.extend_from_slice(data);
+        out.push(b'}');
     }
-}
-
-/// The whole event as JSON (structured content mode).
-pub fn structured_bytes(event: &Event) -> Vec<u8> {
-    serde_json::to_vec(event).expect("a CloudEvent always serializes")
+    out
 }
 
 pub const STRUCTURED_CONTENT_TYPE: &str = "application/cloudevents+json; charset=UTF-8";
@@ -49,29 +49,46 @@ pub const STRUCTURED_CONTENT_TYPE: &str = "application/cloudevents+json; charset
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cloudevents::event::AttributesWriter;
     use cloudevents::{EventBuilder, EventBuilderV10};
     use serde_json::json;
 
     #[test]
-    fn binary_attributes_carry_extensions_but_not_the_content_type() {
-        let e = EventBuilderV10::new()
+    fn binary_attributes_carry_extensions_and_the_content_type() {
+        let mut e = EventBuilderV10::new()
             .id("1")
             .ty("dev.deltaship.object.added")
             .source("//c/api/v1/configmaps")
             .extension("partitionkey", "ns/a")
-            .data("application/json", json!({"a": 1}))
             .build()
             .unwrap();
+        e.set_datacontenttype(Some("application/json"));
         let attrs: Vec<_> = binary_attributes(&e).collect();
         assert!(attrs.contains(&("id", "1".into())));
         assert!(attrs.contains(&("specversion", "1.0".into())));
         assert!(attrs.contains(&("partitionkey", "ns/a".into())));
         assert!(attrs.contains(&("datacontenttype", "application/json".into())));
         assert_eq!(data_content_type(&e), "application/json");
-        assert_eq!(data_bytes(&e), br#"{"a":1}"#);
-        let s: serde_json::Value = serde_json::from_slice(&structured_bytes(&e)).unwrap();
-        assert_eq!(s["data"]["a"], 1);
-        assert_eq!(s["partitionkey"], "ns/a");
+    }
+
+    #[test]
+    fn a_structured_event_is_what_the_sdk_writes_for_the_same_event_with_its_data() {
+        let mut attributes = EventBuilderV10::new()
+            .id("1")
+            .ty("dev.deltaship.object.added")
+            .source("//c/api/v1/configmaps")
+            .subject("ns/a")
+            .extension("partitionkey", "ns/a")
+            .build()
+            .unwrap();
+        attributes.set_datacontenttype(Some("application/json"));
+        let data = json!({"metadata": {"name": "a"}, "data": {"k": "v \u{20AC}"}});
+        let mut whole = attributes.clone();
+        whole.set_data("application/json", data.clone());
+        let ours: serde_json::Value = serde_json::from_slice(&structured_bytes(&attributes, &serde_json::to_vec(&data).unwrap())).unwrap();
+        assert_eq!(ours, serde_json::to_value(&whole).unwrap());
+        let back: Event = serde_json::from_value(ours).unwrap();
+        assert_eq!(back, whole, "the SDK reads it back as the same event");
     }
 
     #[test]

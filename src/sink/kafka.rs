@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -11,7 +12,7 @@ use rdkafka::util::Timeout;
 
 use super::SendError;
 use super::kafka_log::QuietContext;
-use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_bytes, data_content_type, structured_bytes};
+use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_content_type, structured_bytes};
 use crate::config::{ContentMode, KafkaConfig};
 use crate::event::{Envelope, EnvelopeKind};
 use crate::change::ChangeType;
@@ -50,14 +51,14 @@ impl KafkaSink {
                 let partitions = self.partitions(&env.destination).await?;
                 let mut pending = Vec::with_capacity(partitions.len());
                 for p in partitions {
-                    pending.push(self.produce(&env.destination, &env.key, Some(&payload), headers.clone(), Some(p))?);
+                    pending.push(self.produce(&env.destination, &env.key, Some(&payload[..]), headers.clone(), Some(p))?);
                 }
                 for d in pending {
                     await_delivery(d).await?;
                 }
             }
             EnvelopeKind::Object(change) => {
-                let d = self.produce(&env.destination, &env.key, Some(&payload), headers, None)?;
+                let d = self.produce(&env.destination, &env.key, Some(&payload[..]), headers, None)?;
                 await_delivery(d).await?;
                 if self.tombstones && change == ChangeType::Deleted {
                     let d = self.produce(&env.destination, &env.key, None, OwnedHeaders::new(), None)?;
@@ -72,11 +73,11 @@ impl KafkaSink {
         &self,
         topic: &str,
         key: &str,
-        payload: Option<&Vec<u8>>,
+        payload: Option<&[u8]>,
         headers: OwnedHeaders,
         partition: Option<i32>,
     ) -> Result<rdkafka::producer::DeliveryFuture, SendError> {
-        let mut record = FutureRecord::<str, Vec<u8>>::to(topic).key(key).headers(headers);
+        let mut record = FutureRecord::<str, [u8]>::to(topic).key(key).headers(headers);
         if let Some(p) = payload {
             record = record.payload(p);
         }
@@ -171,17 +172,17 @@ impl KafkaSink {
 }
 
 /// The record value and headers of `env` in `mode`, per the CloudEvents Kafka binding.
-pub fn encode(env: &Envelope, mode: ContentMode) -> (Vec<u8>, OwnedHeaders) {
+pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, OwnedHeaders) {
     let (payload, content_type, attrs): (_, &str, Vec<(String, String)>) = match mode {
         ContentMode::Binary => (
-            data_bytes(&env.event),
+            env.data.clone(),
             data_content_type(&env.event),
             binary_attributes(&env.event)
                 .filter(|(name, _)| *name != "datacontenttype")
                 .map(|(name, value)| (format!("ce_{name}"), value))
                 .collect(),
         ),
-        ContentMode::Structured => (structured_bytes(&env.event), STRUCTURED_CONTENT_TYPE, Vec::new()),
+        ContentMode::Structured => (structured_bytes(&env.event, &env.data).into(), STRUCTURED_CONTENT_TYPE, Vec::new()),
     };
     let mut headers = OwnedHeaders::new_with_capacity(attrs.len() + 1).insert(Header {
         key: "content-type",

@@ -12,7 +12,7 @@ use cloudevents::AttributesReader;
 use bytes::Bytes;
 
 use super::SendError;
-use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_bytes, percent_encode, structured_bytes};
+use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, percent_encode, structured_bytes};
 use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Storage};
 use crate::event::Envelope;
 
@@ -219,14 +219,14 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, HeaderMap) {
             for (name, value) in binary_attributes(&env.event) {
                 headers.insert(format!("ce-{name}").as_str(), percent_encode(&value).as_str());
             }
-            data_bytes(&env.event)
+            env.data.clone()
         }
         ContentMode::Structured => {
             headers.insert("Content-Type", STRUCTURED_CONTENT_TYPE);
-            structured_bytes(&env.event)
+            structured_bytes(&env.event, &env.data).into()
         }
     };
-    (Bytes::from(payload), headers)
+    (payload, headers)
 }
 
 /// Logs the connection's state changes once each, and each kind of client or server error
