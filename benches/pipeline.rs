@@ -99,7 +99,7 @@ fn bytes(kind: Kind) -> BytesCount {
     BytesCount::new(kind.wire_size())
 }
 
-/// JSON bytes to a redacted Object (kube's DynamicObject decoding included).
+/// JSON bytes to a redacted Object (the decoding kube's watcher does included).
 #[divan::bench(args = FIXTURES)]
 fn decode(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));

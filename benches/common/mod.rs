@@ -13,7 +13,6 @@ use deltaship::config::ContentMode;
 use deltaship::event::{self, Envelope};
 use deltaship::resource::Resource;
 use deltaship::watch::Scope;
-use kube::api::DynamicObject;
 use rdkafka::message::OwnedHeaders;
 use serde_json::Value;
 
@@ -130,11 +129,11 @@ pub fn wire(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap()
 }
 
-/// The watch stage's decoding of one object: JSON bytes to a DynamicObject (as kube's
+/// The watch stage's decoding of one object: JSON bytes to a WatchedObject (as kube's
 /// watcher does), to deltaship's Object, redacted.
 pub fn decode(bytes: &[u8]) -> Object {
-    let dynamic: DynamicObject = serde_json::from_slice(bytes).expect("fixture decodes");
-    deltaship::watch::decode_object(dynamic, true).expect("fixture has name, uid, resourceVersion")
+    let watched: deltaship::watch::WatchedObject = serde_json::from_slice(bytes).expect("fixture decodes");
+    deltaship::watch::decode_object(watched, true).expect("fixture has name, uid, resourceVersion")
 }
 
 /// One recorded watch event, objects as the bytes the API server sent.

@@ -1,6 +1,5 @@
 //! A watched object decoded once, with the metadata every later stage reads.
 
-use kube::api::DynamicObject;
 use serde_json::Value;
 
 /// Identity and version of an object: what a `reference` payload carries.
@@ -33,36 +32,35 @@ pub struct Object {
 pub enum ObjectError {
     #[error("object {key} has no metadata.{field}")]
     MissingField { key: String, field: &'static str },
-    #[error("object {key} cannot be encoded as JSON: {source}")]
-    Encode {
-        key: String,
-        source: serde_json::Error,
-    },
 }
 
 impl Object {
-    pub fn from_dynamic(obj: DynamicObject) -> Result<Object, ObjectError> {
-        let m = &obj.metadata;
-        let name = m.name.clone().unwrap_or_default();
-        let key = match &m.namespace {
-            Some(ns) => format!("{ns}/{name}"),
-            None => name.clone(),
-        };
+    /// The object `value`, its identity read from its `metadata`.
+    pub fn from_value(value: Value) -> Result<Object, ObjectError> {
+        let meta = |field: &str| value.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).map(str::to_string);
+        let name = meta("name").unwrap_or_default();
+        let namespace = meta("namespace");
         let missing = |field| ObjectError::MissingField {
-            key: key.clone(),
+            key: match &namespace {
+                Some(ns) => format!("{ns}/{name}"),
+                None => name.clone(),
+            },
             field,
         };
         if name.is_empty() {
             return Err(missing("name"));
         }
-        let reference = ObjectRef {
-            namespace: m.namespace.clone(),
-            name,
-            uid: m.uid.clone().ok_or_else(|| missing("uid"))?,
-            resource_version: m.resource_version.clone().ok_or_else(|| missing("resourceVersion"))?,
-        };
-        let value = serde_json::to_value(&obj).map_err(|source| ObjectError::Encode { key, source })?;
-        Ok(Object { reference, value })
+        let uid = meta("uid").ok_or_else(|| missing("uid"))?;
+        let resource_version = meta("resourceVersion").ok_or_else(|| missing("resourceVersion"))?;
+        Ok(Object {
+            reference: ObjectRef {
+                namespace,
+                name,
+                uid,
+                resource_version,
+            },
+            value,
+        })
     }
 }
 
@@ -78,8 +76,7 @@ pub(crate) mod fixtures {
             "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv},
             "data": data,
         });
-        let obj: DynamicObject = serde_json::from_value(value).unwrap();
-        Object::from_dynamic(obj).unwrap()
+        Object::from_value(value).unwrap()
     }
 }
 
@@ -90,25 +87,24 @@ mod tests {
 
     #[test]
     fn decodes_key_and_keeps_unknown_fields() {
-        let obj: DynamicObject = serde_json::from_value(json!({
+        let o = Object::from_value(json!({
             "apiVersion": "example.com/v1", "kind": "Widget",
             "metadata": {"name": "w", "uid": "u1", "resourceVersion": "7"},
             "spec": {"x-unknown": {"deep": [1, 2]}},
         }))
         .unwrap();
-        let o = Object::from_dynamic(obj).unwrap();
         assert_eq!(o.reference.key(), "w");
         assert_eq!(o.value["spec"]["x-unknown"]["deep"][1], 2);
     }
 
     #[test]
     fn an_object_without_uid_is_an_error_naming_it() {
-        let obj: DynamicObject = serde_json::from_value(json!({
+        let e = Object::from_value(json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "1"},
         }))
-        .unwrap();
-        let e = Object::from_dynamic(obj).unwrap_err().to_string();
+        .unwrap_err()
+        .to_string();
         assert_eq!(e, "object ns/a has no metadata.uid");
     }
 }

@@ -6,11 +6,12 @@ pub mod client;
 pub mod discovery;
 mod output;
 mod scope;
+mod watched;
 
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, ApiResource};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::Client;
 use tokio::sync::mpsc;
@@ -23,6 +24,7 @@ use crate::telemetry::metrics as m;
 
 pub use output::Output;
 pub use scope::Scope;
+pub use watched::WatchedObject;
 
 /// Everything one watch task needs.
 pub struct Watch {
@@ -143,7 +145,7 @@ async fn tick(timer: &mut Option<tokio::time::Interval>) {
 }
 
 /// The API of the scope's resource within its namespace (or all).
-pub fn api(client: Client, scope: &Scope) -> Api<DynamicObject> {
+pub fn api(client: Client, scope: &Scope) -> Api<WatchedObject> {
     let r = &scope.resource;
     let ar = ApiResource {
         group: r.group.clone(),
@@ -159,8 +161,8 @@ pub fn api(client: Client, scope: &Scope) -> Api<DynamicObject> {
 }
 
 /// One watched object as the later stages take it: decoded and, when `redact`, redacted.
-pub fn decode_object(o: DynamicObject, redact: bool) -> Result<Object, ObjectError> {
-    let mut obj = Object::from_dynamic(o)?;
+pub fn decode_object(o: WatchedObject, redact: bool) -> Result<Object, ObjectError> {
+    let mut obj = Object::from_value(o.value)?;
     if redact {
         redact::redact(&mut obj.value);
     }
@@ -169,8 +171,8 @@ pub fn decode_object(o: DynamicObject, redact: bool) -> Result<Object, ObjectErr
 
 /// Decodes and redacts the event's object; an object that cannot be decoded is counted,
 /// logged with its key and skipped.
-fn decode(event: watcher::Event<DynamicObject>, scope: &Scope, label: &str) -> Option<WatchEvent> {
-    let object = |o: DynamicObject| match decode_object(o, scope.redact) {
+fn decode(event: watcher::Event<WatchedObject>, scope: &Scope, label: &str) -> Option<WatchEvent> {
+    let object = |o: WatchedObject| match decode_object(o, scope.redact) {
         Ok(obj) => Some(obj),
         Err(e) => {
             metrics::counter!(m::BAD_OBJECTS, "resource" => label.to_string(), "reason" => "decode").increment(1);
