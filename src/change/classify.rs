@@ -66,6 +66,7 @@ impl Classifier {
                 payload: Payload::Object(Object {
                     reference: reference_from_key(key, entry.clone()),
                     value: (**content).clone(),
+                    json: None,
                 }),
                 sync_id: Some(sync.id.clone()),
                 previous: None,
@@ -119,7 +120,7 @@ impl Classifier {
         match sync.mode {
             SyncMode::Full => {
                 let mut obj = obj;
-                let fingerprint = self.fingerprinter.fingerprint(&mut obj.value);
+                let fingerprint = serialize(&self.fingerprinter, &mut obj);
                 let id = sync.id.clone();
                 self.replace_if_recreated(&key, &obj.reference, Some(id.clone()), out);
                 self.ship(key, obj, fingerprint, ChangeType::Synced, Some(id), out);
@@ -159,7 +160,7 @@ impl Classifier {
             metrics::counter!(m::DEDUPE_SKIPS, "resource" => self.resource.clone(), "reason" => "resource_version").increment(1);
             return;
         }
-        let fingerprint = self.fingerprinter.fingerprint(&mut obj.value);
+        let fingerprint = serialize(&self.fingerprinter, &mut obj);
         let change = match &previous {
             None => ChangeType::Added,
             Some(prev) if prev.uid != obj.reference.uid => {
@@ -257,6 +258,14 @@ impl Sync {
             self.max_rv = Some((n, rv.to_string()));
         }
     }
+}
+
+/// Serializes the object once: its JSON goes with it (the event's data), its fingerprint
+/// is returned.
+fn serialize(fingerprinter: &Fingerprinter, obj: &mut Object) -> u128 {
+    let s = fingerprinter.serialize(&obj.value);
+    obj.json = Some(s.json);
+    s.fingerprint
 }
 
 fn marker(sync: &Sync, phase: MarkerPhase) -> Marker {

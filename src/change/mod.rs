@@ -12,7 +12,7 @@ use serde::Serialize;
 
 pub use classify::Classifier;
 pub use filter::Filter;
-pub use fingerprint::Fingerprinter;
+pub use fingerprint::{Fingerprinter, Serialized};
 pub use index::{Entry, Index};
 pub use object::{Object, ObjectError, ObjectRef};
 #[cfg(test)]

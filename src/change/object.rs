@@ -1,5 +1,6 @@
 //! A watched object decoded once, with the metadata every later stage reads.
 
+use bytes::Bytes;
 use serde_json::Value;
 
 /// Identity and version of an object: what a `reference` payload carries.
@@ -26,6 +27,9 @@ pub struct Object {
     pub reference: ObjectRef,
     /// The whole object as JSON, fields unknown to any typed client included.
     pub value: Value,
+    /// `value` serialized, once the classifier did it (for its fingerprint): the event
+    /// stage ships these bytes instead of serializing the object again.
+    pub json: Option<Bytes>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +64,7 @@ impl Object {
                 resource_version,
             },
             value,
+            json: None,
         })
     }
 }

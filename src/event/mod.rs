@@ -102,7 +102,7 @@ fn object_event(cluster: &str, scope: &Scope, output: &Output, c: ObjectChange, 
     let (data, content_type) = match (output.payload, c.payload, c.previous) {
         (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => (to_bytes(&reference_data(scope, payload.reference())), JSON),
         (PayloadMode::Patch, Payload::Object(o), Some(previous)) => (to_bytes(&json_patch::diff(&previous, &o.value)), JSON_PATCH),
-        (_, Payload::Object(o), _) => (to_bytes(&o.value), JSON),
+        (_, Payload::Object(o), _) => (o.json.unwrap_or_else(|| to_bytes(&o.value)), JSON),
     };
     let mut b = EventBuilderV10::new()
         .id(id)
