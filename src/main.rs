@@ -1,6 +1,6 @@
 //! The `deltaship` command line: parse, load the config, run, wait for shutdown.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -36,6 +36,10 @@ struct RebuildArgs {
     /// Kafka bootstrap servers; read every --topic.
     #[arg(long, requires = "topic")]
     kafka: Option<String>,
+    /// With --kafka: connect with the TLS, SASL and librdkafka settings of this deltaship
+    /// config's Kafka sink (secrets from its files or DELTASHIP_ variables, as for `run`).
+    #[arg(long, requires = "kafka")]
+    config: Option<PathBuf>,
     /// A topic to read (repeat for several).
     #[arg(long)]
     topic: Vec<String>,
@@ -99,10 +103,18 @@ fn with_config(arg: &ConfigArg, f: impl FnOnce(config::Config) -> ExitCode) -> E
 }
 
 fn rebuild(args: &RebuildArgs) -> ExitCode {
+    let connection = match args.config.as_deref().map(kafka_sink).transpose() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let source = match (&args.kafka, &args.nats, &args.stream) {
         (Some(brokers), _, _) => deltaship::rebuild::Source::Kafka {
             brokers: brokers.clone(),
             topics: args.topic.clone(),
+            connection,
         },
         (None, Some(url), Some(stream)) => deltaship::rebuild::Source::Nats {
             url: url.clone(),
@@ -130,6 +142,26 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
     }
     eprintln!("{}", doc["summary"]);
     ExitCode::SUCCESS
+}
+
+/// The one Kafka sink of the config at `file` (`sink`, or the only Kafka route).
+fn kafka_sink(file: &Path) -> anyhow::Result<Box<config::KafkaConfig>> {
+    let c = config::load(file)?;
+    let mut kafka: Vec<Box<config::KafkaConfig>> = c
+        .effective_routes()
+        .into_iter()
+        .filter_map(|r| match r.sink {
+            config::SinkConfig::Kafka(k) => Some(k),
+            _ => None,
+        })
+        .collect();
+    match kafka.len() {
+        1 => Ok(kafka.remove(0)),
+        n => anyhow::bail!(
+            "--config {}: has {n} Kafka sinks; rebuild connects with the settings of exactly one: give a config with one",
+            file.display()
+        ),
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {

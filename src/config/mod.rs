@@ -1,5 +1,6 @@
 //! Configuration: figment loading (file, then `DELTASHIP_` env), validation, masking.
 
+mod kafka;
 mod model;
 mod nats;
 mod route;
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml, Yaml};
 
+pub use kafka::*;
 pub use model::*;
 pub use nats::*;
 pub use route::*;
@@ -150,6 +152,10 @@ impl SinkConfig {
                 for (key, value) in k.librdkafka.iter_mut() {
                     *value = mask_value(key, value);
                 }
+                // File paths are not secrets: only the inline password is masked.
+                if let Some(password) = k.sasl.as_mut().and_then(|s| s.password.as_mut()) {
+                    *password = "***".into();
+                }
             }
             SinkConfig::Nats(n) => {
                 for secret in [&mut n.auth.password, &mut n.auth.token] {
@@ -277,6 +283,57 @@ mod tests {
             let shown = serde_json::to_string(&c).unwrap();
             assert!(!shown.contains("hunter2"), "{shown}");
             assert!(shown.contains("\"linger.ms\":\"5\""), "{shown}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn masked_config_hides_the_sasl_password_from_the_file_and_the_environment() {
+        Jail::expect_with(|jail| {
+            jail.create_file("ca.pem", "")?;
+            jail.create_file(
+                "c.toml",
+                "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"kafka\"\nbrokers = \"b:1\"\ntls = { ca_file = \"ca.pem\" }\n[sink.sasl]\nmechanism = \"SCRAM-SHA-256\"\nusername = \"u\"\npassword = \"hunter2\"\n",
+            )?;
+            let c = load_in_jail(jail, "c.toml").unwrap();
+            let shown = serde_json::to_value(c.masked()).unwrap();
+            assert_eq!(shown["sink"]["sasl"]["password"], "***", "{shown}");
+            assert_eq!(shown["sink"]["sasl"]["username"], "u", "{shown}");
+            assert_eq!(shown["sink"]["tls"]["ca_file"], "ca.pem", "paths are not secrets: {shown}");
+            assert!(!shown.to_string().contains("hunter2"), "{shown}");
+            // The password can come from the environment alone (librdkafka's `sasl.password`
+            // cannot: its name has a dot).
+            jail.create_file(
+                "e.toml",
+                "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"kafka\"\nbrokers = \"b:1\"\n[sink.sasl]\nmechanism = \"PLAIN\"\nusername = \"u\"\n",
+            )?;
+            jail.set_env("DELTASHIP_SINK__SASL__PASSWORD", "from-env-pw");
+            let c = load_in_jail(jail, "e.toml").unwrap();
+            match &c.sink {
+                Some(SinkConfig::Kafka(k)) => assert_eq!(k.sasl.as_ref().and_then(|s| s.password.as_deref()), Some("from-env-pw")),
+                other => panic!("expected kafka, got {other:?}"),
+            }
+            let shown = serde_json::to_string(&c.masked()).unwrap();
+            assert!(!shown.contains("from-env-pw") && shown.contains("***"), "{shown}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_sasl_password_that_reads_as_a_number_is_refused_without_showing_it_and_quotes_keep_it() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.toml",
+                "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"kafka\"\nbrokers = \"b:1\"\n[sink.sasl]\nmechanism = \"PLAIN\"\nusername = \"u\"\n",
+            )?;
+            jail.set_env("DELTASHIP_SINK__SASL__PASSWORD", "0071234");
+            let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
+            assert!(!e.contains("71234") && e.contains("sasl.password is a number") && e.contains("quote it"), "{e}");
+            jail.set_env("DELTASHIP_SINK__SASL__PASSWORD", "\"0071234\"");
+            match load_in_jail(jail, "c.toml").unwrap().sink {
+                Some(SinkConfig::Kafka(k)) => assert_eq!(k.sasl.and_then(|s| s.password).as_deref(), Some("0071234")),
+                other => panic!("expected kafka, got {other:?}"),
+            }
             Ok(())
         });
     }

@@ -1,6 +1,5 @@
 //! The configuration tree: every option, its unit and its default.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -250,71 +249,9 @@ pub enum SinkConfig {
     #[default]
     Stdout,
     /// Apache Kafka.
-    Kafka(KafkaConfig),
+    Kafka(Box<super::KafkaConfig>),
     /// NATS, core or JetStream.
     Nats(Box<super::NatsConfig>),
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KafkaConfig {
-    /// Bootstrap servers, comma separated, e.g. `broker-1:9092,broker-2:9092`. Required.
-    pub brokers: String,
-    /// Topic name template. Placeholders: `{cluster}`, `{group}` (`core` for the core
-    /// group), `{version}`, `{kind}` (lowercase), `{plural}`.
-    /// Default: `deltaship.{cluster}.{group}.{plural}` (one topic per resource).
-    #[serde(default = "default_topic_template")]
-    pub topic_template: String,
-    /// `binary` (default: attributes as `ce_` headers, value = data) or `structured`
-    /// (value = the whole event as JSON).
-    #[serde(default)]
-    pub content_mode: ContentMode,
-    /// After each `deleted` event, also send a tombstone (same key, null value), for
-    /// compacted topics. Default: false.
-    #[serde(default)]
-    pub tombstones: bool,
-    /// Compression codec: `none`, `gzip`, `snappy`, `lz4` or `zstd`. Default: `zstd`.
-    #[serde(default = "default_compression")]
-    pub compression: String,
-    /// Create missing topics at start-up with these settings. Default: not set (topics
-    /// must exist, or the broker must auto-create them).
-    pub create_topics: Option<TopicCreation>,
-    /// Raw librdkafka options (https://github.com/confluentinc/librdkafka CONFIGURATION.md),
-    /// applied last, e.g. `"security.protocol" = "SSL"`. Values whose key names a password
-    /// or secret are masked in `print-config` and logs.
-    #[serde(default)]
-    pub librdkafka: BTreeMap<String, String>,
-}
-
-fn default_topic_template() -> String {
-    "deltaship.{cluster}.{group}.{plural}".into()
-}
-
-fn default_compression() -> String {
-    "zstd".into()
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TopicCreation {
-    /// Partitions of each created topic. Default: 3.
-    #[serde(default = "default_partitions")]
-    pub partitions: i32,
-    /// Replication factor of each created topic. Default: 1.
-    #[serde(default = "default_replication")]
-    pub replication_factor: i32,
-    /// Topic configs of created topics, e.g. `{"cleanup.policy" = "compact"}` for a
-    /// replica of cluster state (with `tombstones = true`). Default: none.
-    #[serde(default)]
-    pub config: BTreeMap<String, String>,
-}
-
-fn default_partitions() -> i32 {
-    3
-}
-
-fn default_replication() -> i32 {
-    1
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::Path;
 
 use super::{Config, KafkaConfig, NatsConfig, SinkConfig, selector_matches};
 use crate::route::Template;
@@ -209,6 +210,61 @@ fn validate_kafka(out: &mut Vec<Problem>, key: &str, k: &KafkaConfig) {
             out.push(problem(at("create_topics.replication_factor"), "must be at least 1", "set 1 or more"));
         }
     }
+    if let Some(tls) = &k.tls {
+        match (&tls.cert_file, &tls.key_file) {
+            (Some(_), None) => out.push(problem(at("tls.key_file"), "is missing: a client certificate (`cert_file`) needs its key", "set both `cert_file` and `key_file` (mutual TLS), or neither")),
+            (None, Some(_)) => out.push(problem(at("tls.cert_file"), "is missing: `key_file` needs its certificate", "set both `cert_file` and `key_file` (mutual TLS), or neither")),
+            _ => {}
+        }
+        if tls.key_password_file.is_some() && tls.key_file.is_none() {
+            out.push(problem(at("tls.key_password_file"), "is set without `key_file`", "set `key_file` to the encrypted key, or remove `key_password_file`"));
+        }
+        let files = [
+            ("tls.ca_file", &tls.ca_file, "the CA certificate(s) in PEM"),
+            ("tls.cert_file", &tls.cert_file, "the client certificate in PEM"),
+            ("tls.key_file", &tls.key_file, "the client certificate's private key in PEM"),
+            ("tls.key_password_file", &tls.key_password_file, "the password of `key_file`"),
+        ];
+        for (field, path, what) in files {
+            if let Some(path) = path {
+                check_readable(out, at(field), path, what);
+            }
+        }
+    }
+    if let Some(sasl) = &k.sasl {
+        if sasl.username.trim().is_empty() {
+            out.push(problem(at("sasl.username"), "is empty", "set the SASL user name the brokers know"));
+        }
+        match (&sasl.password, &sasl.password_file) {
+            (Some(_), Some(_)) => out.push(problem(
+                at("sasl.password"),
+                "is set together with `password_file`",
+                "keep one: `password_file` (a file holding the password) or `password`",
+            )),
+            (None, None) => {
+                // Environment variables reach `sink` only, not list entries such as routes.
+                let env = if key == "sink" { " (e.g. from DELTASHIP_SINK__SASL__PASSWORD)" } else { "" };
+                out.push(problem(
+                    at("sasl.password"),
+                    "is missing: neither `password` nor `password_file` is set",
+                    format!("set `password_file` to a file holding the password, or `password`{env}"),
+                ));
+            }
+            (None, Some(path)) => check_readable(out, at("sasl.password_file"), path, "the SASL password"),
+            (Some(_), None) => {}
+        }
+    }
+}
+
+/// The file at `path` can be read now, so that a wrong path stops start-up naming its key,
+/// instead of failing each connection attempt later.
+fn check_readable(out: &mut Vec<Problem>, key: String, path: &Path, what: &str) {
+    let readable = std::fs::File::open(path).and_then(|f| f.metadata()).and_then(|m| {
+        if m.is_file() { Ok(()) } else { Err(std::io::Error::other("not a file")) }
+    });
+    if let Err(e) = readable {
+        out.push(problem(key, format!("cannot read {}: {e}", path.display()), format!("give the path of a readable file holding {what}")));
+    }
 }
 
 /// A template that parses; `{namespace}` and `{name}` only where one name per object is
@@ -361,6 +417,55 @@ mod tests {
         }))
         .unwrap();
         assert!(validate(&c)[0].problem.contains("{namespace}"));
+    }
+
+    #[test]
+    fn kafka_tls_and_sasl_mistakes_name_their_keys_and_files() {
+        let dir = std::env::temp_dir().join(format!("deltaship-validate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("ca.pem");
+        std::fs::write(&file, "").unwrap();
+        let mut c = base();
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "kafka", "brokers": "b:1",
+            "tls": {"ca_file": "/nonexistent/ca.pem", "cert_file": file, "key_password_file": file},
+            "sasl": {"mechanism": "PLAIN", "username": " ", "password": "p", "password_file": file},
+        }))
+        .unwrap();
+        assert_eq!(keys(&c), ["sink.tls.key_file", "sink.tls.key_password_file", "sink.tls.ca_file", "sink.sasl.username", "sink.sasl.password"]);
+        let shown: Vec<String> = validate(&c).iter().map(ToString::to_string).collect();
+        assert!(shown[2].contains("/nonexistent/ca.pem") && shown[2].contains("No such file"), "{shown:?}");
+        assert!(shown[4].contains("keep one"), "{shown:?}");
+
+        // A key without its certificate, a directory as a file, no password at all (the
+        // fix offers the environment variable only where one can reach the key).
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "kafka", "brokers": "b:1",
+            "tls": {"key_file": dir},
+            "sasl": {"mechanism": "SCRAM-SHA-256", "username": "u"},
+        }))
+        .unwrap();
+        assert_eq!(keys(&c), ["sink.tls.cert_file", "sink.tls.key_file", "sink.sasl.password"]);
+        let problems = validate(&c);
+        assert!(problems[1].problem.contains("not a file"), "{problems:?}");
+        assert!(problems[2].fix.contains("DELTASHIP_SINK__SASL__PASSWORD"), "{problems:?}");
+        c.routes = serde_json::from_value(serde_json::json!([{"name": "a", "sink": c.sink.take()}])).unwrap();
+        let problems = validate(&c);
+        assert_eq!(problems[2].key, "routes[0].sink.sasl.password");
+        assert!(!problems[2].fix.contains("DELTASHIP_"), "{problems:?}");
+
+        // Every file readable, the password from its file: valid; so is an empty `tls`.
+        c.routes.clear();
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "kafka", "brokers": "b:1",
+            "tls": {"ca_file": file, "cert_file": file, "key_file": file, "key_password_file": file},
+            "sasl": {"mechanism": "SCRAM-SHA-512", "username": "u", "password_file": file},
+        }))
+        .unwrap();
+        assert!(validate(&c).is_empty(), "{:?}", validate(&c));
+        c.sink = serde_json::from_value(serde_json::json!({"type": "kafka", "brokers": "b:1", "tls": {}})).unwrap();
+        assert!(validate(&c).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -10,15 +10,28 @@ use serde_json::Value;
 
 use super::RebuildError;
 use super::protocol::Received;
+use crate::config::KafkaConfig;
+use crate::sink::kafka::connection_settings;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Calls `each` with every event of `topics`, partition by partition, in offset order.
-pub fn read(brokers: &str, topics: &[String], mut each: impl FnMut(Received) -> Result<(), RebuildError>) -> Result<(), RebuildError> {
-    let consumer: BaseConsumer = ClientConfig::new()
+/// Calls `each` with every event of `topics`, partition by partition, in offset order;
+/// with `connection`, connects with that sink's TLS, SASL and librdkafka settings.
+pub fn read(
+    brokers: &str,
+    topics: &[String],
+    connection: Option<&KafkaConfig>,
+    mut each: impl FnMut(Received) -> Result<(), RebuildError>,
+) -> Result<(), RebuildError> {
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", brokers)
         .set("group.id", "deltaship-rebuild")
-        .set("enable.auto.commit", "false")
+        .set("enable.auto.commit", "false");
+    if let Some(k) = connection {
+        connection_settings(&mut config, k).map_err(|e| RebuildError::Source(e.to_string()))?;
+    }
+    let consumer: BaseConsumer = config
         .create()
         .map_err(|e| RebuildError::Source(format!("cannot create a Kafka consumer: {e}")))?;
     for topic in topics {

@@ -19,7 +19,13 @@ pub enum RebuildError {
 
 /// Where to read from.
 pub enum Source {
-    Kafka { brokers: String, topics: Vec<String> },
+    /// `connection`: a Kafka sink's config whose TLS, SASL and librdkafka settings the
+    /// reader uses (`rebuild --config`).
+    Kafka {
+        brokers: String,
+        topics: Vec<String>,
+        connection: Option<Box<crate::config::KafkaConfig>>,
+    },
     Nats { url: String, stream: String },
 }
 
@@ -30,11 +36,11 @@ pub enum Source {
 pub async fn rebuild(source: Source, cluster: Option<String>) -> Result<Value, RebuildError> {
     let mut state = State::new(cluster.clone());
     match source {
-        Source::Kafka { brokers, topics } => {
+        Source::Kafka { brokers, topics, connection } => {
             // The Kafka reader blocks; keep it off the async threads.
             state = tokio::task::spawn_blocking(move || {
                 let mut state = State::new(cluster);
-                kafka::read(&brokers, &topics, |e| state.apply(e).map_err(Into::into)).map(|_| state)
+                kafka::read(&brokers, &topics, connection.as_deref(), |e| state.apply(e).map_err(Into::into)).map(|_| state)
             })
             .await
             .map_err(|e| RebuildError::Source(e.to_string()))??;

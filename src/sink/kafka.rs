@@ -1,5 +1,6 @@
 //! The Kafka sink: CloudEvents Kafka binding over an idempotent rdkafka producer.
 
+use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,7 +12,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer, PurgeConfig};
 use rdkafka::util::Timeout;
 
 use super::SendError;
-use super::kafka_log::QuietContext;
+use super::kafka_log::{Cause, QuietContext};
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_content_type, structured_bytes};
 use crate::config::{ContentMode, KafkaConfig};
 use crate::event::{Envelope, EnvelopeKind};
@@ -22,21 +23,29 @@ use crate::change::ChangeType;
 /// with large objects.
 const QUEUE_MAX_KBYTES: &str = "65536";
 
+/// How old a client error may be to explain a failed metadata request: a minute, the
+/// interval of the client error log lines.
+const RECENT_CAUSE: Duration = Duration::from_secs(60);
+
 #[derive(Clone)]
 pub struct KafkaSink {
     producer: FutureProducer<QuietContext>,
+    /// The producer's context, for the cause of failed metadata requests.
+    context: QuietContext,
     content_mode: ContentMode,
     tombstones: bool,
 }
 
 impl KafkaSink {
     pub fn new(cfg: &KafkaConfig) -> Result<KafkaSink, SendError> {
-        let producer: FutureProducer<QuietContext> = client_config(cfg).create_with_context(QuietContext::default()).map_err(|e| SendError::Fatal {
+        let context = QuietContext::default();
+        let producer: FutureProducer<QuietContext> = client_config(cfg)?.create_with_context(context.clone()).map_err(|e| SendError::Fatal {
             kind: "config",
             message: format!("cannot create the Kafka producer: {e}"),
         })?;
         Ok(KafkaSink {
             producer,
+            context,
             content_mode: cfg.content_mode,
             tombstones: cfg.tombstones,
         })
@@ -103,7 +112,7 @@ impl KafkaSink {
             kind: "metadata",
             message: e.to_string(),
         })?
-        .map_err(classify)?;
+        .map_err(|e| explain(&self.context, e))?;
         match md {
             Some(p) if !p.is_empty() => Ok(p),
             _ => Err(SendError::Retryable {
@@ -114,26 +123,29 @@ impl KafkaSink {
     }
 
     /// Broker metadata within `timeout`: the sink is connected when this succeeds.
+    /// A failure names the client's latest connection error (refused credentials, failed
+    /// TLS) when there is one.
     pub async fn probe(&self, timeout: Duration) -> Result<usize, SendError> {
         let producer = self.producer.clone();
-        tokio::task::spawn_blocking(move || producer.client().fetch_metadata(None, Timeout::After(timeout)))
+        let md = tokio::task::spawn_blocking(move || producer.client().fetch_metadata(None, Timeout::After(timeout)))
             .await
             .map_err(|e| SendError::Retryable {
                 kind: "metadata",
                 message: e.to_string(),
             })?
-            .map(|md| md.brokers().len())
-            .map_err(classify)
+            .map_err(|e| explain(&self.context, e))?;
+        self.context.clear_cause();
+        Ok(md.brokers().len())
     }
 
     /// Partition counts of `topics` (None when a topic does not exist), for `check`.
     pub async fn topic_partitions(&self, topics: Vec<String>) -> Result<Vec<(String, Option<usize>)>, SendError> {
-        let producer = self.producer.clone();
+        let (producer, context) = (self.producer.clone(), self.context.clone());
         tokio::task::spawn_blocking(move || {
             let md = producer
                 .client()
                 .fetch_metadata(None, Timeout::After(Duration::from_secs(10)))
-                .map_err(classify)?;
+                .map_err(|e| explain(&context, e))?;
             Ok(topics
                 .into_iter()
                 .map(|t| {
@@ -197,7 +209,7 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, OwnedHeaders) {
 /// Creates the missing topics among `topics` with the configured partitions.
 pub async fn create_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), SendError> {
     let Some(tc) = &cfg.create_topics else { return Ok(()) };
-    let admin: AdminClient<QuietContext> = client_config(cfg).create_with_context(QuietContext::default()).map_err(|e| SendError::Fatal {
+    let admin: AdminClient<QuietContext> = client_config(cfg)?.create_with_context(QuietContext::default()).map_err(|e| SendError::Fatal {
         kind: "config",
         message: format!("cannot create the Kafka admin client: {e}"),
     })?;
@@ -210,7 +222,7 @@ pub async fn create_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), S
         })
         .collect();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let results = admin.create_topics(&new, &opts).await.map_err(classify)?;
+    let results = admin.create_topics(&new, &opts).await.map_err(|e| explain(admin.inner().context(), e))?;
     for r in results {
         match r {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
@@ -225,8 +237,9 @@ pub async fn create_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), S
     Ok(())
 }
 
-/// The producer settings of the sink (the benchmarks' raw baseline uses them too).
-pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
+/// The producer settings of the sink (the benchmarks' raw baseline uses them too), with
+/// its connection settings. Fails when a secret file cannot be read.
+pub fn client_config(cfg: &KafkaConfig) -> Result<ClientConfig, SendError> {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &cfg.brokers)
         // Per-partition order through retries, nothing lost or duplicated by the producer.
@@ -240,10 +253,55 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
         .set("compression.type", &cfg.compression)
         .set("queue.buffering.max.kbytes", QUEUE_MAX_KBYTES)
         .set("linger.ms", "5");
+    connection_settings(&mut c, cfg)?;
+    Ok(c)
+}
+
+/// TLS, SASL, then the raw `librdkafka` options (last: they override), for every client of
+/// the sink's brokers: the producer, the admin client and `rebuild --config`'s consumer.
+/// Secret files are read now; an error names the key and the file, never the content.
+pub fn connection_settings(c: &mut ClientConfig, cfg: &KafkaConfig) -> Result<(), SendError> {
+    if let Some(protocol) = cfg.security_protocol() {
+        c.set("security.protocol", protocol);
+    }
+    if let Some(tls) = &cfg.tls {
+        let files = [("ssl.ca.location", &tls.ca_file), ("ssl.certificate.location", &tls.cert_file), ("ssl.key.location", &tls.key_file)];
+        for (option, file) in files {
+            if let Some(file) = file {
+                c.set(option, file.display().to_string());
+            }
+        }
+        if let Some(file) = &tls.key_password_file {
+            c.set("ssl.key.password", read_secret("tls.key_password_file", file)?);
+        }
+    }
+    if let Some(sasl) = &cfg.sasl {
+        let password = match (&sasl.password, &sasl.password_file) {
+            (Some(p), _) => p.clone(),
+            (None, Some(file)) => read_secret("sasl.password_file", file)?,
+            // Rejected by validation; the broker refuses it the same way.
+            (None, None) => String::new(),
+        };
+        c.set("sasl.mechanism", sasl.mechanism.as_str())
+            .set("sasl.username", &sasl.username)
+            .set("sasl.password", password);
+    }
     for (k, v) in &cfg.librdkafka {
         c.set(k, v);
     }
-    c
+    Ok(())
+}
+
+/// A secret file's content without its trailing newline (`echo secret > file` adds one);
+/// other whitespace is part of the secret.
+fn read_secret(key: &str, file: &Path) -> Result<String, SendError> {
+    match std::fs::read_to_string(file) {
+        Ok(s) => Ok(s.trim_end_matches(['\n', '\r']).to_string()),
+        Err(e) => Err(SendError::Fatal {
+            kind: "config",
+            message: format!("{key}: cannot read {}: {e}", file.display()),
+        }),
+    }
 }
 
 async fn await_delivery(d: rdkafka::producer::DeliveryFuture) -> Result<(), SendError> {
@@ -254,6 +312,33 @@ async fn await_delivery(d: rdkafka::producer::DeliveryFuture) -> Result<(), Send
             kind: "canceled",
             message: "the producer dropped the delivery report".into(),
         }),
+    }
+}
+
+/// `classify(e)`, naming the client's latest connection error when `e` only says that no
+/// broker answered: a metadata request fails or times out on transport while SASL refuses
+/// the credentials or the TLS handshake fails on every connection attempt. Stays
+/// retryable: librdkafka keeps retrying, and the cause can go away without a restart (a
+/// SCRAM user created or a broker certificate replaced after start-up).
+fn explain(ctx: &QuietContext, e: KafkaError) -> SendError {
+    match (classify(e), ctx.recent_cause(RECENT_CAUSE)) {
+        (SendError::Retryable { kind, message }, Some(Cause { kind: cause, text, .. })) => match cause {
+            "authentication" => SendError::Retryable {
+                kind: "authentication",
+                message: format!("{text}; the brokers refused the credentials: check the sink's sasl settings (mechanism, username, password)"),
+            },
+            "tls" => SendError::Retryable {
+                kind: "tls",
+                message: format!(
+                    "{text}; TLS failed: check the sink's tls settings (ca_file must hold the brokers' CA; cert_file and key_file a client certificate the brokers trust)"
+                ),
+            },
+            _ => SendError::Retryable {
+                kind,
+                message: format!("{message}; the client reports: {text}"),
+            },
+        },
+        (other, _) => other,
     }
 }
 
@@ -281,5 +366,93 @@ fn classify(e: KafkaError) -> SendError {
         Some(C::QueueFull) => SendError::Retryable { kind: "queue_full", message },
         Some(C::MessageTimedOut) | Some(C::RequestTimedOut) => SendError::Retryable { kind: "timeout", message },
         _ => SendError::Retryable { kind: "broker", message },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kafka(v: serde_json::Value) -> KafkaConfig {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn tls_and_sasl_become_librdkafka_settings_and_raw_options_override_them() {
+        let dir = std::env::temp_dir().join(format!("deltaship-kafka-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (password, key_password) = (dir.join("password"), dir.join("key-password"));
+        std::fs::write(&password, "pa ss\n").unwrap();
+        std::fs::write(&key_password, "k3y\r\n").unwrap();
+        let c = client_config(&kafka(serde_json::json!({
+            "brokers": "b:1",
+            "tls": {"ca_file": "/ca.pem", "cert_file": "/c.pem", "key_file": "/c.key", "key_password_file": key_password},
+            "sasl": {"mechanism": "SCRAM-SHA-512", "username": "u", "password_file": password},
+        })))
+        .unwrap();
+        let expected = [
+            ("security.protocol", "SASL_SSL"),
+            ("ssl.ca.location", "/ca.pem"),
+            ("ssl.certificate.location", "/c.pem"),
+            ("ssl.key.location", "/c.key"),
+            ("ssl.key.password", "k3y"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", "u"),
+            ("sasl.password", "pa ss"),
+            ("enable.idempotence", "true"),
+        ];
+        for (key, value) in expected {
+            assert_eq!(c.get(key), Some(value), "{key}");
+        }
+
+        let c = client_config(&kafka(serde_json::json!({
+            "brokers": "b:1", "tls": {},
+            "librdkafka": {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"},
+        })))
+        .unwrap();
+        assert_eq!(c.get("security.protocol"), Some("SASL_SSL"), "raw options apply last");
+        assert_eq!(c.get("sasl.mechanism"), Some("OAUTHBEARER"));
+        assert_eq!(c.get("ssl.ca.location"), None, "the system's CA store");
+        let c = client_config(&kafka(serde_json::json!({"brokers": "b:1", "sasl": {"mechanism": "PLAIN", "username": "u", "password": "p"}}))).unwrap();
+        assert_eq!(c.get("security.protocol"), Some("SASL_PLAINTEXT"));
+        assert_eq!(c.get("sasl.password"), Some("p"));
+        let c = client_config(&kafka(serde_json::json!({"brokers": "b:1"}))).unwrap();
+        assert_eq!(c.get("security.protocol"), None, "librdkafka's default, PLAINTEXT");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_unreadable_secret_file_is_a_config_error_naming_the_key_and_the_path() {
+        let cfg = kafka(serde_json::json!({
+            "brokers": "b:1", "sasl": {"mechanism": "PLAIN", "username": "u", "password_file": "/nonexistent/pw"},
+        }));
+        match client_config(&cfg) {
+            Err(SendError::Fatal { kind: "config", message }) => {
+                assert!(message.contains("sasl.password_file") && message.contains("/nonexistent/pw"), "{message}")
+            }
+            other => panic!("expected a config error, got {:?}", other.map(|_| ())),
+        }
+        assert!(KafkaSink::new(&cfg).is_err());
+    }
+
+    #[test]
+    fn a_failed_metadata_request_names_the_latest_connection_error() {
+        use rdkafka::ClientContext;
+        let ctx = QuietContext::default();
+        let timeout = || KafkaError::MetadataFetch(RDKafkaErrorCode::BrokerTransportFailure);
+        assert_eq!(explain(&ctx, timeout()).kind(), "broker");
+        ctx.error(KafkaError::Global(RDKafkaErrorCode::Authentication), "sasl_ssl://h:1/bootstrap: SASL authentication error: Authentication failed");
+        let e = explain(&ctx, timeout());
+        assert!(matches!(e, SendError::Retryable { kind: "authentication", .. }), "{e:?}");
+        assert!(e.to_string().contains("SASL authentication error"), "{e}");
+        ctx.error(KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure), "ssl://h:1/bootstrap: Receive failed: SSL routines::sslv3 alert bad certificate");
+        let e = explain(&ctx, timeout());
+        assert!(matches!(e, SendError::Retryable { kind: "tls", .. }) && e.to_string().contains("TLS failed"), "{e}");
+        ctx.error(KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure), "h:1/bootstrap: Connect to ipv4#h:1 failed: Connection refused");
+        let e = explain(&ctx, timeout());
+        assert!(matches!(e, SendError::Retryable { kind: "broker", .. }) && e.to_string().contains("Connection refused"), "{e}");
+        // A refusal of the record itself is not explained away.
+        let refused = explain(&ctx, KafkaError::MetadataFetch(RDKafkaErrorCode::TopicAuthorizationFailed));
+        assert!(matches!(refused, SendError::Fatal { kind: "authorization", .. }), "{refused:?}");
     }
 }

@@ -41,6 +41,11 @@ pub fn command(args: &[&str], config_toml: &str, envs: &[(&str, &str)]) -> (Exit
 impl Bridge {
     /// Starts `deltaship run` with `config_toml` (its `[http]` table is added here).
     pub fn start(config_toml: &str) -> Bridge {
+        Bridge::start_with_env(config_toml, &[])
+    }
+
+    /// `start`, with extra environment variables (e.g. a secret as a `DELTASHIP_` override).
+    pub fn start_with_env(config_toml: &str, envs: &[(&str, &str)]) -> Bridge {
         let port = free_port();
         let dir = scratch_dir();
         let config = dir.join("config.toml");
@@ -51,6 +56,7 @@ impl Bridge {
             .arg("--config")
             .arg(&config)
             .env("RUST_LOG", "deltaship=debug,info")
+            .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

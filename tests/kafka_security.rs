@@ -1,0 +1,307 @@
+//! The Kafka sink's `tls` and `sasl` against the test broker's mutual-TLS and SASL_SSL
+//! listeners (tests/env/kafka/ctl): events arrive through each mechanism and are read back
+//! through the plaintext listener of the same broker; secrets stay out of logs and
+//! print-config; a wrong password and a client certificate of another CA fail `check`
+//! naming the cause, and `run` waits unready saying why; the README's examples pass `check`.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use support::bridge::{Bridge, command};
+use support::kafka::{Record, read_until};
+use support::kube::{client, delete_namespace, namespace};
+
+/// How long a bridge that cannot authenticate is watched staying alive and unready: longer
+/// than a bridge that does connect takes to turn ready here (a few seconds).
+const NOT_READY_WINDOW: Duration = Duration::from_secs(15);
+
+/// The secured listeners and their files, as tests/env/up exported them: missing
+/// variables are a failure with the command to run, never a skip (like support::env).
+struct Secured {
+    mtls: String,
+    sasl_ssl: String,
+    dir: PathBuf,
+}
+
+fn secured() -> Secured {
+    support::env();
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!("{name} is not set: start the test servers with `tests/env/up` and `source tests/env/.state/env.sh`, or run the whole suite with `tests/run`")
+        })
+    };
+    Secured {
+        mtls: var("DELTASHIP_TEST_KAFKA_MTLS"),
+        sasl_ssl: var("DELTASHIP_TEST_KAFKA_SASL_SSL"),
+        dir: PathBuf::from(var("DELTASHIP_TEST_KAFKA_TLS_DIR")),
+    }
+}
+
+impl Secured {
+    /// A file of the test CA's set (tests/env/kafka/ctl lists them).
+    fn file(&self, name: &str) -> PathBuf {
+        let path = self.dir.join(name);
+        assert!(path.is_file(), "{} is missing: restart the broker with `tests/env/kafka/ctl restart`", path.display());
+        path
+    }
+
+    /// The content of a file of the set (user names and passwords have no newline).
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.file(name)).unwrap()
+    }
+
+    /// `tls` trusting the test CA, with a client certificate from `client` (`client` or
+    /// `untrusted-client`), or without one.
+    fn tls(&self, client: Option<&str>) -> String {
+        let ca = self.file("ca.pem");
+        match client {
+            Some(c) => format!("tls = {{ ca_file = {ca:?}, cert_file = {:?}, key_file = {:?} }}", self.file(&format!("{c}.pem")), self.file(&format!("{c}.key"))),
+            None => format!("tls = {{ ca_file = {ca:?} }}"),
+        }
+    }
+
+    /// `tls` and `sasl` for `mechanism`'s user with the password from its file, and the
+    /// password (for scanning logs).
+    fn sasl(&self, mechanism: &str) -> (String, String) {
+        let name = mechanism.to_lowercase();
+        let sasl = format!(
+            "{}\nsasl = {{ mechanism = \"{mechanism}\", username = \"{}\", password_file = {:?} }}",
+            self.tls(None),
+            self.read(&format!("{name}.user")),
+            self.file(&format!("{name}.password"))
+        );
+        (sasl, self.read(&format!("{name}.password")))
+    }
+}
+
+/// ConfigMaps of `ns` to the topic `<topic>.core.configmaps` at `brokers`; `sink_extra`
+/// adds keys to `[sink]`.
+fn config(ns: &str, topic: &str, brokers: &str, sink_extra: &str) -> String {
+    format!(
+        r#"
+[[resources]]
+version = "v1"
+kind = "ConfigMap"
+namespaces = ["{ns}"]
+[sink]
+type = "kafka"
+brokers = "{brokers}"
+topic_template = "{topic}.{{group}}.{{plural}}"
+create_topics = {{ partitions = 1 }}
+{sink_extra}
+[delivery]
+shutdown_timeout_secs = 5
+"#
+    )
+}
+
+/// What a shipped ConfigMap left behind.
+struct Shipped {
+    log: String,
+    config: PathBuf,
+    topic: String,
+    ns: String,
+}
+
+/// Runs the bridge (created topics through the admin client, then the producer, both
+/// secured), creates a ConfigMap in a fresh namespace, and reads its `added` event back
+/// through the plaintext listener of the same broker.
+async fn ships_a_configmap(brokers: &str, sink_extra: &str, envs: &[(&str, &str)]) -> Shipped {
+    let plaintext = support::env().kafka;
+    let client = client().await;
+    let ns = namespace(&client, "it-kafka-sec").await;
+    let prefix = support::unique("it-kafka-sec");
+    let mut bridge = Bridge::start_with_env(&config(&ns, &prefix, brokers, sink_extra), envs);
+    bridge.wait_ready(Duration::from_secs(60));
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "x"}, "data": {"k": "v"}})).unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), &ns).create(&PostParams::default(), &cm).await.unwrap();
+    let topic = format!("{prefix}.core.configmaps");
+    let subject = format!("{ns}/x");
+    let is_ours = |r: &Record| r.headers.get("ce_subject") == Some(&subject) && r.headers.get("ce_type").is_some_and(|t| t == "dev.deltaship.object.added");
+    let records = read_until(&plaintext, &topic, Duration::from_secs(30), |rs| rs.iter().any(is_ours));
+    let added = records.iter().find(|r| is_ours(r)).unwrap();
+    assert_eq!(added.json()["data"]["k"], "v");
+    let log = bridge.log_text();
+    let config = bridge.config.clone();
+    assert!(bridge.stop(Duration::from_secs(30)).success(), "deltaship drains and exits 0:\n{log}");
+    delete_namespace(&client, &ns).await;
+    Shipped { log, config, topic, ns }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mutual_tls_with_a_client_certificate_of_the_brokers_ca_ships_events() {
+    let s = secured();
+    ships_a_configmap(&s.mtls, &s.tls(Some("client")), &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sasl_plain_over_tls_with_a_password_file_ships_events_and_never_logs_the_password() {
+    let s = secured();
+    let (sasl, password) = s.sasl("PLAIN");
+    let shipped = ships_a_configmap(&s.sasl_ssl, &sasl, &[]).await;
+    assert!(!shipped.log.contains(&password), "the password is in the log:\n{}", shipped.log);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sasl_scram_sha_256_over_tls_with_a_password_file_ships_events_and_never_logs_the_password() {
+    let s = secured();
+    let (sasl, password) = s.sasl("SCRAM-SHA-256");
+    let shipped = ships_a_configmap(&s.sasl_ssl, &sasl, &[]).await;
+    assert!(!shipped.log.contains(&password), "the password is in the log:\n{}", shipped.log);
+}
+
+/// Also `rebuild --config`: the reference consumer reads the topic through the SASL_SSL
+/// listener with the bridge's own config.
+#[tokio::test(flavor = "multi_thread")]
+async fn sasl_scram_sha_512_over_tls_ships_events_and_rebuild_reads_them_with_the_same_config() {
+    let s = secured();
+    let (sasl, password) = s.sasl("SCRAM-SHA-512");
+    let shipped = ships_a_configmap(&s.sasl_ssl, &sasl, &[]).await;
+    assert!(!shipped.log.contains(&password), "the password is in the log:\n{}", shipped.log);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_deltaship"))
+        .args(["rebuild", "--kafka", &s.sasl_ssl, "--topic", &shipped.topic, "--config"])
+        .arg(&shipped.config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rebuild failed: {stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("rebuild prints the state as JSON");
+    let key = format!("{}/x", shipped.ns);
+    assert_eq!(doc["resources"]["v1/ConfigMap"][&key]["data"]["k"], "v", "{doc:#}");
+    assert!(!stderr.contains(&password), "{stderr}");
+
+    // Without the config, the reader cannot get past SASL_SSL.
+    let out = Command::new(env!("CARGO_BIN_EXE_deltaship"))
+        .args(["rebuild", "--kafka", &s.sasl_ssl, "--topic", &shipped.topic])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "rebuild read a SASL_SSL listener without credentials");
+}
+
+/// librdkafka's `sasl.password` cannot be set from the environment (its name has a dot);
+/// `sasl.password` of deltaship can.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sasl_password_from_the_environment_authenticates_and_is_never_logged() {
+    let s = secured();
+    let password = s.read("scram-sha-256.password");
+    let sasl = format!("{}\nsasl = {{ mechanism = \"SCRAM-SHA-256\", username = \"{}\" }}", s.tls(None), s.read("scram-sha-256.user"));
+    let shipped = ships_a_configmap(&s.sasl_ssl, &sasl, &[("DELTASHIP_SINK__SASL__PASSWORD", &password)]).await;
+    assert!(!shipped.log.contains(&password), "the password is in the log:\n{}", shipped.log);
+}
+
+/// `check` fails naming authentication without showing the password; `run` stays alive and
+/// unready (the brokers may accept the user later: librdkafka keeps trying), logs the
+/// cause at ERROR, and never the password.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_password_fails_check_naming_authentication_and_keeps_run_unready_without_showing_it() {
+    let s = secured();
+    const WRONG: &str = "wr0ng-kafka-pw-93";
+    let sasl = format!("{}\nsasl = {{ mechanism = \"SCRAM-SHA-512\", username = \"{}\", password = \"{WRONG}\" }}", s.tls(None), s.read("scram-sha-512.user"));
+    // Nothing is created in "default": no clean-up needed after a failure.
+    let toml = config("default", &support::unique("it-kafka-badpw"), &s.sasl_ssl, &sasl);
+    let (status, out, err) = command(&["check"], &toml, &[]);
+    assert!(!status.success(), "check passed:\n{out}{err}");
+    let fail = out.lines().find(|l| l.starts_with("[FAIL]")).unwrap_or_else(|| panic!("no [FAIL] line:\n{out}"));
+    assert!(fail.contains("authentication") && fail.contains("SASL"), "{fail}");
+    assert!(!out.contains(WRONG) && !err.contains(WRONG), "check shows the password:\n{out}{err}");
+
+    let bridge = Bridge::start(&toml);
+    let deadline = Instant::now() + NOT_READY_WINDOW;
+    while Instant::now() < deadline {
+        let readyz = bridge.get("/readyz");
+        assert!(!matches!(readyz, Some((200, _))), "became ready: {readyz:?}\n{}", bridge.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(bridge.get("/healthz").map(|r| r.0), Some(200), "still alive:\n{}", bridge.log_text());
+    let log = bridge.log_text();
+    let cause = log.lines().find(|l| l.contains("ERROR") && l.contains("Kafka authentication failed"));
+    assert!(cause.is_some_and(|l| l.contains("SASL authentication error")), "the log names the cause at ERROR:\n{log}");
+    assert!(log.contains("Sink unreachable") && log.contains("authentication"), "the probe says why:\n{log}");
+    assert!(!log.contains(WRONG), "the password is in the log:\n{log}");
+}
+
+#[test]
+fn a_client_certificate_of_another_ca_fails_check_naming_tls() {
+    let s = secured();
+    let toml = config("default", &support::unique("it-kafka-badcert"), &s.mtls, &s.tls(Some("untrusted-client")));
+    let (status, out, err) = command(&["check"], &toml, &[]);
+    assert!(!status.success(), "check passed:\n{out}{err}");
+    let fail = out.lines().find(|l| l.starts_with("[FAIL]")).unwrap_or_else(|| panic!("no [FAIL] line:\n{out}"));
+    assert!(fail.contains("TLS failed") && fail.contains("SSL"), "{fail}");
+}
+
+#[test]
+fn print_config_masks_the_sasl_password_inline_or_from_the_environment() {
+    let s = secured();
+    const PASSWORD: &str = "pr1nt-me-not";
+    let inline = config("default", "t", &s.sasl_ssl, &format!("sasl = {{ mechanism = \"PLAIN\", username = \"u\", password = \"{PASSWORD}\" }}"));
+    let no_password = config("default", "t", &s.sasl_ssl, "sasl = { mechanism = \"PLAIN\", username = \"u\" }");
+    for (toml, env) in [(&inline, vec![]), (&no_password, vec![("DELTASHIP_SINK__SASL__PASSWORD", PASSWORD)])] {
+        let (status, out, err) = command(&["print-config"], toml, &env);
+        assert!(status.success(), "print-config failed: {err}");
+        assert!(!out.contains(PASSWORD) && !err.contains(PASSWORD), "print-config shows the password:\n{out}{err}");
+        let shown: Value = serde_json::from_str(&out).expect("print-config prints JSON");
+        assert_eq!(shown["sink"]["sasl"]["password"], "***", "{out}");
+        assert_eq!(shown["sink"]["sasl"]["mechanism"], "PLAIN", "{out}");
+    }
+}
+
+/// The TOML block after `<!-- config: NAME -->` in the README.
+fn readme_snippet(name: &str) -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let marker = format!("<!-- config: {name} -->");
+    let after = &readme[readme.find(&marker).unwrap_or_else(|| panic!("README has no {marker}"))..];
+    let start = after.find("```toml\n").expect("a toml block after the marker") + "```toml\n".len();
+    let end = after[start..].find("```").unwrap();
+    after[start..start + end].to_string()
+}
+
+/// Where the README's examples keep their files.
+const README_DIR: &str = "/etc/deltaship/kafka/";
+
+/// The README's snippet `name` as it is, with its files (README_DIR + the names in
+/// `files`) copied from the test set into a scratch folder, passes `check` against
+/// `brokers` with the environment overrides `envs`.
+fn readme_example_passes_check(name: &str, files: &[(&str, &str)], envs: &[(&str, &str)]) {
+    let s = secured();
+    let snippet = readme_snippet(name);
+    let dir = std::env::temp_dir().join(support::unique("readme-kafka"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (readme_name, test_name) in files {
+        assert!(snippet.contains(&format!("{README_DIR}{readme_name}")), "README {name} does not name {readme_name}:\n{snippet}");
+        std::fs::copy(s.file(test_name), dir.join(readme_name)).unwrap();
+    }
+    let toml = format!("[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n{}", snippet.replace(README_DIR, &format!("{}/", dir.display())));
+    let (status, out, err) = command(&["check"], &toml, envs);
+    assert!(status.success(), "README {name} fails check:\n{out}{err}");
+    assert!(out.contains("[ok]   Kafka brokers reachable"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_readme_sasl_ssl_example_passes_check_against_the_broker() {
+    let s = secured();
+    let user = s.read("scram-sha-512.user");
+    readme_example_passes_check(
+        "kafka-sasl-ssl",
+        &[("ca.pem", "ca.pem"), ("password", "scram-sha-512.password")],
+        &[("DELTASHIP_SINK__BROKERS", &s.sasl_ssl), ("DELTASHIP_SINK__SASL__USERNAME", &user)],
+    );
+}
+
+#[test]
+fn the_readme_mutual_tls_example_passes_check_against_the_broker() {
+    let s = secured();
+    readme_example_passes_check(
+        "kafka-mtls",
+        &[("ca.pem", "ca.pem"), ("client.pem", "client.pem"), ("client.key", "client.key")],
+        &[("DELTASHIP_SINK__BROKERS", &s.mtls)],
+    );
+}
