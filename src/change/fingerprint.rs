@@ -41,6 +41,8 @@ impl Fingerprinter {
         let mut skipped = Vec::new();
         let paths: Vec<&[String]> = self.ignored.iter().map(Vec::as_slice).collect();
         write(&mut json, value, &paths, &mut skipped);
+        // The bytes may wait in a queue for long: hold no more memory than they need.
+        json.shrink_to_fit();
         let mut hasher = Xxh3Default::new();
         let mut at = 0;
         for (start, end) in skipped {

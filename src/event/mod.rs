@@ -164,9 +164,12 @@ pub fn truncated(env: &Envelope) -> Option<Envelope> {
     })
 }
 
-/// Event data as JSON bytes.
+/// Event data as JSON bytes, holding no more memory than they need (they may wait in a
+/// queue for long).
 fn to_bytes(data: &impl Serialize) -> Bytes {
-    serde_json::to_vec(data).expect("event data always serializes").into()
+    let mut bytes = serde_json::to_vec(data).expect("event data always serializes");
+    bytes.shrink_to_fit();
+    bytes.into()
 }
 
 fn reference_data(scope: &Scope, r: &ObjectRef) -> Value {
