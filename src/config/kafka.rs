@@ -1,13 +1,11 @@
 //! The Kafka sink's configuration.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::PathBuf;
 
-use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
-use super::ContentMode;
+use super::{ContentMode, Secret};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -99,7 +97,7 @@ pub struct KafkaTls {
 /// SASL credentials. The password comes from exactly one of `password_file` (better) or
 /// `password` (also from the environment: `DELTASHIP_SINK__SASL__PASSWORD`); it is masked
 /// in `print-config` and never logged.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSasl {
     /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512` (`sasl.mechanism`). Required.
@@ -107,72 +105,10 @@ pub struct KafkaSasl {
     /// The SASL user name (`sasl.username`). Required.
     pub username: String,
     /// The password, inline. Default: none.
-    #[serde(default, deserialize_with = "secret")]
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// File holding the password, read at start-up, trailing newline trimmed.
     /// Default: none.
     pub password_file: Option<PathBuf>,
-}
-
-/// Debug output (e.g. in a panic message) must not show the password either.
-impl fmt::Debug for KafkaSasl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KafkaSasl")
-            .field("mechanism", &self.mechanism)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("password_file", &self.password_file)
-            .finish()
-    }
-}
-
-/// A secret string. figment reads an environment value that looks like a number, a boolean,
-/// a list or a table as one; serde's error would then show the value: this one does not.
-fn secret<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    struct Secret;
-    fn not_a_string<E: de::Error>(what: &str) -> Result<Option<String>, E> {
-        Err(E::custom(format!(
-            "sasl.password is {what}, not a string (the value is not shown); quote it, e.g. \
-             DELTASHIP_SINK__SASL__PASSWORD='\"...\"', or use sasl.password_file"
-        )))
-    }
-    impl<'de> Visitor<'de> for Secret {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a string")
-        }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            Ok(Some(v.to_string()))
-        }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_any(self)
-        }
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            not_a_string("a boolean")
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            not_a_string("a number")
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            not_a_string("a number")
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            not_a_string("a number")
-        }
-        fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-            not_a_string("a list")
-        }
-        fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-            not_a_string("a table")
-        }
-    }
-    d.deserialize_option(Secret)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

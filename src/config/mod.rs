@@ -4,6 +4,7 @@ mod kafka;
 mod model;
 mod nats;
 mod route;
+mod secret;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ pub use kafka::*;
 pub use model::*;
 pub use nats::*;
 pub use route::*;
+pub use secret::Secret;
 pub use validate::Problem;
 
 /// Environment variables with this prefix override file settings; `__` separates levels,
@@ -154,14 +156,12 @@ impl SinkConfig {
                 }
                 // File paths are not secrets: only the inline password is masked.
                 if let Some(password) = k.sasl.as_mut().and_then(|s| s.password.as_mut()) {
-                    *password = "***".into();
+                    *password = Secret::masked();
                 }
             }
             SinkConfig::Nats(n) => {
-                for secret in [&mut n.auth.password, &mut n.auth.token] {
-                    if secret.is_some() {
-                        *secret = Some("***".into());
-                    }
+                for secret in [&mut n.auth.password, &mut n.auth.token].into_iter().flatten() {
+                    *secret = Secret::masked();
                 }
             }
             SinkConfig::Stdout => {}
@@ -310,7 +310,7 @@ mod tests {
             jail.set_env("DELTASHIP_SINK__SASL__PASSWORD", "from-env-pw");
             let c = load_in_jail(jail, "e.toml").unwrap();
             match &c.sink {
-                Some(SinkConfig::Kafka(k)) => assert_eq!(k.sasl.as_ref().and_then(|s| s.password.as_deref()), Some("from-env-pw")),
+                Some(SinkConfig::Kafka(k)) => assert_eq!(k.sasl.as_ref().and_then(|s| s.password.as_ref().map(Secret::expose)), Some("from-env-pw")),
                 other => panic!("expected kafka, got {other:?}"),
             }
             let shown = serde_json::to_string(&c.masked()).unwrap();
@@ -328,10 +328,10 @@ mod tests {
             )?;
             jail.set_env("DELTASHIP_SINK__SASL__PASSWORD", "0071234");
             let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
-            assert!(!e.contains("71234") && e.contains("sasl.password is a number") && e.contains("quote it"), "{e}");
+            assert!(!e.contains("71234") && e.contains("a password or token is a number") && e.contains("quote it"), "{e}");
             jail.set_env("DELTASHIP_SINK__SASL__PASSWORD", "\"0071234\"");
             match load_in_jail(jail, "c.toml").unwrap().sink {
-                Some(SinkConfig::Kafka(k)) => assert_eq!(k.sasl.and_then(|s| s.password).as_deref(), Some("0071234")),
+                Some(SinkConfig::Kafka(k)) => assert_eq!(k.sasl.and_then(|s| s.password).as_ref().map(Secret::expose), Some("0071234")),
                 other => panic!("expected kafka, got {other:?}"),
             }
             Ok(())

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::ContentMode;
+use super::{ContentMode, Secret};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -136,9 +136,9 @@ pub enum Storage {
 #[serde(deny_unknown_fields)]
 pub struct NatsAuth {
     pub user: Option<String>,
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     pub password_file: Option<PathBuf>,
-    pub token: Option<String>,
+    pub token: Option<Secret>,
     pub token_file: Option<PathBuf>,
     /// File holding an NKey seed (`SU...`).
     pub nkey_seed_file: Option<PathBuf>,

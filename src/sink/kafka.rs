@@ -14,7 +14,7 @@ use rdkafka::util::Timeout;
 use super::SendError;
 use super::kafka_log::{Cause, QuietContext};
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_content_type, structured_bytes};
-use crate::config::{ContentMode, KafkaConfig};
+use crate::config::{ContentMode, KafkaConfig, Secret};
 use crate::event::{Envelope, EnvelopeKind};
 use crate::change::ChangeType;
 
@@ -272,7 +272,7 @@ pub fn connection_settings(c: &mut ClientConfig, cfg: &KafkaConfig) -> Result<()
             }
         }
         if let Some(file) = &tls.key_password_file {
-            c.set("ssl.key.password", read_secret("tls.key_password_file", file)?);
+            c.set("ssl.key.password", read_secret("tls.key_password_file", file)?.expose());
         }
     }
     if let Some(sasl) = &cfg.sasl {
@@ -280,11 +280,11 @@ pub fn connection_settings(c: &mut ClientConfig, cfg: &KafkaConfig) -> Result<()
             (Some(p), _) => p.clone(),
             (None, Some(file)) => read_secret("sasl.password_file", file)?,
             // Rejected by validation; the broker refuses it the same way.
-            (None, None) => String::new(),
+            (None, None) => Secret::new(""),
         };
         c.set("sasl.mechanism", sasl.mechanism.as_str())
             .set("sasl.username", &sasl.username)
-            .set("sasl.password", password);
+            .set("sasl.password", password.expose());
     }
     for (k, v) in &cfg.librdkafka {
         c.set(k, v);
@@ -292,16 +292,8 @@ pub fn connection_settings(c: &mut ClientConfig, cfg: &KafkaConfig) -> Result<()
     Ok(())
 }
 
-/// A secret file's content without its trailing newline (`echo secret > file` adds one);
-/// other whitespace is part of the secret.
-fn read_secret(key: &str, file: &Path) -> Result<String, SendError> {
-    match std::fs::read_to_string(file) {
-        Ok(s) => Ok(s.trim_end_matches(['\n', '\r']).to_string()),
-        Err(e) => Err(SendError::Fatal {
-            kind: "config",
-            message: format!("{key}: cannot read {}: {e}", file.display()),
-        }),
-    }
+fn read_secret(key: &str, file: &Path) -> Result<Secret, SendError> {
+    Secret::from_file(key, file).map_err(|message| SendError::Fatal { kind: "config", message })
 }
 
 async fn await_delivery(d: rdkafka::producer::DeliveryFuture) -> Result<(), SendError> {

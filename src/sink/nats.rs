@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 use super::SendError;
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, percent_encode, structured_bytes};
-use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Storage};
+use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Secret, Storage};
 use crate::event::Envelope;
 
 #[derive(Clone)]
@@ -33,9 +33,9 @@ fn config_error(key: &str, message: impl std::fmt::Display) -> SendError {
 
 /// Reads a secret file; the error names the key and the file, never the content.
 fn read_secret(key: &str, path: &std::path::Path) -> Result<String, SendError> {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .map_err(|e| config_error(key, format!("cannot read {}: {e}", path.display())))
+    Secret::from_file(key, path)
+        .map(|s| s.expose().to_string())
+        .map_err(|message| SendError::Fatal { kind: "config", message })
 }
 
 impl NatsSink {
@@ -56,14 +56,14 @@ impl NatsSink {
         let a = &cfg.auth;
         if let Some(user) = &a.user {
             let password = match (&a.password, &a.password_file) {
-                (Some(p), _) => p.clone(),
+                (Some(p), _) => p.expose().to_string(),
                 (None, Some(f)) => read_secret("sink.auth.password_file", f)?,
                 (None, None) => String::new(),
             };
             opts = opts.user_and_password(user.clone(), password);
         }
         match (&a.token, &a.token_file) {
-            (Some(t), _) => opts = opts.token(t.clone()),
+            (Some(t), _) => opts = opts.token(t.expose().to_string()),
             (None, Some(f)) => opts = opts.token(read_secret("sink.auth.token_file", f)?),
             (None, None) => {}
         }
