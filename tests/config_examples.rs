@@ -51,15 +51,11 @@ const SNIPPET_RESOURCES: &str = "[[resources]]\nversion = \"v1\"\nkind = \"Confi
 /// The TOML block that follows `<!-- config: NAME -->` in the README, loaded as a config
 /// (with ConfigMaps and Deployments as resources).
 fn readme_config(name: &str) -> config::Config {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let marker = format!("<!-- config: {name} -->");
-    let after = &readme[readme.find(&marker).unwrap_or_else(|| panic!("README has no {marker}"))..];
-    let start = after.find("```toml\n").expect("a toml block after the marker") + "```toml\n".len();
-    let end = after[start..].find("```").unwrap();
+    let snippet = support::readme_block(&format!("config: {name}"), "toml");
     let dir = std::env::temp_dir().join(support::unique("readme-cfg"));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(format!("{name}.toml"));
-    std::fs::write(&file, format!("{SNIPPET_RESOURCES}{}", &after[start..start + end])).unwrap();
+    std::fs::write(&file, format!("{SNIPPET_RESOURCES}{snippet}")).unwrap();
     config::load(&file).unwrap_or_else(|e| panic!("README config {name}: {e}"))
 }
 

@@ -31,11 +31,7 @@ struct Secured {
 
 fn secured() -> Secured {
     support::env();
-    let var = |name: &str| {
-        std::env::var(name).unwrap_or_else(|_| {
-            panic!("{name} is not set: start the test servers with `tests/env/up` and `source tests/env/.state/env.sh`, or run the whole suite with `tests/run`")
-        })
-    };
+    let var = support::var;
     Secured {
         mtls: var("DELTASHIP_TEST_KAFKA_MTLS"),
         sasl_ssl: var("DELTASHIP_TEST_KAFKA_SASL_SSL"),
@@ -253,16 +249,6 @@ fn print_config_masks_the_sasl_password_inline_or_from_the_environment() {
     }
 }
 
-/// The TOML block after `<!-- config: NAME -->` in the README.
-fn readme_snippet(name: &str) -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let marker = format!("<!-- config: {name} -->");
-    let after = &readme[readme.find(&marker).unwrap_or_else(|| panic!("README has no {marker}"))..];
-    let start = after.find("```toml\n").expect("a toml block after the marker") + "```toml\n".len();
-    let end = after[start..].find("```").unwrap();
-    after[start..start + end].to_string()
-}
-
 /// Where the README's examples keep their files.
 const README_DIR: &str = "/etc/deltaship/kafka/";
 
@@ -271,7 +257,7 @@ const README_DIR: &str = "/etc/deltaship/kafka/";
 /// `brokers` with the environment overrides `envs`.
 fn readme_example_passes_check(name: &str, files: &[(&str, &str)], envs: &[(&str, &str)]) {
     let s = secured();
-    let snippet = readme_snippet(name);
+    let snippet = support::readme_block(&format!("config: {name}"), "toml");
     let dir = std::env::temp_dir().join(support::unique("readme-kafka"));
     std::fs::create_dir_all(&dir).unwrap();
     for (readme_name, test_name) in files {

@@ -13,12 +13,8 @@ use support::bridge::Bridge;
 
 /// The JSON block that follows `<!-- example: NAME -->` in the README.
 fn readme_example(name: &str) -> Value {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let marker = format!("<!-- example: {name} -->");
-    let after = &readme[readme.find(&marker).unwrap_or_else(|| panic!("README has no {marker}"))..];
-    let start = after.find("```json\n").expect("a json block after the marker") + "```json\n".len();
-    let end = after[start..].find("```").unwrap();
-    serde_json::from_str(&after[start..start + end]).unwrap_or_else(|e| panic!("README example {name} is not JSON: {e}"))
+    let block = support::readme_block(&format!("example: {name}"), "json");
+    serde_json::from_str(&block).unwrap_or_else(|e| panic!("README example {name} is not JSON: {e}"))
 }
 
 fn keys(v: &Value) -> BTreeSet<String> {

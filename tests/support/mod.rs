@@ -21,12 +21,14 @@ pub struct TestEnv {
     pub nats: String,
 }
 
+/// A variable tests/env/up exported; unset is a failure with the command to run.
+pub fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: start the test servers with `tests/env/up` and `source tests/env/.state/env.sh`, or run the whole suite with `tests/run`")
+    })
+}
+
 pub fn env() -> TestEnv {
-    let var = |name: &str| {
-        std::env::var(name).unwrap_or_else(|_| {
-            panic!("{name} is not set: start the test servers with `tests/env/up` and `source tests/env/.state/env.sh`, or run the whole suite with `tests/run`")
-        })
-    };
     TestEnv {
         kubeconfig: var("KUBECONFIG"),
         limited_kubeconfig: var("DELTASHIP_TEST_KUBECONFIG_LIMITED"),
@@ -39,4 +41,16 @@ pub fn env() -> TestEnv {
 pub fn unique(prefix: &str) -> String {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_nanos();
     format!("{prefix}-{:x}", (nanos ^ (std::process::id() as u128) << 40) & 0xffff_ffff_ffff)
+}
+
+/// The `lang` code block that follows `<!-- MARKER -->` in the README (e.g. marker
+/// `config: routes`, lang `toml`): the README's examples are tested as written.
+pub fn readme_block(marker: &str, lang: &str) -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let marker = format!("<!-- {marker} -->");
+    let after = &readme[readme.find(&marker).unwrap_or_else(|| panic!("README has no {marker}"))..];
+    let fence = format!("```{lang}\n");
+    let start = after.find(&fence).unwrap_or_else(|| panic!("no {lang} block after {marker}")) + fence.len();
+    let end = after[start..].find("```").unwrap();
+    after[start..start + end].to_string()
 }
