@@ -133,7 +133,8 @@ pub fn wire(value: &Value) -> Vec<u8> {
 /// watcher does), to deltaship's Object, redacted.
 pub fn decode(bytes: &[u8]) -> Object {
     let watched: deltaship::watch::WatchedObject = serde_json::from_slice(bytes).expect("fixture decodes");
-    deltaship::watch::decode_object(watched, true).expect("fixture has name, uid, resourceVersion")
+    let kind = if watched.value["kind"] == "Pod" { Kind::Pod } else { Kind::ConfigMap };
+    deltaship::watch::decode_object(watched, &kind.resource(), true).expect("fixture has name, uid, resourceVersion")
 }
 
 /// One recorded watch event, objects as the bytes the API server sent.

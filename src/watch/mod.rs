@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::change::{Change, Classifier, Fingerprinter, Object, ObjectError, WatchEvent};
 use crate::config::KubernetesConfig;
 use crate::event::{self, Envelope, redact};
+use crate::resource::Resource;
 use crate::telemetry::metrics as m;
 
 pub use output::Output;
@@ -160,9 +161,17 @@ pub fn api(client: Client, scope: &Scope) -> Api<WatchedObject> {
     }
 }
 
-/// One watched object as the later stages take it: decoded and, when `redact`, redacted.
-pub fn decode_object(o: WatchedObject, redact: bool) -> Result<Object, ObjectError> {
-    let mut obj = Object::from_value(o.value)?;
+/// One watched object of `resource` as the later stages take it: decoded, with its
+/// apiVersion and kind, and, when `redact`, redacted.
+pub fn decode_object(o: WatchedObject, resource: &Resource, redact: bool) -> Result<Object, ObjectError> {
+    let mut value = o.value;
+    // Items of a list response carry no apiVersion and kind (only watch events do):
+    // every shipped object gets them, and redaction needs them to recognise a Secret.
+    if let Some(fields) = value.as_object_mut() {
+        fields.entry("apiVersion").or_insert_with(|| resource.api_version().into());
+        fields.entry("kind").or_insert_with(|| resource.kind.clone().into());
+    }
+    let mut obj = Object::from_value(value)?;
     if redact {
         redact::redact(&mut obj.value);
     }
@@ -172,7 +181,7 @@ pub fn decode_object(o: WatchedObject, redact: bool) -> Result<Object, ObjectErr
 /// Decodes and redacts the event's object; an object that cannot be decoded is counted,
 /// logged with its key and skipped.
 fn decode(event: watcher::Event<WatchedObject>, scope: &Scope, label: &str) -> Option<WatchEvent> {
-    let object = |o: WatchedObject| match decode_object(o, scope.redact) {
+    let object = |o: WatchedObject| match decode_object(o, &scope.resource, scope.redact) {
         Ok(obj) => Some(obj),
         Err(e) => {
             metrics::counter!(m::BAD_OBJECTS, "resource" => label.to_string(), "reason" => "decode").increment(1);
@@ -187,4 +196,31 @@ fn decode(event: watcher::Event<WatchedObject>, scope: &Scope, label: &str) -> O
         watcher::Event::Apply(o) => WatchEvent::Apply(object(o)?),
         watcher::Event::Delete(o) => WatchEvent::Delete(object(o)?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn list_items_get_their_type_and_secrets_among_them_are_redacted() {
+        let secrets = Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Secret".into(),
+            plural: "secrets".into(),
+            namespaced: true,
+        };
+        // As an item of a list response: no apiVersion, no kind.
+        let item = json!({"metadata": {"name": "db", "namespace": "ns", "uid": "u", "resourceVersion": "1"}, "data": {"password": "aHVudGVyMg=="}});
+        let watched: WatchedObject = serde_json::from_value(item).unwrap();
+        let obj = decode_object(watched, &secrets, true).unwrap();
+        assert_eq!((obj.value["apiVersion"].as_str(), obj.value["kind"].as_str()), (Some("v1"), Some("Secret")));
+        assert_ne!(obj.value["data"]["password"], "aHVudGVyMg==", "redacted: {}", obj.value);
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "uid": "u", "resourceVersion": "2"}});
+        let obj = decode_object(serde_json::from_value(deployment).unwrap(), &crate::resource::fixtures::deployments(), true).unwrap();
+        assert_eq!(obj.value["apiVersion"], "apps/v1", "a watch event's own type is kept");
+    }
 }
