@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 
+use super::meters::Meters;
 use super::retry::RetryPolicy;
 use crate::config::OversizePolicy;
 use crate::event::{self, Envelope, EnvelopeKind};
@@ -61,6 +62,7 @@ impl<P: Publisher> Dispatcher<P> {
 
     /// Delivers everything received on `rx` until it is closed and drained.
     pub async fn run(self, mut rx: mpsc::Receiver<Envelope>) -> Result<(), DispatchError> {
+        let mut meters = Meters::new(&self.route, self.sink.name());
         let mut in_flight: FuturesUnordered<BoxFuture<'static, Outcome>> = FuturesUnordered::new();
         // Keys with an event in flight, and their later events, in arrival order.
         let mut lanes: HashMap<LaneKey, VecDeque<Arc<Envelope>>> = HashMap::new();
@@ -78,9 +80,9 @@ impl<P: Publisher> Dispatcher<P> {
                 in_flight.push(self.attempt(marker.clone(), 0, None));
                 barrier_sent = true;
             }
-            metrics::gauge!(m::IN_FLIGHT, "route" => self.route.clone()).set(in_flight.len() as f64);
-            metrics::gauge!(m::HELD, "route" => self.route.clone()).set(held as f64);
-            metrics::gauge!(m::QUEUED, "route" => self.route.clone()).set(rx.len() as f64);
+            meters.in_flight.set(in_flight.len() as f64);
+            meters.held.set(held as f64);
+            meters.queued.set(rx.len() as f64);
             self.health.set_outstanding(in_flight.len() + held);
             let can_take = input_open && barrier.is_none() && in_flight.len() + held < self.max_in_flight;
             if !can_take && in_flight.is_empty() {
@@ -95,7 +97,7 @@ impl<P: Publisher> Dispatcher<P> {
                 biased;
                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                     let lane = (done.env.destination.clone(), done.env.key.clone());
-                    match self.settle(done) {
+                    match self.settle(done, &mut meters) {
                         Settled::Retry(env, attempt, delay) => {
                             in_flight.push(self.attempt(env, attempt, Some(delay)));
                             continue;
@@ -165,14 +167,14 @@ impl<P: Publisher> Dispatcher<P> {
         })
     }
 
-    fn settle(&self, done: Outcome) -> Settled {
+    fn settle(&self, done: Outcome, meters: &mut Meters) -> Settled {
         let sink = self.sink.name();
         let env = done.env;
         match done.result {
             Ok(()) => {
                 self.health.progressed();
-                metrics::counter!(m::EVENTS, "resource" => env.resource.to_string(), "type" => env.kind.label(), "route" => self.route.clone()).increment(1);
-                metrics::histogram!(m::PUBLISH_LATENCY, "sink" => sink, "route" => self.route.clone()).record(done.started.elapsed().as_secs_f64());
+                meters.acknowledged(&env.resource, env.kind.label());
+                meters.latency.record(done.started.elapsed().as_secs_f64());
                 if env.completes_initial_sync {
                     self.health.initial_sync_delivered();
                 }

@@ -2,6 +2,7 @@
 //! and the shutdown order.
 
 mod dispatch;
+mod meters;
 pub mod plan;
 mod retry;
 

@@ -49,6 +49,9 @@ impl Watch {
         // carries its state at emission time, in order with its live events.
         let mut resync = scope.resync.map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
         let mut changes = Vec::new();
+        // Per-event gauges, registered once (a lookup by labels allocates them).
+        let indexed = metrics::gauge!(m::INDEXED, "resource" => label.clone());
+        let queued: Vec<metrics::Gauge> = scope.outputs.iter().map(|o| metrics::gauge!(m::QUEUED, "route" => o.route_name.to_string())).collect();
         tracing::info!(watch = %scope.describe(), "Watch started");
         loop {
             let item = tokio::select! {
@@ -57,7 +60,7 @@ impl Watch {
                     if !classifier.resync(&mut changes) {
                         tracing::debug!(watch = %scope.describe(), "Resync skipped: a sync is under way");
                     }
-                    if !self.ship(&scope, &label, &mut changes, &queues, &stop).await {
+                    if !self.ship(&scope, &label, &mut changes, &queues, &queued, &stop).await {
                         return;
                     }
                     continue;
@@ -75,8 +78,8 @@ impl Watch {
             };
             let Some(event) = decode(event, &scope, &label) else { continue };
             classifier.handle(event, &mut changes);
-            metrics::gauge!(m::INDEXED, "resource" => label.clone()).set(classifier.index_len() as f64);
-            if !self.ship(&scope, &label, &mut changes, &queues, &stop).await {
+            indexed.set(classifier.index_len() as f64);
+            if !self.ship(&scope, &label, &mut changes, &queues, &queued, &stop).await {
                 return;
             }
         }
@@ -85,7 +88,8 @@ impl Watch {
     /// Builds and queues the events of `changes` for each route that ships them; false
     /// when stopping. A full route queue pauses this watch (and with it every route it
     /// feeds) until that route catches up: nothing is dropped.
-    async fn ship(&self, scope: &Scope, label: &str, changes: &mut Vec<Change>, queues: &[mpsc::Sender<Envelope>], stop: &CancellationToken) -> bool {
+    /// `queued` holds the queue gauge of each of the scope's outputs.
+    async fn ship(&self, scope: &Scope, label: &str, changes: &mut Vec<Change>, queues: &[mpsc::Sender<Envelope>], queued: &[metrics::Gauge], stop: &CancellationToken) -> bool {
         for change in changes.drain(..) {
             let last = scope.outputs.len().saturating_sub(1);
             let mut change = Some(change);
@@ -114,7 +118,7 @@ impl Watch {
                     sent = tx.send(env) => if sent.is_err() { return false },
                 }
                 // Set where the queue fills (here) and where it drains (the dispatcher).
-                metrics::gauge!(m::QUEUED, "route" => output.route_name.to_string()).set((tx.max_capacity() - tx.capacity()) as f64);
+                queued[i].set((tx.max_capacity() - tx.capacity()) as f64);
             }
         }
         true
