@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, RouteConfig, SinkConfig};
+use crate::config::{Config, SinkConfig};
 use crate::leader::{Elector, LeaderError};
 use crate::sink::{Publisher, SendError, Sink};
 use crate::telemetry::{self, Health, RouteHealth};
@@ -67,8 +67,8 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     }
     let routes = config.effective_routes();
     let mut sinks = Vec::new();
-    for route in &routes {
-        sinks.push(Sink::from_config(&route.sink).await.map_err(|source| RunError::Sink { at: sink_key(&routes, route), source })?);
+    for (i, route) in routes.iter().enumerate() {
+        sinks.push(Sink::from_config(&route.sink).await.map_err(|source| RunError::Sink { at: sink_key(&config, i), source })?);
     }
 
     let stall = Some(Duration::from_secs(config.delivery.stall_timeout_secs)).filter(|d| !d.is_zero());
@@ -109,7 +109,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         let delivery = Delivery {
             sink: sink.clone(),
             config: route.sink.clone(),
-            at: sink_key(&routes, route),
+            at: sink_key(&config, i),
             topics: plan::topics(&scopes, i),
             retry,
         };
@@ -186,11 +186,12 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     outcome
 }
 
-/// The configuration key of a route's sink, for errors: `sink`, or `routes[i].sink` (`name`).
-fn sink_key(routes: &[RouteConfig], route: &RouteConfig) -> String {
-    match routes.iter().position(|r| std::ptr::eq(r, route)) {
-        Some(i) if routes.len() > 1 || route.name != crate::config::DEFAULT_ROUTE => format!("routes[{i}].sink ({})", route.name),
-        _ => "sink".into(),
+/// The configuration key of route `i`'s sink, for errors: `sink` without `routes`, else
+/// `routes[i].sink (name)`.
+fn sink_key(config: &Config, i: usize) -> String {
+    match config.routes.get(i) {
+        Some(route) => format!("routes[{i}].sink ({})", route.name),
+        None => "sink".into(),
     }
 }
 
