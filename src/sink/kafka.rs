@@ -1,6 +1,5 @@
 //! The Kafka sink: CloudEvents Kafka binding over an idempotent rdkafka producer.
 
-use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,7 +10,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer, PurgeConfig};
 use rdkafka::util::Timeout;
 
-use super::SendError;
+use super::{SendError, read_secret};
 use super::kafka_log::{Cause, QuietContext};
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_content_type, structured_bytes};
 use crate::config::{ContentMode, KafkaConfig, Secret};
@@ -290,10 +289,6 @@ pub fn connection_settings(c: &mut ClientConfig, cfg: &KafkaConfig) -> Result<()
         c.set(k, v);
     }
     Ok(())
-}
-
-fn read_secret(key: &str, file: &Path) -> Result<Secret, SendError> {
-    Secret::from_file(key, file).map_err(|message| SendError::Fatal { kind: "config", message })
 }
 
 async fn await_delivery(d: rdkafka::producer::DeliveryFuture) -> Result<(), SendError> {

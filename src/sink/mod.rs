@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::config::SinkConfig;
+use crate::config::{Secret, SinkConfig};
 use crate::event::Envelope;
 
 pub use kafka::KafkaSink;
@@ -39,6 +39,12 @@ impl SendError {
             SendError::TooLarge { .. } => "too_large",
         }
     }
+}
+
+/// Reads a sink's secret file at start-up; a failure is fatal and names the key and the
+/// file, never the content.
+pub(crate) fn read_secret(key: &str, file: &std::path::Path) -> Result<Secret, SendError> {
+    Secret::from_file(key, file).map_err(|message| SendError::Fatal { kind: "config", message })
 }
 
 /// What the dispatcher needs of a sink: publish one event, resolving on acknowledgement.

@@ -11,9 +11,9 @@ use async_nats::{ConnectOptions, HeaderMap};
 use cloudevents::AttributesReader;
 use bytes::Bytes;
 
-use super::SendError;
+use super::{SendError, read_secret};
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, percent_encode, structured_bytes};
-use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Secret, Storage};
+use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Storage};
 use crate::event::Envelope;
 
 #[derive(Clone)]
@@ -29,13 +29,6 @@ fn config_error(key: &str, message: impl std::fmt::Display) -> SendError {
         kind: "config",
         message: format!("{key}: {message}"),
     }
-}
-
-/// Reads a secret file; the error names the key and the file, never the content.
-fn read_secret(key: &str, path: &std::path::Path) -> Result<String, SendError> {
-    Secret::from_file(key, path)
-        .map(|s| s.expose().to_string())
-        .map_err(|message| SendError::Fatal { kind: "config", message })
 }
 
 impl NatsSink {
@@ -57,18 +50,18 @@ impl NatsSink {
         if let Some(user) = &a.user {
             let password = match (&a.password, &a.password_file) {
                 (Some(p), _) => p.expose().to_string(),
-                (None, Some(f)) => read_secret("sink.auth.password_file", f)?,
+                (None, Some(f)) => read_secret("sink.auth.password_file", f)?.expose().to_string(),
                 (None, None) => String::new(),
             };
             opts = opts.user_and_password(user.clone(), password);
         }
         match (&a.token, &a.token_file) {
             (Some(t), _) => opts = opts.token(t.expose().to_string()),
-            (None, Some(f)) => opts = opts.token(read_secret("sink.auth.token_file", f)?),
+            (None, Some(f)) => opts = opts.token(read_secret("sink.auth.token_file", f)?.expose().to_string()),
             (None, None) => {}
         }
         if let Some(f) = &a.nkey_seed_file {
-            opts = opts.nkey(read_secret("sink.auth.nkey_seed_file", f)?);
+            opts = opts.nkey(read_secret("sink.auth.nkey_seed_file", f)?.expose().to_string());
         }
         if let Some(f) = &a.credentials_file {
             opts = opts
