@@ -10,6 +10,7 @@ pub mod nats;
 pub mod nats_server;
 pub mod state;
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The test servers, as tests/env/up exported them. Integration tests need them: missing
@@ -37,10 +38,14 @@ pub fn env() -> TestEnv {
     }
 }
 
-/// A name unique to this test run: `prefix-<hex>`, valid as a namespace or topic name.
+/// A name unique to this test run: `prefix-<time>-<pid>-<n>`, valid as a namespace or topic
+/// name. The counter keeps two calls in one process apart when the clock has not ticked
+/// between them; the process id keeps test binaries apart; the time keeps runs apart.
 pub fn unique(prefix: &str) -> String {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_nanos();
-    format!("{prefix}-{:x}", (nanos ^ (std::process::id() as u128) << 40) & 0xffff_ffff_ffff)
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_secs();
+    format!("{prefix}-{:x}-{:x}-{n:x}", secs & 0xff_ffff, std::process::id())
 }
 
 /// The `lang` code block that follows `<!-- MARKER -->` in the README (e.g. marker
