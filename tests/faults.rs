@@ -1,6 +1,6 @@
-//! Faults against the real servers while ConfigMaps churn: a Kafka broker restart, a NATS
-//! server restart, a broker outage longer than the bridge's queues, a SIGKILLed bridge, and
-//! forced watch expiry. Every write carries the object's next `seq`; afterwards the stream
+//! Faults against the real servers while ConfigMaps churn: twenty Kafka broker restarts and
+//! twenty NATS server restarts in a row on a busy machine, a broker outage longer than the
+//! bridge's queues, a SIGKILLed bridge, and forced watch expiry. Every write carries the object's next `seq`; afterwards the stream
 //! is read back and audited per object (support::churn::audit): nothing lost unless a sync
 //! shipped newer state in its place, nothing reordered, every duplicate an exact repeat.
 //!
@@ -154,11 +154,47 @@ fn diagnose(bridge: &Bridge, a: &Audit) {
     eprintln!("STALLED bridge: {} readyz={:?} threads={} log={}", gauges.join(" "), bridge.get("/readyz"), dump.display(), bridge.log.display());
 }
 
-/// A Kafka broker restart in the middle of the churn: the idempotent producer (with
-/// message.timeout.ms=0) holds and re-sends, so every update arrives, in order per object.
+/// Restarts in a row for the restart tests, and the bound on each recovery: the time from
+/// the broker answering again (its ctl returned) to the bridge's next acknowledgement.
+/// A stuck Kafka producer is replaced after 15 s of no report while the broker answers a
+/// new client (src/sink/kafka_recover.rs), so a recovery takes at most about 15 s plus a
+/// new producer's start; 45 s leaves room for a busy machine and is still seconds, where
+/// the liveness probe alone would take delivery.stall_timeout_secs (300 s).
+const RESTARTS: usize = 20;
+const RECOVERY_BOUND: Duration = Duration::from_secs(45);
+
+/// Restarts `component` RESTARTS times while the churn goes on, with some writes between
+/// restarts; each recovery time (see RECOVERY_BOUND), waited for up to 5 minutes so that a
+/// stuck bridge is reported with figures rather than a timeout.
+async fn restart_repeatedly(bridge: &Bridge, churn: &Churn, component: &'static str) -> Vec<Duration> {
+    let mut recoveries = Vec::with_capacity(RESTARTS);
+    for _ in 0..RESTARTS {
+        churn.wait_writes(churn.writes() + 40).await;
+        inject(component, "restart").await;
+        let (back, acked) = (Instant::now(), metric(&metrics(bridge), "deltaship_events_total"));
+        while metric(&metrics(bridge), "deltaship_events_total") <= acked && back.elapsed() < Duration::from_secs(300) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        recoveries.push(back.elapsed());
+    }
+    recoveries
+}
+
+/// `FAULT-FIGURES` fields for the recoveries, and whether each stayed within the bound.
+fn recovery_figures(recoveries: &[Duration]) -> (String, bool) {
+    let secs: Vec<String> = recoveries.iter().map(|d| format!("{:.1}", d.as_secs_f64())).collect();
+    let longest = recoveries.iter().max().copied().unwrap_or_default();
+    (format!(" restarts={} longest_recovery_s={:.1} recoveries_s={}", recoveries.len(), longest.as_secs_f64(), secs.join(",")), longest <= RECOVERY_BOUND)
+}
+
+/// Twenty Kafka broker restarts in a row in the middle of the churn, with a core kept busy
+/// beside it: the idempotent producer (message.timeout.ms=0) holds and re-sends, a producer
+/// left without brokers is replaced, and every update arrives, in order per object; each
+/// restart is recovered from within RECOVERY_BOUND.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_kafka_broker_restart_mid_stream_loses_and_reorders_nothing() {
+async fn twenty_kafka_broker_restarts_in_a_row_on_a_busy_machine_lose_and_reorder_nothing() {
     let _serial = SERIAL.lock().await;
+    let _busy = support::CpuBurner::start();
     let client = client().await;
     let ns = create_namespace(&client, "it-fault-kafka").await;
     let run = KafkaRun::new();
@@ -168,25 +204,31 @@ async fn a_kafka_broker_restart_mid_stream_loses_and_reorders_nothing() {
     let mut churn = Churn::create(&client, &ns, 20, 0).await;
     churn.start(4, Duration::from_millis(100), None);
     churn.wait_writes(100).await;
-    inject("kafka", "restart").await;
+    let recoveries = restart_repeatedly(&bridge, &churn, "kafka").await;
     let written = keep_writing(&mut churn, 200).await;
     let a = audit(&run.read(&written, Duration::from_secs(180)).await, &written);
     let (peak, _) = rss.finish();
+    let m = metrics(&bridge);
+    let (figures, within) = recovery_figures(&recoveries);
     let errors = bridge.log_text().matches("Kafka client error").count();
-    a.print("kafka-broker-restart", churn.writes(), "1 Kafka broker restart", peak, &format!(" client_error_logs={errors}"));
+    let replaced = metric(&m, "deltaship_sink_recoveries_total");
+    a.print("kafka-broker-restarts", churn.writes(), "20 Kafka broker restarts, one core busy", peak, &format!("{figures} producers_replaced={replaced} client_error_logs={errors}"));
     diagnose(&bridge, &a);
     a.assert_clean();
-    // The restart reached the bridge (librdkafka reported the broker down).
+    assert!(within, "a restart took longer than {RECOVERY_BOUND:?} to recover from:{figures}\n{}", bridge.log_text());
+    // The restarts reached the bridge (librdkafka reported the broker down).
     assert!(errors > 0, "the bridge never saw the broker go down:\n{}", bridge.log_text());
     drop(bridge);
     delete_namespace(&client, &ns).await;
 }
 
-/// A NATS server restart in the middle of the churn, JetStream mode: publishes are retried
-/// with the same Nats-Msg-Id until acked, one per object at a time.
+/// Twenty NATS server restarts in a row in the middle of the churn, JetStream mode, with a
+/// core kept busy: publishes are retried with the same Nats-Msg-Id until acked, one per
+/// object at a time; each restart is recovered from within RECOVERY_BOUND.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_nats_server_restart_mid_stream_loses_and_reorders_nothing() {
+async fn twenty_nats_server_restarts_in_a_row_on_a_busy_machine_lose_and_reorder_nothing() {
     let _serial = SERIAL.lock().await;
+    let _busy = support::CpuBurner::start();
     let client = client().await;
     let ns = create_namespace(&client, "it-fault-nats").await;
     let cluster = support::unique("c");
@@ -196,15 +238,18 @@ async fn a_nats_server_restart_mid_stream_loses_and_reorders_nothing() {
     let mut churn = Churn::create(&client, &ns, 20, 0).await;
     churn.start(4, Duration::from_millis(100), None);
     churn.wait_writes(100).await;
-    inject("nats", "restart").await;
+    let recoveries = restart_repeatedly(&bridge, &churn, "nats").await;
     let written = keep_writing(&mut churn, 200).await;
     let js = support::nats::jetstream().await;
     let items = read_nats(&js, STREAM, &format!("deltaship.{cluster}."), &written, Duration::from_secs(180)).await;
     let a = audit(&[items], &written);
     let (peak, _) = rss.finish();
-    a.print("nats-server-restart", churn.writes(), "1 NATS server restart", peak, "");
+    let (figures, within) = recovery_figures(&recoveries);
+    a.print("nats-server-restarts", churn.writes(), "20 NATS server restarts, one core busy", peak, &figures);
+    diagnose(&bridge, &a);
     a.assert_clean();
-    assert!(bridge.log_text().contains("Disconnected from NATS"), "the bridge never saw the restart:\n{}", bridge.log_text());
+    assert!(within, "a restart took longer than {RECOVERY_BOUND:?} to recover from:{figures}\n{}", bridge.log_text());
+    assert!(bridge.log_text().contains("Disconnected from NATS"), "the bridge never saw the restarts:\n{}", bridge.log_text());
     drop(bridge);
     delete_namespace(&client, &ns).await;
 }

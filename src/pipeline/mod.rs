@@ -78,6 +78,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     let http = telemetry::serve(addr, health.clone(), http_stop.clone()).await?;
     for (i, sink) in sinks.iter().enumerate() {
         tokio::spawn(probe_sink(sink.clone(), health.route(i), http_stop.clone()));
+        tokio::spawn(sink.clone().supervise(routes[i].name.clone(), http_stop.clone()));
     }
 
     // With leader election, only the leader goes on; it starts with a full initial sync.

@@ -1,5 +1,6 @@
 //! The Kafka sink: CloudEvents Kafka binding over an idempotent rdkafka producer.
 
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -7,11 +8,12 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer, PurgeConfig};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer, PurgeConfig};
 use rdkafka::util::Timeout;
 
 use super::{SendError, read_secret};
 use super::kafka_log::{Cause, QuietContext};
+use super::kafka_recover::{Progress, Tracked};
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_content_type, structured_bytes};
 use crate::config::{ContentMode, KafkaConfig, Secret};
 use crate::event::{Envelope, EnvelopeKind};
@@ -28,26 +30,64 @@ const RECENT_CAUSE: Duration = Duration::from_secs(60);
 
 #[derive(Clone)]
 pub struct KafkaSink {
-    producer: FutureProducer<QuietContext>,
-    /// The producer's context, for the cause of failed metadata requests.
-    context: QuietContext,
+    shared: Arc<Shared>,
     content_mode: ContentMode,
     tombstones: bool,
 }
 
+/// The producer, replaceable when it is stuck (kafka_recover), and what it takes to make
+/// a new one.
+struct Shared {
+    config: ClientConfig,
+    /// The producers' context, for the cause of failed metadata requests (a client's own
+    /// context is not reachable through a FutureProducer); shared by every producer.
+    context: QuietContext,
+    producer: RwLock<FutureProducer<QuietContext>>,
+    progress: Arc<Progress>,
+}
+
 impl KafkaSink {
     pub fn new(cfg: &KafkaConfig) -> Result<KafkaSink, SendError> {
+        let config = client_config(cfg)?;
         let context = QuietContext::default();
-        let producer: FutureProducer<QuietContext> = client_config(cfg)?.create_with_context(context.clone()).map_err(|e| SendError::Fatal {
-            kind: "config",
-            message: format!("cannot create the Kafka producer: {e}"),
-        })?;
+        let producer = create_producer(&config, &context)?;
         Ok(KafkaSink {
-            producer,
-            context,
+            shared: Arc::new(Shared {
+                config,
+                context,
+                producer: RwLock::new(producer),
+                progress: Arc::default(),
+            }),
             content_mode: cfg.content_mode,
             tombstones: cfg.tombstones,
         })
+    }
+
+    /// The current producer (a cheap handle).
+    fn producer(&self) -> FutureProducer<QuietContext> {
+        self.shared.producer.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(super) fn client_config(&self) -> &ClientConfig {
+        &self.shared.config
+    }
+
+    pub(super) fn context(&self) -> &QuietContext {
+        &self.shared.context
+    }
+
+    pub(super) fn progress(&self) -> &Progress {
+        &self.shared.progress
+    }
+
+    /// Puts a new producer in place of the current one, whose records fail with a purge
+    /// error and are sent again by the dispatcher through the new one.
+    pub(super) fn replace_producer(&self) -> Result<(), SendError> {
+        let fresh = create_producer(&self.shared.config, &self.shared.context)?;
+        let old = std::mem::replace(&mut *self.shared.producer.write().unwrap_or_else(|p| p.into_inner()), fresh);
+        // Dropping a producer purges and flushes it, which may block for a moment.
+        tokio::task::spawn_blocking(move || drop(old));
+        Ok(())
     }
 
     /// Sends one event; markers go to every partition of the topic. Resolves when the
@@ -84,7 +124,7 @@ impl KafkaSink {
         payload: Option<&[u8]>,
         headers: OwnedHeaders,
         partition: Option<i32>,
-    ) -> Result<rdkafka::producer::DeliveryFuture, SendError> {
+    ) -> Result<Tracked<DeliveryFuture>, SendError> {
         let mut record = FutureRecord::<str, [u8]>::to(topic).key(key).headers(headers);
         if let Some(p) = payload {
             record = record.payload(p);
@@ -92,13 +132,14 @@ impl KafkaSink {
         if let Some(p) = partition {
             record = record.partition(p);
         }
-        self.producer.send_result(record).map_err(|(e, _)| classify(e))
+        let delivery = self.producer().send_result(record).map_err(|(e, _)| classify(e))?;
+        Ok(self.shared.progress.track(delivery))
     }
 
     /// The partitions of `topic`, from fresh metadata (markers are rare; partitions may
     /// have been added since the last one).
     async fn partitions(&self, topic: &str) -> Result<Vec<i32>, SendError> {
-        let producer = self.producer.clone();
+        let producer = self.producer();
         let topic = topic.to_string();
         let md = tokio::task::spawn_blocking(move || {
             producer
@@ -111,7 +152,7 @@ impl KafkaSink {
             kind: "metadata",
             message: e.to_string(),
         })?
-        .map_err(|e| explain(&self.context, e))?;
+        .map_err(|e| explain(&self.shared.context, e))?;
         match md {
             Some(p) if !p.is_empty() => Ok(p),
             _ => Err(SendError::Retryable {
@@ -125,21 +166,21 @@ impl KafkaSink {
     /// A failure names the client's latest connection error (refused credentials, failed
     /// TLS) when there is one.
     pub async fn probe(&self, timeout: Duration) -> Result<usize, SendError> {
-        let producer = self.producer.clone();
+        let producer = self.producer();
         let md = tokio::task::spawn_blocking(move || producer.client().fetch_metadata(None, Timeout::After(timeout)))
             .await
             .map_err(|e| SendError::Retryable {
                 kind: "metadata",
                 message: e.to_string(),
             })?
-            .map_err(|e| explain(&self.context, e))?;
-        self.context.clear_cause();
+            .map_err(|e| explain(&self.shared.context, e))?;
+        self.shared.context.clear_cause();
         Ok(md.brokers().len())
     }
 
     /// Partition counts of `topics` (None when a topic does not exist), for `check`.
     pub async fn topic_partitions(&self, topics: Vec<String>) -> Result<Vec<(String, Option<usize>)>, SendError> {
-        let (producer, context) = (self.producer.clone(), self.context.clone());
+        let (producer, context) = (self.producer(), self.shared.context.clone());
         tokio::task::spawn_blocking(move || {
             let md = producer
                 .client()
@@ -166,12 +207,12 @@ impl KafkaSink {
 
     /// Drops every record librdkafka has queued or in flight.
     pub fn purge(&self) {
-        self.producer.purge(PurgeConfig::default().queue().inflight());
+        self.producer().purge(PurgeConfig::default().queue().inflight());
     }
 
     /// Waits until everything queued in librdkafka is delivered, at most `timeout`.
     pub async fn flush(&self, timeout: Duration) -> Result<(), SendError> {
-        let producer = self.producer.clone();
+        let producer = self.producer();
         tokio::task::spawn_blocking(move || producer.flush(Timeout::After(timeout)))
             .await
             .map_err(|e| SendError::Retryable {
@@ -291,8 +332,16 @@ pub fn connection_settings(c: &mut ClientConfig, cfg: &KafkaConfig) -> Result<()
     Ok(())
 }
 
-async fn await_delivery(d: rdkafka::producer::DeliveryFuture) -> Result<(), SendError> {
-    match d.await {
+/// A new producer with `config`, sharing `context`.
+fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<FutureProducer<QuietContext>, SendError> {
+    config.create_with_context(context.clone()).map_err(|e| SendError::Fatal {
+        kind: "config",
+        message: format!("cannot create the Kafka producer: {e}"),
+    })
+}
+
+async fn await_delivery(d: Tracked<DeliveryFuture>) -> Result<(), SendError> {
+    match d.delivery.await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err((e, _))) => Err(classify(e)),
         Err(_) => Err(SendError::Retryable {
@@ -351,6 +400,9 @@ fn classify(e: KafkaError) -> SendError {
             message,
         },
         Some(C::QueueFull) => SendError::Retryable { kind: "queue_full", message },
+        // The producer was replaced (kafka_recover) or purged: sent again through the
+        // current one.
+        Some(C::PurgeQueue) | Some(C::PurgeInflight) => SendError::Retryable { kind: "purged", message },
         Some(C::MessageTimedOut) | Some(C::RequestTimedOut) => SendError::Retryable { kind: "timeout", message },
         _ => SendError::Retryable { kind: "broker", message },
     }

@@ -3,6 +3,7 @@
 pub mod encode;
 pub mod kafka;
 mod kafka_log;
+mod kafka_recover;
 pub mod nats;
 pub mod stdout;
 
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{Secret, SinkConfig};
 use crate::event::Envelope;
@@ -108,6 +110,14 @@ impl Sink {
             Sink::Stdout(_) => Ok(()),
             Sink::Kafka(k) => k.probe(Duration::from_secs(5)).await.map(|_| ()),
             Sink::Nats(n) => n.probe(),
+        }
+    }
+
+    /// Watches over the sink's client until `stop`: a Kafka producer that is stuck is
+    /// replaced (kafka_recover); the other clients recover by themselves.
+    pub async fn supervise(self, route: String, stop: CancellationToken) {
+        if let Sink::Kafka(k) = self {
+            k.supervise(route, stop).await;
         }
     }
 

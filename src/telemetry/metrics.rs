@@ -13,6 +13,7 @@ pub const BAD_OBJECTS: &str = "deltaship_bad_objects_total";
 pub const DROPPED: &str = "deltaship_events_dropped_total";
 pub const TRUNCATED: &str = "deltaship_events_truncated_total";
 pub const SINK_ERRORS: &str = "deltaship_sink_errors_total";
+pub const SINK_RECOVERIES: &str = "deltaship_sink_recoveries_total";
 pub const PUBLISH_LATENCY: &str = "deltaship_publish_latency_seconds";
 pub const IN_FLIGHT: &str = "deltaship_in_flight_events";
 pub const HELD: &str = "deltaship_held_events";
@@ -36,6 +37,7 @@ pub fn describe() {
     describe_counter!(DROPPED, "Events the sink refused and that were skipped by policy, by resource, reason and route.");
     describe_counter!(TRUNCATED, "Events too large for the sink, shipped as truncated references, by resource and route.");
     describe_counter!(SINK_ERRORS, "Failed sends (retried or not), by sink, route and error_kind.");
+    describe_counter!(SINK_RECOVERIES, "Sink clients replaced because they held events without any report while the brokers answered a new client, by sink and route.");
     describe_histogram!(PUBLISH_LATENCY, Unit::Seconds, "Time from send to the sink's acknowledgement, by sink and route.");
     describe_gauge!(IN_FLIGHT, "Events sent and not yet acknowledged, by route.");
     describe_gauge!(HELD, "Events waiting behind an earlier event of the same object, by route.");

@@ -59,3 +59,21 @@ pub fn readme_block(marker: &str, lang: &str) -> String {
     let end = after[start..].find("```").unwrap();
     after[start..start + end].to_string()
 }
+
+/// A process that keeps one core busy while it lives: fault tests run beside it, so that
+/// they prove the behaviour on a loaded machine, not only on a quiet one.
+pub struct CpuBurner(std::process::Child);
+
+impl CpuBurner {
+    pub fn start() -> CpuBurner {
+        let child = std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().expect("start a CPU burner (sh)");
+        CpuBurner(child)
+    }
+}
+
+impl Drop for CpuBurner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
