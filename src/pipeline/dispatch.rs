@@ -185,7 +185,8 @@ impl<P: Publisher> Dispatcher<P> {
                 match e {
                     SendError::Retryable { kind, message } => {
                         let delay = self.retry.delay(done.attempt);
-                        if done.attempt == 0 {
+                        // A purge (a replaced producer) was logged once by the sink.
+                        if done.attempt == 0 && kind != "purged" {
                             tracing::warn!(sink, route = %self.route, resource = %env.resource, error_kind = kind, error = %message, "Send failed; retrying with backoff");
                         } else {
                             tracing::debug!(sink, resource = %env.resource, attempt = done.attempt, error = %message, "Send failed again; retrying");

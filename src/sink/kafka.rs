@@ -13,7 +13,7 @@ use rdkafka::util::Timeout;
 
 use super::{SendError, read_secret};
 use super::kafka_log::{Cause, QuietContext};
-use super::kafka_recover::{Progress, Tracked};
+use super::kafka_recover::{Progress, STATISTICS_INTERVAL_MS, Tracked};
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_content_type, structured_bytes};
 use crate::config::{ContentMode, KafkaConfig, Secret};
 use crate::event::{Envelope, EnvelopeKind};
@@ -332,8 +332,11 @@ pub fn connection_settings(c: &mut ClientConfig, cfg: &KafkaConfig) -> Result<()
     Ok(())
 }
 
-/// A new producer with `config`, sharing `context`.
+/// A new producer with `config`, sharing `context`; it reports its statistics, for the
+/// brokers it knows of (kafka_recover).
 fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<FutureProducer<QuietContext>, SendError> {
+    let mut config = config.clone();
+    config.set("statistics.interval.ms", STATISTICS_INTERVAL_MS);
     config.create_with_context(context.clone()).map_err(|e| SendError::Fatal {
         kind: "config",
         message: format!("cannot create the Kafka producer: {e}"),

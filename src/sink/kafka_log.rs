@@ -13,6 +13,8 @@ use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+use super::kafka_recover::KnownBrokers;
+
 const REPEAT_AFTER: Duration = Duration::from_secs(60);
 
 /// Cloning shares the state: the sink keeps a clone to read the cause (a client's own
@@ -26,6 +28,8 @@ pub struct QuietContext {
 struct State {
     last_warned: Mutex<HashMap<String, Instant>>,
     last_cause: Mutex<Option<Cause>>,
+    /// What the producer's statistics say of its brokers (kafka_recover).
+    brokers: KnownBrokers,
 }
 
 /// A client error that says why the brokers cannot be reached.
@@ -45,6 +49,11 @@ impl QuietContext {
     pub fn recent_cause(&self, within: Duration) -> Option<Cause> {
         let cause = self.state.last_cause.lock().unwrap_or_else(|p| p.into_inner());
         cause.as_ref().filter(|c| c.at.elapsed() < within).cloned()
+    }
+
+    /// The brokers the producer knows of, from its statistics.
+    pub fn brokers(&self) -> &KnownBrokers {
+        &self.state.brokers
     }
 
     /// Forgets the cause once the brokers answered.
@@ -67,6 +76,11 @@ pub fn failure_kind(code: Option<RDKafkaErrorCode>, text: &str) -> Option<&'stat
 }
 
 impl ClientContext for QuietContext {
+    /// Only the producer asks for statistics (`statistics.interval.ms`), for its brokers.
+    fn stats_raw(&self, statistics: &[u8]) {
+        self.state.brokers.update(statistics);
+    }
+
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         match level {
             RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical => {

@@ -8,6 +8,11 @@
 //! left with no broker at all; its re-bootstrap races with that clean-up or never starts
 //! (its timer starts only when a metadata request is sent, which needs a broker). The
 //! producer then neither delivers nor fails, for good.
+//!
+//! Two triggers: the producer's statistics say it has no broker left while records wait
+//! and a new client reaches the brokers (that state, at once); or, whatever the cause,
+//! records waited STUCK_AFTER without any report while the brokers answered a new client
+//! for STUCK_AFTER.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -26,8 +31,14 @@ use crate::telemetry::metrics as m;
 /// longest reconnect backoff (`reconnect.backoff.max.ms`, 10 s), so that a producer that
 /// is merely reconnecting after an outage is left alone.
 pub const STUCK_AFTER: Duration = Duration::from_secs(15);
-/// How often a route with waiting records is checked.
+/// How often a route with waiting records is checked, and how often the producer reports
+/// its statistics (`statistics.interval.ms`).
 const CHECK_EVERY: Duration = Duration::from_secs(1);
+pub const STATISTICS_INTERVAL_MS: &str = "1000";
+/// How long the producer must have had no broker before that alone counts as stuck: two
+/// statistics reports, so a broker being replaced by its learned self is not mistaken for
+/// one lost.
+const BROKERLESS_AFTER: Duration = Duration::from_secs(2);
 /// How long a fresh client may take to get the brokers' metadata.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -93,6 +104,58 @@ impl Drop for Report {
     }
 }
 
+/// Whether the producer knows of any broker (configured or learned), and since when it
+/// knows of none, from the `brokers` of its statistics.
+#[derive(Debug)]
+pub struct KnownBrokers {
+    origin: Instant,
+    /// Ms since `origin` when the statistics first showed no broker; u64::MAX while they
+    /// show one (or before the first report).
+    none_since_ms: AtomicU64,
+}
+
+impl Default for KnownBrokers {
+    fn default() -> Self {
+        KnownBrokers {
+            origin: Instant::now(),
+            none_since_ms: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+/// The part of librdkafka's statistics JSON read here.
+#[derive(serde::Deserialize)]
+struct Statistics {
+    #[serde(default)]
+    brokers: std::collections::HashMap<String, Broker>,
+}
+
+#[derive(serde::Deserialize)]
+struct Broker {
+    /// `learned`, `configured`, `internal` or `logical`.
+    source: String,
+}
+
+impl KnownBrokers {
+    /// Takes one statistics report; a report that does not parse changes nothing.
+    pub fn update(&self, statistics: &[u8]) {
+        let Ok(stats) = serde_json::from_slice::<Statistics>(statistics) else { return };
+        let any = stats.brokers.values().any(|b| matches!(b.source.as_str(), "learned" | "configured"));
+        if any {
+            self.none_since_ms.store(u64::MAX, Ordering::Release);
+        } else {
+            let now = self.origin.elapsed().as_millis() as u64;
+            let _ = self.none_since_ms.compare_exchange(u64::MAX, now, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// The producer has known of no broker for at least `after`.
+    pub fn none_for(&self, after: Duration) -> bool {
+        let since = self.none_since_ms.load(Ordering::Acquire);
+        since != u64::MAX && (self.origin.elapsed().as_millis() as u64).saturating_sub(since) >= after.as_millis() as u64
+    }
+}
+
 impl KafkaSink {
     /// Replaces the producer whenever it is stuck (see the module's header) until `stop`.
     /// `route` names the route in logs and metrics.
@@ -105,12 +168,13 @@ impl KafkaSink {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(CHECK_EVERY) => {}
             }
-            if !self.progress().stalled(STUCK_AFTER) || !self.brokers_answer().await {
+            let brokerless = self.progress().waiting() > 0 && self.context().brokers().none_for(BROKERLESS_AFTER);
+            if !(brokerless || self.progress().stalled(STUCK_AFTER)) || !self.brokers_answer().await {
                 answering_since = None;
                 continue;
             }
             let since = *answering_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < STUCK_AFTER {
+            if !brokerless && since.elapsed() < STUCK_AFTER {
                 continue;
             }
             answering_since = None;
@@ -118,11 +182,12 @@ impl KafkaSink {
             match self.replace_producer() {
                 Ok(()) => {
                     recoveries.increment(1);
+                    let cause = if brokerless { "the producer has no broker left" } else { "the producer reported nothing" };
                     tracing::warn!(
                         route = %route,
                         waiting,
-                        stuck_secs = STUCK_AFTER.as_secs(),
-                        "Kafka producer reported nothing while the brokers answered a new client; replaced it and sending its events again (same ids, in order)"
+                        cause,
+                        "Kafka producer stuck while the brokers answer a new client; replaced it and sending its events again (same ids, in order)"
                     );
                 }
                 Err(e) => tracing::error!(route = %route, error = %e, "Kafka producer is stuck and a new one cannot be created; retrying"),
@@ -144,6 +209,20 @@ impl KafkaSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn known_brokers_follow_the_statistics_learned_or_configured_ones_only() {
+        let b = KnownBrokers::default();
+        assert!(!b.none_for(Duration::ZERO), "no report yet");
+        b.update(br#"{"brokers": {"127.0.0.1:9092/1": {"source": "learned", "state": "UP"}}}"#);
+        assert!(!b.none_for(Duration::ZERO));
+        b.update(br#"{"name": "p", "brokers": {":0/internal": {"source": "internal"}}}"#);
+        assert!(b.none_for(Duration::ZERO) && !b.none_for(Duration::from_secs(60)), "none since this report");
+        b.update(b"not json");
+        assert!(b.none_for(Duration::ZERO), "an unreadable report changes nothing");
+        b.update(br#"{"brokers": {"h:1/bootstrap": {"source": "configured"}}}"#);
+        assert!(!b.none_for(Duration::ZERO));
+    }
 
     #[test]
     fn progress_stalls_only_while_records_wait_without_a_report() {
