@@ -56,6 +56,9 @@ struct RebuildArgs {
     /// Where to write the state document; `-` for stdout.
     #[arg(long, default_value = "-")]
     out: PathBuf,
+    /// Stop at the first bad record (exit 1 naming it) instead of skipping and reporting it.
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(clap::Args)]
@@ -122,14 +125,15 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
         },
         _ => unreachable!("clap requires --kafka with --topic or --nats with --stream"),
     };
-    let doc = match runtime().block_on(deltaship::rebuild::rebuild(source, args.cluster.clone())) {
-        Ok(doc) => doc,
+    let rebuilt = match runtime().block_on(deltaship::rebuild::rebuild(source, args.cluster.clone(), args.strict)) {
+        Ok(rebuilt) => rebuilt,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let text = serde_json::to_string_pretty(&doc).expect("the state serializes");
+    let doc = &rebuilt.document;
+    let text = serde_json::to_string_pretty(doc).expect("the state serializes");
     let written = if args.out.as_os_str() == "-" {
         println!("{text}");
         Ok(())
@@ -139,6 +143,9 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
     if let Err(e) = written {
         eprintln!("error: cannot write {}: {e}", args.out.display());
         return ExitCode::FAILURE;
+    }
+    for skipped in &rebuilt.skipped {
+        eprintln!("skipped {skipped}");
     }
     eprintln!("{}", doc["summary"]);
     ExitCode::SUCCESS

@@ -3,26 +3,22 @@
 use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
-use serde_json::Value;
 
-use super::RebuildError;
-use super::protocol::Received;
+use super::decode::{Binding, decode};
+use super::{Consumer, Position, RebuildError};
 use crate::config::KafkaConfig;
 use crate::sink::kafka::connection_settings;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Calls `each` with every event of `topics`, partition by partition, in offset order;
+/// Gives `consumer` every record of `topics`, partition by partition, in offset order;
 /// with `connection`, connects with that sink's TLS, SASL and librdkafka settings.
-pub fn read(
-    brokers: &str,
-    topics: &[String],
-    connection: Option<&KafkaConfig>,
-    mut each: impl FnMut(Received) -> Result<(), RebuildError>,
-) -> Result<(), RebuildError> {
+/// Offsets a compacted topic no longer holds are not gaps to report: compaction removes
+/// records by design (Kafka has no way to tell them from records never written).
+pub fn read(brokers: &str, topics: &[String], connection: Option<&KafkaConfig>, consumer: &mut Consumer) -> Result<(), RebuildError> {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", brokers)
@@ -31,11 +27,11 @@ pub fn read(
     if let Some(k) = connection {
         connection_settings(&mut config, k).map_err(|e| RebuildError::Source(e.to_string()))?;
     }
-    let consumer: BaseConsumer = config
+    let kafka: BaseConsumer = config
         .create()
         .map_err(|e| RebuildError::Source(format!("cannot create a Kafka consumer: {e}")))?;
     for topic in topics {
-        let md = consumer
+        let md = kafka
             .fetch_metadata(Some(topic), TIMEOUT)
             .map_err(|e| RebuildError::Source(format!("no metadata for topic {topic}: {e}")))?;
         let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
@@ -43,7 +39,7 @@ pub fn read(
             return Err(RebuildError::Source(format!("topic {topic} does not exist")));
         }
         for p in partitions {
-            let (low, high) = consumer
+            let (low, high) = kafka
                 .fetch_watermarks(topic, p, TIMEOUT)
                 .map_err(|e| RebuildError::Source(format!("no offsets for {topic}/{p}: {e}")))?;
             if high <= low {
@@ -51,17 +47,20 @@ pub fn read(
             }
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition_offset(topic, p, Offset::Beginning).expect("a valid partition");
-            consumer.assign(&tpl).map_err(|e| RebuildError::Source(e.to_string()))?;
+            kafka.assign(&tpl).map_err(|e| RebuildError::Source(e.to_string()))?;
             loop {
-                let m = match consumer.poll(TIMEOUT) {
+                let m = match kafka.poll(TIMEOUT) {
                     Some(Ok(m)) => m,
                     Some(Err(e)) => return Err(RebuildError::Source(format!("reading {topic}/{p}: {e}"))),
                     None => return Err(RebuildError::Source(format!("no record from {topic}/{p} within {TIMEOUT:?}"))),
                 };
                 let offset = m.offset();
-                if let Some(event) = decode(&m)? {
-                    each(event)?;
-                }
+                let at = || Position::Kafka {
+                    topic: topic.clone(),
+                    partition: p,
+                    offset,
+                };
+                consumer.record(at, decode(Binding::Kafka, &headers(&m), m.payload(), p))?;
                 if offset + 1 >= high {
                     break;
                 }
@@ -71,32 +70,28 @@ pub fn read(
     Ok(())
 }
 
-/// Binary mode (`ce_` headers, value = data) or structured mode (value = the event);
-/// None for a tombstone.
-fn decode(m: &rdkafka::message::BorrowedMessage<'_>) -> Result<Option<Received>, RebuildError> {
-    let Some(value) = m.payload() else { return Ok(None) };
-    let mut headers = std::collections::HashMap::new();
-    if let Some(h) = m.headers() {
-        for h in h.iter() {
-            headers.insert(h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned());
+/// The record's headers as (name, value); headers with a null value are left out.
+/// rdkafka's own `Headers::iter` panics on a name that is not UTF-8, which a hostile
+/// producer can write: read them through librdkafka's C API instead.
+fn headers<'m>(m: &'m BorrowedMessage<'_>) -> Vec<(&'m [u8], &'m [u8])> {
+    use rdkafka::bindings as rd;
+    use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR as OK;
+    let mut hdrs = std::ptr::null_mut();
+    // SAFETY: `m.ptr()` is the consumer's message, valid while `m` is; its headers, and the
+    // names and values they point to, live as long as the message (librdkafka's
+    // rd_kafka_message_headers and rd_kafka_header_get_all); a name is NUL-terminated.
+    unsafe {
+        if rd::rd_kafka_message_headers(m.ptr(), &mut hdrs) != OK {
+            return Vec::new();
         }
+        (0..rd::rd_kafka_header_cnt(hdrs))
+            .filter_map(|i| {
+                let (mut name, mut value, mut size) = (std::ptr::null(), std::ptr::null(), 0);
+                if rd::rd_kafka_header_get_all(hdrs, i, &mut name, &mut value, &mut size) != OK || value.is_null() {
+                    return None;
+                }
+                Some((std::ffi::CStr::from_ptr(name).to_bytes(), std::slice::from_raw_parts(value.cast::<u8>(), size)))
+            })
+            .collect()
     }
-    let bad = |problem: String| RebuildError::Source(format!("record {}/{}@{}: {problem}", m.topic(), m.partition(), m.offset()));
-    let structured = headers.get("content-type").is_some_and(|c| c.starts_with("application/cloudevents+json"));
-    if structured {
-        let event: Value = serde_json::from_slice(value).map_err(|e| bad(e.to_string()))?;
-        return Ok(Some(super::from_structured(event, m.partition()).map_err(bad)?));
-    }
-    let get = |name: &str| headers.get(&format!("ce_{name}")).cloned();
-    Ok(Some(Received {
-        id: get("id").ok_or_else(|| bad("no ce_id header".into()))?,
-        ty: get("type").ok_or_else(|| bad("no ce_type header".into()))?,
-        cluster: get("cluster").unwrap_or_default(),
-        apiversion: get("apiversion").unwrap_or_default(),
-        kind: get("kind").unwrap_or_default(),
-        subject: get("subject"),
-        datacontenttype: headers.get("content-type").cloned(),
-        data: Some(serde_json::from_slice(value).map_err(|e| bad(e.to_string()))?),
-        partition: m.partition(),
-    }))
 }

@@ -1,20 +1,26 @@
 //! `deltaship rebuild`: the reference consumer. Reads a Kafka topic or a JetStream stream
 //! from the start, follows the consumer protocol, and writes the rebuilt state.
 
+pub mod decode;
 mod kafka;
 mod nats;
 pub mod protocol;
 
+use std::fmt;
+
+use serde::Serialize;
 use serde_json::Value;
 
-use protocol::{ProtocolError, Received, State};
+use decode::{Bad, Step};
+use protocol::State;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RebuildError {
     #[error("{0}")]
     Source(String),
-    #[error(transparent)]
-    Protocol(#[from] ProtocolError),
+    /// A bad record under `--strict`.
+    #[error("record {at}: {bad}")]
+    BadRecord { at: Position, bad: Bad },
 }
 
 /// Where to read from.
@@ -29,39 +35,102 @@ pub enum Source {
     Nats { url: String, stream: String },
 }
 
+/// Where a record was read: a Kafka partition and offset, or a stream sequence.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Position {
+    Kafka { topic: String, partition: i32, offset: i64 },
+    Nats { stream: String, sequence: u64 },
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Position::Kafka { topic, partition, offset } => write!(f, "{topic}/{partition}@{offset}"),
+            Position::Nats { stream, sequence } => write!(f, "{stream}#{sequence}"),
+        }
+    }
+}
+
+/// A record skipped as bad: where, why, what exactly.
+#[derive(Debug, Serialize)]
+pub struct Skipped {
+    #[serde(flatten)]
+    pub at: Position,
+    pub reason: decode::Reason,
+    pub problem: String,
+}
+
+impl fmt::Display for Skipped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "record {}: {}: {}", self.at, self.reason, self.problem)
+    }
+}
+
+/// What `rebuild` made of the source.
+pub struct Rebuilt {
+    /// The state document, `skipped` included.
+    pub document: Value,
+    pub skipped: Vec<Skipped>,
+}
+
+/// The protocol's state and what was skipped on the way.
+struct Consumer {
+    state: State,
+    /// Stop at the first bad record instead of skipping it.
+    strict: bool,
+    skipped: Vec<Skipped>,
+}
+
+impl Consumer {
+    /// One record read at `at`: applied, or, when bad, skipped and recorded (an error
+    /// under `strict`).
+    fn record(&mut self, at: impl FnOnce() -> Position, step: Result<Step, Bad>) -> Result<(), RebuildError> {
+        match step.and_then(|s| self.state.step(s)) {
+            Ok(()) => Ok(()),
+            Err(bad) => self.skip(at(), bad),
+        }
+    }
+
+    fn skip(&mut self, at: Position, bad: Bad) -> Result<(), RebuildError> {
+        if self.strict {
+            return Err(RebuildError::BadRecord { at, bad });
+        }
+        *self.state.summary.skipped.entry(bad.reason).or_default() += 1;
+        self.skipped.push(Skipped {
+            at,
+            reason: bad.reason,
+            problem: bad.problem,
+        });
+        Ok(())
+    }
+}
+
 /// Reads the whole source and returns the rebuilt state as a JSON document:
-/// `{"resources": {"<apiVersion>/<Kind>": {"<namespace>/<name>": object}}, "summary": {...}}`.
+/// `{"resources": {"<apiVersion>/<Kind>": {"<namespace>/<name>": object}}, "summary": {...},
+/// "skipped": [{position, "reason", "problem"}]}`.
 /// With `cluster`, only that cluster's events are applied (a topic or stream may carry
 /// several clusters; without it their objects of the same key would overwrite each other).
-pub async fn rebuild(source: Source, cluster: Option<String>) -> Result<Value, RebuildError> {
-    let mut state = State::new(cluster.clone());
+/// Bad records are skipped and listed, or with `strict` end the rebuild with an error.
+pub async fn rebuild(source: Source, cluster: Option<String>, strict: bool) -> Result<Rebuilt, RebuildError> {
+    let mut consumer = Consumer {
+        state: State::new(cluster),
+        strict,
+        skipped: Vec::new(),
+    };
     match source {
         Source::Kafka { brokers, topics, connection } => {
             // The Kafka reader blocks; keep it off the async threads.
-            state = tokio::task::spawn_blocking(move || {
-                let mut state = State::new(cluster);
-                kafka::read(&brokers, &topics, connection.as_deref(), |e| state.apply(e).map_err(Into::into)).map(|_| state)
-            })
-            .await
-            .map_err(|e| RebuildError::Source(e.to_string()))??;
+            consumer = tokio::task::spawn_blocking(move || kafka::read(&brokers, &topics, connection.as_deref(), &mut consumer).map(|_| consumer))
+                .await
+                .map_err(|e| RebuildError::Source(e.to_string()))??;
         }
-        Source::Nats { url, stream } => nats::read(&url, &stream, |e| state.apply(e).map_err(Into::into)).await?,
+        Source::Nats { url, stream } => nats::read(&url, &stream, &mut consumer).await?,
     }
-    Ok(state.document())
-}
-
-/// A structured-mode event (the whole CloudEvent as JSON).
-fn from_structured(event: Value, partition: i32) -> Result<Received, String> {
-    let text = |name: &str| event.get(name).and_then(Value::as_str).map(str::to_string);
-    Ok(Received {
-        id: text("id").ok_or("no id")?,
-        ty: text("type").ok_or("no type")?,
-        cluster: text("cluster").unwrap_or_default(),
-        apiversion: text("apiversion").unwrap_or_default(),
-        kind: text("kind").unwrap_or_default(),
-        subject: text("subject"),
-        datacontenttype: text("datacontenttype"),
-        data: event.get("data").cloned(),
-        partition,
+    let mut document = consumer.state.document();
+    document["skipped"] = serde_json::to_value(&consumer.skipped).expect("skipped records serialize");
+    Ok(Rebuilt {
+        document,
+        skipped: consumer.skipped,
     })
 }

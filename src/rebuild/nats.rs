@@ -1,13 +1,23 @@
-//! Reads a JetStream stream from its first message to the last it had when reading started.
+//! Reads a JetStream stream, every sequence from its first message to the last it had
+//! when reading started.
 
-use async_nats::jetstream;
-use serde_json::Value;
+use std::time::{Duration, Instant};
 
-use super::RebuildError;
-use super::protocol::Received;
+use async_nats::jetstream::{self, context::RequestError, stream::RawMessageErrorKind};
 
-/// Calls `each` with every event of `stream`, in stream order.
-pub async fn read(url: &str, stream: &str, mut each: impl FnMut(Received) -> Result<(), RebuildError>) -> Result<(), RebuildError> {
+use super::decode::{Bad, Binding, Reason, decode};
+use super::{Consumer, Position, RebuildError};
+
+/// How long a read is retried through a server restart or a network cut before the
+/// rebuild fails.
+const RETRY_FOR: Duration = Duration::from_secs(60);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Gives `consumer` every message of `stream` in stream order, fetched one sequence
+/// number at a time: a read that fails (the server restarting, the connection lost) is
+/// retried for the same sequence, and a sequence the stream holds no message for is
+/// reported as `missing`, so no message is ever skipped silently.
+pub async fn read(url: &str, stream: &str, consumer: &mut Consumer) -> Result<(), RebuildError> {
     let client = async_nats::connect(url)
         .await
         .map_err(|e| RebuildError::Source(format!("cannot connect to {url}: {e}")))?;
@@ -17,47 +27,48 @@ pub async fn read(url: &str, stream: &str, mut each: impl FnMut(Received) -> Res
         .await
         .map_err(|e| RebuildError::Source(format!("stream {stream}: {e}")))?;
     let info = s.info().await.map_err(|e| RebuildError::Source(e.to_string()))?.clone();
-    for seq in info.state.first_sequence.max(1)..=info.state.last_sequence {
-        // One request per message keeps this reader simple; deleted sequences are skipped.
-        let Ok(m) = s.get_raw_message(seq).await else { continue };
-        let bad = |problem: String| RebuildError::Source(format!("message {stream}#{seq}: {problem}"));
-        let header = |name: &str| m.headers.get(name).map(|v| percent_decode(v.as_str()));
-        if header("Content-Type").is_some_and(|c| c.starts_with("application/cloudevents+json")) {
-            let event: Value = serde_json::from_slice(&m.payload).map_err(|e| bad(e.to_string()))?;
-            each(super::from_structured(event, 0).map_err(bad)?)?;
-            continue;
+    let (first, last) = (info.state.first_sequence.max(1), info.state.last_sequence);
+    let mut seq = first;
+    let mut failing_since: Option<Instant> = None;
+    let mut backoff = Duration::from_millis(100);
+    while seq <= last {
+        let at = || Position::Nats {
+            stream: stream.to_string(),
+            sequence: seq,
+        };
+        match s.get_raw_message(seq).await {
+            Ok(m) => {
+                let headers: Vec<(&[u8], &[u8])> =
+                    m.headers.iter().flat_map(|(name, values)| values.iter().map(move |v| (AsRef::<str>::as_ref(name).as_bytes(), v.as_str().as_bytes()))).collect();
+                consumer.record(at, decode(Binding::Nats, &headers, Some(&m.payload), 0))?;
+            }
+            Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => {
+                consumer.skip(at(), Bad::new(Reason::Missing, "the stream holds no message at this sequence (deleted, or removed by its limits)"))?;
+            }
+            // The answer came but is not a message the client can read (its headers).
+            Err(e) if e.kind() == RawMessageErrorKind::Other && !is_request_failure(&e) => {
+                consumer.skip(at(), Bad::new(Reason::WrongType, format!("the message cannot be read: {e}")))?;
+            }
+            Err(e) => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= RETRY_FOR {
+                    return Err(RebuildError::Source(format!("reading {stream}#{seq} failed for {RETRY_FOR:?}: {e}")));
+                }
+                consumer.state.summary.retried_reads += 1;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
         }
-        each(Received {
-            id: header("ce-id").ok_or_else(|| bad("no ce-id header".into()))?,
-            ty: header("ce-type").ok_or_else(|| bad("no ce-type header".into()))?,
-            cluster: header("ce-cluster").unwrap_or_default(),
-            apiversion: header("ce-apiversion").unwrap_or_default(),
-            kind: header("ce-kind").unwrap_or_default(),
-            subject: header("ce-subject"),
-            datacontenttype: header("ce-datacontenttype"),
-            data: Some(serde_json::from_slice(&m.payload).map_err(|e| bad(e.to_string()))?),
-            partition: 0,
-        })?;
+        failing_since = None;
+        backoff = Duration::from_millis(100);
+        seq += 1;
     }
     Ok(())
 }
 
-/// Undoes the binding's percent-encoding of header values.
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match (b[i], s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// Whether the request itself failed (timed out, no responders while the server restarts,
+/// the connection lost): worth retrying, unlike an answer that cannot be read.
+fn is_request_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.is::<RequestError>())
 }

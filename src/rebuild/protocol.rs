@@ -11,36 +11,76 @@
 //! protocol runs per partition: a `completed` seen on partition p only removes keys that
 //! live on p. Several clusters may share a topic or stream: a marker only removes keys of
 //! its own cluster (the `cluster` extension).
+//!
+//! A patch that does not apply leaves the object as it was (its key still exists, so the
+//! keys stay exact) and marks it stale until its next whole object or delete.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 use serde_json::Value;
 
-/// One received CloudEvent, whatever the binding.
+use super::decode::{Bad, MAX_DEPTH, Reason, Step, depth};
+
+/// One received CloudEvent of the contract's types, whatever the binding.
 #[derive(Debug, Clone)]
 pub struct Received {
     pub id: String,
-    pub ty: String,
     /// The `cluster` extension.
     pub cluster: String,
-    /// `apiversion` and `kind` extensions: the resource.
-    pub apiversion: String,
-    pub kind: String,
-    /// The object key (`subject`); absent on markers.
-    pub subject: Option<String>,
-    pub datacontenttype: Option<String>,
-    pub data: Option<Value>,
     /// Kafka partition (0 for NATS).
     pub partition: i32,
+    pub body: Body,
 }
 
-const PATCH: &str = "application/json-patch+json";
+#[derive(Debug, Clone)]
+pub enum Body {
+    /// `sync.started` or `sync.completed`; `resource` is `apiVersion/Kind`.
+    Marker {
+        started: bool,
+        sync_id: String,
+        full: bool,
+        resource: String,
+        namespace: Option<String>,
+    },
+    /// An object event: `resource` is `apiVersion/Kind`, `key` the subject.
+    Object {
+        change: Change,
+        resource: String,
+        key: String,
+        content: Content,
+    },
+}
 
-#[derive(Debug, thiserror::Error)]
-pub enum ProtocolError {
-    #[error("event {id}: {problem}")]
-    Malformed { id: String, problem: String },
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Added,
+    Updated,
+    Synced,
+    Deleted,
+}
+
+#[derive(Debug, Clone)]
+pub enum Content {
+    Whole(Value),
+    /// An RFC 6902 JSON Patch from the previously shipped content.
+    Patch(json_patch::Patch),
+    /// `deleted` (and only it): the data is not needed.
+    None,
+}
+
+impl Received {
+    /// The type without `dev.deltaship.`, as counted in the summary.
+    fn short_type(&self) -> &'static str {
+        match &self.body {
+            Body::Marker { started: true, .. } => "sync.started",
+            Body::Marker { started: false, .. } => "sync.completed",
+            Body::Object { change: Change::Added, .. } => "object.added",
+            Body::Object { change: Change::Updated, .. } => "object.updated",
+            Body::Object { change: Change::Synced, .. } => "object.synced",
+            Body::Object { change: Change::Deleted, .. } => "object.deleted",
+        }
+    }
 }
 
 /// What the consumer holds: per resource (`apiVersion/Kind`), objects by key.
@@ -53,6 +93,10 @@ pub struct State {
     open: HashMap<(i32, String), OpenSync>,
     /// Ids seen, per partition (a marker is on every partition with one id).
     seen_ids: HashSet<(i32, String)>,
+    /// Objects kept as they were when a patch to them did not apply: their content is older
+    /// than the stream's, so later patches are not applied to it either, until the next
+    /// whole object (an `added`, `synced` or unpatched `updated`) or `deleted`.
+    stale: HashSet<(String, String)>,
     /// Only events of this cluster are applied (None: all clusters).
     only_cluster: Option<String>,
     pub summary: Summary,
@@ -74,10 +118,16 @@ pub struct Summary {
     pub removed_by_markers: u64,
     pub other_clusters: u64,
     pub objects: u64,
-}
-
-fn resource_of(apiversion: &str, kind: &str) -> String {
-    format!("{apiversion}/{kind}")
+    /// Records skipped, by reason.
+    pub skipped: BTreeMap<Reason, u64>,
+    /// Events of types that are not the contract's, ignored.
+    pub foreign_types: u64,
+    /// Kafka records with a null value (compaction tombstones), ignored.
+    pub tombstones: u64,
+    /// Objects kept at an older content because a patch to them did not apply.
+    pub stale_objects: u64,
+    /// Reads of the source retried after a connection problem (NATS).
+    pub retried_reads: u64,
 }
 
 impl State {
@@ -89,7 +139,23 @@ impl State {
         }
     }
 
-    pub fn apply(&mut self, e: Received) -> Result<(), ProtocolError> {
+    /// Applies one decoded record; Err for a record the protocol cannot apply (a patch that
+    /// does not apply), which leaves the state as it was.
+    pub fn step(&mut self, step: Step) -> Result<(), Bad> {
+        match step {
+            Step::Event(e) => self.apply(e),
+            Step::Tombstone => {
+                self.summary.tombstones += 1;
+                Ok(())
+            }
+            Step::Foreign => {
+                self.summary.foreign_types += 1;
+                Ok(())
+            }
+        }
+    }
+
+    pub fn apply(&mut self, e: Received) -> Result<(), Bad> {
         self.summary.events += 1;
         if self.only_cluster.as_ref().is_some_and(|c| *c != e.cluster) {
             self.summary.other_clusters += 1;
@@ -100,29 +166,22 @@ impl State {
             self.summary.duplicates += 1;
             return Ok(());
         }
-        let short = e.ty.trim_start_matches("dev.deltaship.").to_string();
-        *self.summary.by_type.entry(short.clone()).or_default() += 1;
-        let malformed = |problem: &str| ProtocolError::Malformed {
-            id: e.id.clone(),
-            problem: problem.into(),
-        };
-        match short.as_str() {
-            "sync.started" | "sync.completed" => {
-                let data = e.data.as_ref().ok_or_else(|| malformed("marker without data"))?;
-                let sync_id = data["syncId"].as_str().ok_or_else(|| malformed("marker without syncId"))?.to_string();
-                let r = &data["resource"];
-                let group = r["group"].as_str().unwrap_or_default();
-                let version = r["version"].as_str().unwrap_or_default();
-                let apiversion = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-                let resource = resource_of(&apiversion, r["kind"].as_str().unwrap_or_default());
+        *self.summary.by_type.entry(e.short_type().to_string()).or_default() += 1;
+        match e.body {
+            Body::Marker {
+                started,
+                sync_id,
+                full,
+                resource,
+                namespace,
+            } => {
                 let slot = (e.partition, sync_id);
-                if short == "sync.started" {
-                    if data["mode"] == "full" {
-                        let namespace = data["namespace"].as_str().map(str::to_string);
+                if started {
+                    if full {
                         self.open.insert(
                             slot,
                             OpenSync {
-                                cluster: e.cluster.clone(),
+                                cluster: e.cluster,
                                 resource,
                                 namespace,
                                 touched: HashSet::new(),
@@ -133,31 +192,41 @@ impl State {
                     self.remove_untouched(e.partition, sync);
                 }
             }
-            _ => {
-                let key = e.subject.clone().ok_or_else(|| malformed("object event without subject"))?;
-                let resource = resource_of(&e.apiversion, &e.kind);
+            Body::Object { resource, key, content, .. } => {
                 for sync in self.open.values_mut() {
                     if sync.resource == resource && sync.cluster == e.cluster {
                         sync.touched.insert(key.clone());
                     }
                 }
                 let objects = self.resources.entry(resource.clone()).or_default();
-                if short == "object.deleted" {
-                    objects.remove(&key);
-                    self.partitions.remove(&(resource, key));
-                } else {
-                    let data = e.data.ok_or_else(|| malformed("object event without data"))?;
-                    let object = if e.datacontenttype.as_deref() == Some(PATCH) {
-                        let mut current = objects.get(&key).cloned().ok_or_else(|| malformed("patch for an object never received"))?;
-                        let patch: json_patch::Patch = serde_json::from_value(data).map_err(|err| malformed(&err.to_string()))?;
-                        json_patch::patch(&mut current, &patch).map_err(|err| malformed(&err.to_string()))?;
-                        current
-                    } else {
-                        data
-                    };
-                    objects.insert(key.clone(), object);
-                    self.partitions.insert((resource, key), (e.partition, e.cluster.clone()));
-                }
+                let slot = (resource, key);
+                let object = match content {
+                    Content::None => {
+                        objects.remove(&slot.1);
+                        self.partitions.remove(&slot);
+                        self.stale.remove(&slot);
+                        return Ok(());
+                    }
+                    Content::Patch(_) if self.stale.contains(&slot) => {
+                        return Err(Bad::new(Reason::PatchNotApplied, "the object is stale: an earlier patch to it did not apply"));
+                    }
+                    Content::Patch(patch) => {
+                        let stored = objects.get(&slot.1).ok_or_else(|| Bad::new(Reason::PatchNotApplied, "a patch for an object never received"))?;
+                        match patched(stored, &patch) {
+                            Ok(object) => object,
+                            Err(e) => {
+                                self.stale.insert(slot);
+                                return Err(e);
+                            }
+                        }
+                    }
+                    Content::Whole(object) => {
+                        self.stale.remove(&slot);
+                        object
+                    }
+                };
+                objects.insert(slot.1.clone(), object);
+                self.partitions.insert(slot, (e.partition, e.cluster));
             }
         }
         Ok(())
@@ -181,7 +250,9 @@ impl State {
             .collect();
         for k in gone {
             objects.remove(&k);
-            self.partitions.remove(&(sync.resource.clone(), k));
+            let slot = (sync.resource.clone(), k);
+            self.partitions.remove(&slot);
+            self.stale.remove(&slot);
             self.summary.removed_by_markers += 1;
         }
     }
@@ -190,27 +261,60 @@ impl State {
     pub fn document(&mut self) -> Value {
         self.resources.retain(|_, objects| !objects.is_empty());
         self.summary.objects = self.resources.values().map(|o| o.len() as u64).sum();
+        self.summary.stale_objects = self.stale.len() as u64;
         serde_json::json!({"resources": self.resources, "summary": self.summary})
     }
+}
+
+/// `stored` with `patch` applied, all or nothing; refused when an operation would nest
+/// the object deeper than MAX_DEPTH (checked before each operation, so a patch cannot
+/// build an object too deep to drop or write).
+fn patched(stored: &Value, patch: &json_patch::Patch) -> Result<Value, Bad> {
+    use json_patch::PatchOperation as Op;
+    let mut object = stored.clone();
+    for op in &patch.0 {
+        let tokens = |p: &json_patch::jsonptr::Pointer| p.as_str().matches('/').count();
+        let reach = match op {
+            Op::Add(o) => tokens(&o.path) + depth(&o.value),
+            Op::Replace(o) => tokens(&o.path) + depth(&o.value),
+            Op::Copy(o) => tokens(&o.path) + object.pointer(o.from.as_str()).map_or(0, depth),
+            Op::Move(o) => tokens(&o.path) + object.pointer(o.from.as_str()).map_or(0, depth),
+            Op::Remove(_) | Op::Test(_) => 0,
+        };
+        if reach > MAX_DEPTH {
+            return Err(Bad::new(Reason::PatchNotApplied, format!("the patch would nest the object deeper than {MAX_DEPTH} levels")));
+        }
+        json_patch::patch(&mut object, std::slice::from_ref(op)).map_err(|e| Bad::new(Reason::PatchNotApplied, e.to_string()))?;
+    }
+    Ok(object)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rebuild::decode::{Binding, decode};
     use serde_json::json;
 
-    fn ev(id: &str, ty: &str, subject: Option<&str>, data: Value, partition: i32) -> Received {
-        Received {
-            id: id.into(),
-            ty: format!("dev.deltaship.{ty}"),
-            cluster: "c1".into(),
-            apiversion: "v1".into(),
-            kind: "ConfigMap".into(),
-            subject: subject.map(Into::into),
-            datacontenttype: Some("application/json".into()),
-            data: Some(data),
-            partition,
+    /// A binary-mode Kafka record of `ty` (without `dev.deltaship.`), decoded.
+    fn record(id: &str, ty: &str, subject: Option<&str>, content_type: &str, data: Value, partition: i32) -> Received {
+        let ty = format!("dev.deltaship.{ty}");
+        let mut headers: Vec<(&[u8], &[u8])> =
+            vec![(b"ce_id", id.as_bytes()), (b"ce_type", ty.as_bytes()), (b"ce_cluster", b"c1"), (b"ce_apiversion", b"v1"), (b"ce_kind", b"ConfigMap"), (b"content-type", content_type.as_bytes())];
+        if let Some(s) = subject {
+            headers.push((b"ce_subject", s.as_bytes()));
         }
+        match decode(Binding::Kafka, &headers, Some(&serde_json::to_vec(&data).unwrap()), partition) {
+            Ok(Step::Event(e)) => e,
+            other => panic!("not an event: {other:?}"),
+        }
+    }
+
+    fn ev(id: &str, ty: &str, subject: Option<&str>, data: Value, partition: i32) -> Received {
+        record(id, ty, subject, "application/json", data, partition)
+    }
+
+    fn patch(id: &str, subject: &str, ops: Value) -> Received {
+        record(id, "object.updated", Some(subject), "application/json-patch+json", ops, 0)
     }
 
     fn marker(id: &str, phase: &str, sync: &str, partition: i32) -> Received {
@@ -258,8 +362,7 @@ mod tests {
     fn patches_apply_to_the_stored_object_and_repeats_are_skipped() {
         let mut s = State::default();
         s.apply(ev("1", "object.added", Some("ns/a"), json!({"data": {"v": "x"}}), 0)).unwrap();
-        let mut u = ev("2", "object.updated", Some("ns/a"), json!([{"op": "replace", "path": "/data/v", "value": "y"}]), 0);
-        u.datacontenttype = Some(PATCH.into());
+        let u = patch("2", "ns/a", json!([{"op": "replace", "path": "/data/v", "value": "y"}]));
         s.apply(u.clone()).unwrap();
         s.apply(u).unwrap();
         assert_eq!(s.resources["v1/ConfigMap"]["ns/a"]["data"]["v"], "y");
@@ -267,5 +370,40 @@ mod tests {
         s.apply(ev("3", "object.deleted", Some("ns/a"), json!({}), 0)).unwrap();
         assert!(keys(&s).is_empty());
         assert_eq!(s.document()["summary"]["objects"], 0);
+    }
+
+    #[test]
+    fn a_patch_that_does_not_apply_keeps_the_object_stale_until_its_next_whole_content() {
+        let mut s = State::default();
+        s.apply(ev("1", "object.added", Some("ns/a"), json!({"data": {"v": "x"}}), 0)).unwrap();
+        let bad = s.apply(patch("2", "ns/a", json!([{"op": "replace", "path": "/nothing/here", "value": "y"}]))).unwrap_err();
+        assert_eq!(bad.reason, Reason::PatchNotApplied);
+        assert_eq!(s.resources["v1/ConfigMap"]["ns/a"]["data"]["v"], "x", "kept as it was");
+        // A later patch would apply to content the stream has moved past: refused too.
+        let later = s.apply(patch("3", "ns/a", json!([{"op": "replace", "path": "/data/v", "value": "z"}]))).unwrap_err();
+        assert!(later.problem.contains("stale"), "{later}");
+        assert_eq!(s.document()["summary"]["stale_objects"], 1);
+        s.apply(ev("4", "object.updated", Some("ns/a"), json!({"data": {"v": "w"}}), 0)).unwrap();
+        s.apply(patch("5", "ns/a", json!([{"op": "replace", "path": "/data/v", "value": "v"}]))).unwrap();
+        assert_eq!(s.resources["v1/ConfigMap"]["ns/a"]["data"]["v"], "v");
+        assert_eq!(s.document()["summary"]["stale_objects"], 0);
+        let never = s.apply(patch("6", "ns/b", json!([]))).unwrap_err();
+        assert_eq!(never.reason, Reason::PatchNotApplied);
+    }
+
+    #[test]
+    fn a_patch_cannot_nest_the_object_deeper_than_the_parse_limit() {
+        let mut s = State::default();
+        s.apply(ev("1", "object.added", Some("ns/a"), json!({"data": {}}), 0)).unwrap();
+        let mut deep = json!(1);
+        for _ in 0..100 {
+            deep = json!([deep]);
+        }
+        // Each value fits; together, each added under the last, they would not.
+        let pointer: String = "/0".repeat(100);
+        let ops = json!([{"op": "add", "path": "/data/x", "value": deep}, {"op": "add", "path": format!("/data/x{pointer}"), "value": deep}]);
+        let bad = s.apply(patch("2", "ns/a", ops)).unwrap_err();
+        assert!(bad.problem.contains("deeper than 127"), "{bad}");
+        assert_eq!(s.resources["v1/ConfigMap"]["ns/a"], json!({"data": {}}), "all or nothing");
     }
 }

@@ -28,16 +28,20 @@ impl NatsServer {
         let store = dir.join("jetstream");
         std::fs::write(&config, format!("listen: \"127.0.0.1:{port}\"\njetstream {{ store_dir: {store:?} }}\n{settings}\n")).unwrap();
         let log = dir.join("nats-server.log");
-        let child = Command::new(&bin)
-            .arg("-c")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {bin}: {e}"));
+        let child = spawn(&bin, &config, &log);
         let mut server = NatsServer { child, port, dir, log };
         server.wait_ready(Duration::from_secs(20));
         server
+    }
+
+    /// Kills the server (SIGKILL) and starts it again with the same config, port and
+    /// JetStream store; waits until it is ready.
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let bin = std::env::var("DELTASHIP_TEST_NATS_SERVER_BIN").expect("set at start");
+        self.child = spawn(&bin, &self.dir.join("nats.conf"), &self.log);
+        self.wait_ready(Duration::from_secs(20));
     }
 
     /// `host:port`, for a `nats://` or `tls://` URL.
@@ -67,6 +71,17 @@ impl NatsServer {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// nats-server with `config`, its log (written anew) at `log`.
+fn spawn(bin: &str, config: &std::path::Path, log: &std::path::Path) -> Child {
+    Command::new(bin)
+        .arg("-c")
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {bin}: {e}"))
 }
 
 impl Drop for NatsServer {
