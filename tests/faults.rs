@@ -155,13 +155,30 @@ fn diagnose(bridge: &Bridge, a: &Audit) {
 }
 
 /// Restarts in a row for the restart tests, and the bound on each recovery: the time from
-/// the broker answering again (its ctl returned) to the bridge's next acknowledgement.
-/// A stuck Kafka producer is replaced after 15 s of no report while the broker answers a
-/// new client (src/sink/kafka_recover.rs), so a recovery takes at most about 15 s plus a
-/// new producer's start; 45 s leaves room for a busy machine and is still seconds, where
-/// the liveness probe alone would take delivery.stall_timeout_secs (300 s).
+/// the server answering a new client again to the bridge's next acknowledgement. A Kafka
+/// producer left without brokers is replaced within about 2 s, any other stuck producer
+/// after 15 s of no report while the broker answers (src/sink/kafka_recover.rs); 45 s
+/// leaves room for a busy machine and is still seconds, where the liveness probe alone
+/// would take delivery.stall_timeout_secs (300 s).
 const RESTARTS: usize = 20;
 const RECOVERY_BOUND: Duration = Duration::from_secs(45);
+
+/// Whether `component`'s server answers a new client now: Kafka metadata that lists a
+/// broker (a starting broker answers with none), or a NATS connection accepted. Blocking.
+fn answering(component: &str) -> bool {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    match component {
+        "kafka" => rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", support::env().kafka)
+            .create::<BaseConsumer>()
+            .is_ok_and(|c| c.fetch_metadata(None, Duration::from_secs(1)).is_ok_and(|md| !md.brokers().is_empty())),
+        _ => {
+            let url = support::env().nats;
+            let addr = url.trim_start_matches("nats://").parse().expect("DELTASHIP_TEST_NATS is host:port");
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
+        }
+    }
+}
 
 /// Restarts `component` RESTARTS times while the churn goes on, with some writes between
 /// restarts; each recovery time (see RECOVERY_BOUND), waited for up to 5 minutes so that a
@@ -170,12 +187,30 @@ async fn restart_repeatedly(bridge: &Bridge, churn: &Churn, component: &'static 
     let mut recoveries = Vec::with_capacity(RESTARTS);
     for _ in 0..RESTARTS {
         churn.wait_writes(churn.writes() + 40).await;
-        inject(component, "restart").await;
-        let (back, acked) = (Instant::now(), metric(&metrics(bridge), "deltaship_events_total"));
+        let fault = std::thread::spawn(move || ctl(component, "restart"));
+        // The server goes down, then answers again: that moment starts the clock (ctl
+        // itself returns later, after its own readiness checks).
+        let (mut went_down, mut back) = (false, None);
+        while back.is_none() {
+            let up = tokio::task::spawn_blocking(move || answering(component)).await.expect("the probe");
+            if !up {
+                went_down = true;
+            } else if went_down || fault.is_finished() {
+                back = Some(Instant::now());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let (back, acked) = (back.expect("set above"), metric(&metrics(bridge), "deltaship_events_total"));
         while metric(&metrics(bridge), "deltaship_events_total") <= acked && back.elapsed() < Duration::from_secs(300) {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         recoveries.push(back.elapsed());
+        while !fault.is_finished() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if let Err(panic) = fault.join() {
+            std::panic::resume_unwind(panic);
+        }
     }
     recoveries
 }
