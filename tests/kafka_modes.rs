@@ -266,12 +266,12 @@ async fn a_shared_topic_prefixes_keys_with_the_resource_and_keys_markers_per_res
     Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await.unwrap();
 
     let (cm_key, secret_key) = (format!("configmaps/{ns}/same"), format!("secrets/{ns}/same"));
-    let (cm_marker, secret_marker) = ("/deltaship/sync/configmaps", "/deltaship/sync/secrets");
+    let (cm_marker, secret_marker) = (format!("/deltaship/sync/configmaps/{ns}/full/completed"), format!("/deltaship/sync/secrets/{ns}/full/completed"));
     let records = read_until(&env.kafka, &topic, WAIT, |rs| {
         !of_key(rs, &cm_key).is_empty()
             && !of_key(rs, &secret_key).is_empty()
-            && completed_on_partitions(rs, cm_marker) == 3
-            && completed_on_partitions(rs, secret_marker) == 3
+            && completed_on_partitions(rs, &cm_marker) == 3
+            && completed_on_partitions(rs, &secret_marker) == 3
     });
     for (key, kind) in [(&cm_key, "ConfigMap"), (&secret_key, "Secret")] {
         let events = of_key(&records, key);

@@ -186,7 +186,7 @@ async fn kafka_stream_carries_every_change_in_order_with_markers_on_every_partit
     assert!(synced_in_sync >= 1);
     assert_eq!(marker["counts"], json!({"added": 0, "updated": 0, "deleted": 0, "synced": synced_in_sync}));
     assert_eq!(marker["resource"], json!({"group": "", "version": "v1", "kind": "ConfigMap", "plural": "configmaps"}));
-    assert_eq!(completed[0].key.as_deref(), Some("/deltaship/sync/configmaps"));
+    assert_eq!(completed[0].key, Some(format!("/deltaship/sync/configmaps/{ns}/full/completed")), "one key per watch, mode and phase");
     let before_events = events_of(&cm_records, &format!("{ns}/before"));
     assert_eq!(types(&before_events), ["object.synced"]);
     assert_eq!(before_events[0].header("ce_syncid"), marker["syncId"].as_str().unwrap());

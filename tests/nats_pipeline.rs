@@ -84,10 +84,12 @@ async fn jetstream_stream_carries_every_change_with_headers_subjects_and_markers
     })
     .await;
 
-    // Markers on the per-resource subject, around the (empty) initial sync.
-    let marker_subject = format!("deltaship.{cluster}._.configmap._sync");
-    let markers: Vec<&Msg> = msgs.iter().filter(|m| m.subject == marker_subject).collect();
+    // Markers on the per-resource subject, one subject per watch, mode and phase, around
+    // the (empty) initial sync.
+    let marker_subject = format!("deltaship.{cluster}._.configmap._sync.{ns}.full.");
+    let markers: Vec<&Msg> = msgs.iter().filter(|m| m.subject.starts_with(&marker_subject)).collect();
     assert_eq!(types(&markers), ["sync.started", "sync.completed"]);
+    assert_eq!(markers.iter().map(|m| m.subject.as_str()).collect::<Vec<_>>(), [format!("{marker_subject}started"), format!("{marker_subject}completed")]);
     assert_eq!(markers[1].json()["reason"], "initial");
     let life = of(&msgs, &cm_key);
     assert!(markers[1].sequence < life[0].sequence);

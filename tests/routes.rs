@@ -266,7 +266,7 @@ async fn each_route_ships_its_own_selection_and_shape() {
     // Trigger: ConfigMap updates only, Knative-shaped references.
     let js = jetstream().await;
     let prefix = format!("deltaship.{cluster}.");
-    let mine = |m: &[Msg]| -> Vec<Msg> { m.iter().filter(|m| m.subject.starts_with(&prefix) && !m.subject.ends_with("._sync")).cloned().collect() };
+    let mine = |m: &[Msg]| -> Vec<Msg> { m.iter().filter(|m| m.subject.starts_with(&prefix) && !m.subject.contains("._sync.")).cloned().collect() };
     let msgs = read_until(&js, STREAM, Duration::from_secs(60), |m| mine(m).len() >= 2).await;
     // Everything the bridge ships after the delete has been read from Kafka is in the
     // stream by now; a short wait catches anything extra that should not be there.

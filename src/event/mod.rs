@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::change::{Change, ChangeType, Marker, MarkerPhase, ObjectChange, ObjectRef, Payload, SyncReason};
 use crate::config::PayloadMode;
+use crate::route::MarkerSlot;
 use crate::watch::{Output, Scope};
 
 pub use id::event_id;
@@ -217,7 +218,12 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
         data["counts"] = json!(counts);
     }
     let completes_initial_sync = m.phase == MarkerPhase::Completed && m.reason == SyncReason::Initial;
-    let key = output.destination.marker_key.clone();
+    let slot = MarkerSlot {
+        namespace: scope.namespace.as_deref(),
+        mode: m.mode,
+        phase: m.phase,
+    };
+    let key = output.destination.marker_key(slot);
     let mut event = EventBuilderV10::new()
         .id(id)
         .ty(ty)
@@ -234,7 +240,7 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
     Ok(Envelope {
         event,
         data: to_bytes(&data),
-        destination: output.destination.marker_destination(),
+        destination: output.destination.marker_destination_of(slot),
         key,
         kind,
         resource: resource.into(),

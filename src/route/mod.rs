@@ -5,7 +5,7 @@ mod template;
 
 use std::sync::Arc;
 
-use crate::change::ObjectRef;
+use crate::change::{MarkerPhase, ObjectRef, SyncMode};
 use crate::resource::Resource;
 
 pub use template::{Names, Style, Template};
@@ -18,9 +18,38 @@ pub struct Route {
     /// ConfigMap and a Secret of the same name never share a key (compaction would merge
     /// them): `<plural>.<group>/`, empty otherwise.
     pub key_prefix: String,
-    /// The key of marker records: it starts with `/`, which no object key can (namespace
-    /// and object names never contain `/` and are never empty).
-    pub marker_key: String,
+    /// The start of marker keys, `/deltaship/sync/<resource>` (see `Route::marker_key`): it starts
+    /// with `/`, which no object key can (namespace and object names never contain `/` and
+    /// are never empty).
+    marker_key_base: String,
+}
+
+/// What tells one sync's markers apart from another's on a compacted topic or a stream
+/// that keeps one message per subject: the watch's namespace (None: every namespace), the
+/// sync's mode and the marker's phase. Compaction then keeps the latest `started` and the
+/// latest `completed` of every watch and mode, so a consumer reading a compacted log still
+/// sees the last full sync whole and removes what it did not deliver.
+#[derive(Debug, Clone, Copy)]
+pub struct MarkerSlot<'a> {
+    pub namespace: Option<&'a str>,
+    pub mode: SyncMode,
+    pub phase: MarkerPhase,
+}
+
+impl MarkerSlot<'_> {
+    fn mode(&self) -> &'static str {
+        match self.mode {
+            SyncMode::Full => "full",
+            SyncMode::Diff => "diff",
+        }
+    }
+
+    fn phase(&self) -> &'static str {
+        match self.phase {
+            MarkerPhase::Started => "started",
+            MarkerPhase::Completed => "completed",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -43,7 +72,7 @@ impl Route {
         Route {
             destination: Destination::Topic(template.render(Style::Topic, &names).into()),
             key_prefix: key_prefix(resource, template),
-            marker_key: marker_key(resource),
+            marker_key_base: marker_key_base(resource),
         }
     }
 
@@ -59,7 +88,7 @@ impl Route {
                 marker: marker.render(Style::Subject, &names).into(),
             },
             key_prefix: key_prefix(resource, template),
-            marker_key: marker_key(resource),
+            marker_key_base: marker_key_base(resource),
         }
     }
 
@@ -79,12 +108,28 @@ impl Route {
         }
     }
 
-    /// The topic or subject of the resource's sync markers.
+    /// The topic of the resource's sync markers, or the NATS subject they start with.
     pub fn marker_destination(&self) -> Arc<str> {
         match &self.destination {
             Destination::Topic(t) => t.clone(),
             Destination::Subject { marker, .. } => marker.clone(),
         }
+    }
+
+    /// The topic of a marker, or its subject: the marker subject followed by the slot's
+    /// tokens, `<marker subject>.<namespace>.<mode>.<phase>` (namespace `_` for every
+    /// namespace, encoded like any subject token).
+    pub fn marker_destination_of(&self, slot: MarkerSlot) -> Arc<str> {
+        match &self.destination {
+            Destination::Topic(t) => t.clone(),
+            Destination::Subject { marker, .. } => format!("{marker}.{}.{}.{}", subject::encode_token(slot.namespace), slot.mode(), slot.phase()).into(),
+        }
+    }
+
+    /// The key of a marker record: `/deltaship/sync/<resource>/<namespace>/<mode>/<phase>`,
+    /// namespace `*` for every namespace (no namespace is named `*`).
+    pub fn marker_key(&self, slot: MarkerSlot) -> String {
+        format!("{}/{}/{}/{}", self.marker_key_base, slot.namespace.unwrap_or("*"), slot.mode(), slot.phase())
     }
 
     /// The partition key of an object: `namespace/name` or `name`, with the prefix.
@@ -101,7 +146,7 @@ fn key_prefix(resource: &Resource, template: &Template) -> String {
     }
 }
 
-fn marker_key(resource: &Resource) -> String {
+fn marker_key_base(resource: &Resource) -> String {
     format!("/deltaship/sync/{}", resource.label())
 }
 
@@ -144,7 +189,10 @@ mod tests {
         let r = Route::topic("prod", &deployments(), &t);
         assert_eq!(&*r.marker_destination(), "deltaship.prod.apps.deployments");
         assert_eq!(r.key("ns/web"), "ns/web");
-        assert_eq!(r.marker_key, "/deltaship/sync/deployments.apps");
+        let slot = MarkerSlot { namespace: Some("ns"), mode: SyncMode::Full, phase: MarkerPhase::Started };
+        assert_eq!(r.marker_key(slot), "/deltaship/sync/deployments.apps/ns/full/started");
+        let every = MarkerSlot { namespace: None, mode: SyncMode::Diff, phase: MarkerPhase::Completed };
+        assert_eq!(r.marker_key(every), "/deltaship/sync/deployments.apps/*/diff/completed");
     }
 
     #[test]
