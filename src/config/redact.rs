@@ -160,8 +160,8 @@ fn unescape(raw: &str) -> Option<String> {
     Some(out)
 }
 
-/// Every field rule's path and action, and the digest key file (without reading the key:
-/// that happens once, when the bridge starts).
+/// Every field rule's path and action, and the digest key file (read to check it; the
+/// bridge reads it again when it starts and keeps it).
 pub(super) fn validate(c: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
     for (i, r) in c.resources.iter().enumerate() {
@@ -180,7 +180,7 @@ pub(super) fn validate(c: &Config) -> Vec<Problem> {
         }
     }
     if let Some(path) = &c.redaction.digest_key_file
-        && let Err(problem) = key_file(path)
+        && let Err(problem) = read_digest_key(path)
     {
         out.push(Problem {
             key: "redaction.digest_key_file".into(),
