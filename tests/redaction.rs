@@ -109,7 +109,7 @@ redact_fields = [
 version = "v1"
 kind = "ConfigMap"
 namespaces = ["{ns}"]
-redact_fields = [{{ path = "/data/*", action = "hash" }}]
+redact_fields = [{{ path = "/data/*", action = "hash" }}, {{ path = "/metadata/annotations/example.com~1note", action = "mask" }}]
 [[resources]]
 version = "v1"
 kind = "Secret"
@@ -136,8 +136,13 @@ create_topics = {{ partitions = 2 }}
     changed.metadata.annotations.as_mut().unwrap().insert("example.com/token".into(), format!("{marker}-token-changed"));
     deployments.patch("early", &PatchParams::apply("redaction-test").force(), &Patch::Apply(&changed)).await.unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
-    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "creds"}, "data": {"password": format!("{marker}-cm"), "user": "admin"}})).unwrap();
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "creds", "annotations": {"example.com/note": format!("{marker}-cm-note")}}, "data": {"password": format!("{marker}-cm"), "user": "admin"}})).unwrap();
     cms.create(&PostParams::default(), &cm).await.unwrap();
+    // A change only to a masked value is no change after redaction: not shipped. The next
+    // change (of a hashed value) is.
+    let merge = |v: Value| Patch::Merge(v);
+    cms.patch("creds", &PatchParams::default(), &merge(json!({"metadata": {"annotations": {"example.com/note": format!("{marker}-cm-note-2")}}}))).await.unwrap();
+    cms.patch("creds", &PatchParams::default(), &merge(json!({"data": {"user": "root"}}))).await.unwrap();
 
     let (early, late) = (format!("{ns}/early"), format!("{ns}/late"));
     let shipped_deployments = read_until(&env.kafka, &format!("{prefix}.apps.deployments"), Duration::from_secs(60), |r| {
@@ -146,7 +151,7 @@ create_topics = {{ partitions = 2 }}
             && !of_type(r, &early, "dev.deltaship.object.updated").is_empty()
     });
     let creds = format!("{ns}/creds");
-    let shipped_cms = read_until(&env.kafka, &format!("{prefix}.core.configmaps"), Duration::from_secs(60), |r| r.iter().any(|r| r.key.as_deref() == Some(creds.as_str())));
+    let shipped_cms = read_until(&env.kafka, &format!("{prefix}.core.configmaps"), Duration::from_secs(60), |r| !of_type(r, &creds, "dev.deltaship.object.updated").is_empty());
     let pin_key = format!("{ns}/pin");
     let shipped_secrets = read_until(&env.kafka, &format!("{prefix}.core.secrets"), Duration::from_secs(60), |r| r.iter().any(|r| r.key.as_deref() == Some(pin_key.as_str())));
 
@@ -179,8 +184,12 @@ create_topics = {{ partitions = 2 }}
     assert!(!patch.to_string().contains("/env"), "{patch}");
 
     // ConfigMap data: every value hashed with the key; Secret values (built-in) too.
-    let cm = shipped_cms.iter().find(|r| r.key.as_deref() == Some(creds.as_str())).unwrap().json();
+    let cm = of_type(&shipped_cms, &creds, "dev.deltaship.object.added")[0].json();
     assert_eq!(cm["data"], json!({"password": expected_digest(&format!("{marker}-cm")), "user": expected_digest("admin")}), "{cm}");
+    assert_eq!(cm["metadata"]["annotations"]["example.com/note"], "***", "{cm}");
+    let updates = of_type(&shipped_cms, &creds, "dev.deltaship.object.updated");
+    assert_eq!(updates.len(), 1, "the masked change is not shipped: {updates:?}");
+    assert_eq!(updates[0].json()["data"]["user"], expected_digest("root"));
     let secret = shipped_secrets.iter().find(|r| r.key.as_deref() == Some(pin_key.as_str())).unwrap().json();
     assert_eq!(secret["data"]["pin"], expected_digest("MTIzNA=="), "{secret}");
 
@@ -197,7 +206,8 @@ create_topics = {{ partitions = 2 }}
     assert!(series("deployments.apps", "drop") >= 6.0, "{metrics}");
     assert!(series("deployments.apps", "hash") >= 3.0, "{metrics}");
     assert!(series("deployments.apps", "mask") >= 3.0, "{metrics}");
-    assert!(series("configmaps", "hash") >= 2.0, "{metrics}");
+    assert!(series("configmaps", "hash") >= 6.0, "{metrics}");
+    assert!(series("configmaps", "mask") >= 3.0, "{metrics}");
     assert_eq!(series("secrets", "hash"), 0.0, "the built-in Secret redaction is not a rule: {metrics}");
 
     // The key never reaches the logs.
@@ -274,5 +284,23 @@ redact_fields = [
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("`redaction.digest_key_file`: ") && stderr.contains("holds 11 bytes, fewer than 16"), "{stderr}");
     assert!(!stderr.contains("tiny-secret"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_readme_redaction_example_loads_as_documented() {
+    let dir = std::env::temp_dir().join(support::unique("redact-readme"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("digest-key");
+    std::fs::write(&key_file, KEY).unwrap();
+    let snippet = support::readme_block("config: redact-fields", "toml");
+    let documented = "/etc/deltaship-redaction/digest-key";
+    assert!(snippet.contains(documented), "{snippet}");
+    let file = dir.join("c.toml");
+    std::fs::write(&file, snippet.replace(documented, &key_file.display().to_string())).unwrap();
+    let c = deltaship::config::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let actions: Vec<&str> = c.resources[0].redact_fields.iter().map(|r| r.action.as_str()).collect();
+    assert_eq!(actions, ["drop", "mask", "hash"]);
+    assert_eq!(c.redaction.digest_key_file.as_deref(), Some(key_file.as_path()));
     std::fs::remove_dir_all(&dir).unwrap();
 }
