@@ -228,6 +228,13 @@ pub fn read_digest_key(path: &Path) -> Result<Vec<u8>, String> {
 mod tests {
     use super::*;
 
+    /// A fresh directory of this test process, for key files.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("deltaship-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     fn key(name: &str) -> Segment {
         Segment::Key { name: name.into(), index: None }
     }
@@ -277,8 +284,7 @@ mod tests {
 
     #[test]
     fn rule_and_key_file_mistakes_name_their_keys() {
-        let dir = std::env::temp_dir().join(format!("deltaship-redact-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("redact-rules");
         let empty = dir.join("empty");
         std::fs::write(&empty, "").unwrap();
         let mut c: Config = serde_json::from_value(serde_json::json!({
@@ -304,8 +310,7 @@ mod tests {
 
     #[test]
     fn keys_lose_a_trailing_newline_and_must_be_long_enough_without_being_shown() {
-        let dir = std::env::temp_dir().join(format!("deltaship-redact-key-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("redact-key");
         let file = dir.join("key");
         std::fs::write(&file, "0123456789abcdef0123\r\n").unwrap();
         assert_eq!(read_digest_key(&file).unwrap(), b"0123456789abcdef0123");

@@ -13,8 +13,8 @@ use crate::telemetry::metrics as m;
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// What a `mask` rule puts in place of a value (the mask of secrets in `print-config` too).
-pub const MASK: &str = "***";
+/// What a `mask` rule puts in place of a value: the mask `print-config` shows for secrets.
+const MASK: &str = "***";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RedactError {
