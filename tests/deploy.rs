@@ -734,3 +734,20 @@ fn the_compose_file_fits_the_dockerfile_and_config_compose_toml() {
 
     assert!(strings(&services["nats"]["command"]).contains(&"-js".to_owned()));
 }
+
+#[test]
+fn the_digest_key_is_mounted_from_the_named_secret() {
+    let deployment = |extra: &[&str]| one(&render("deltaship", "deltaship", extra), "Deployment")["spec"]["template"]["spec"].clone();
+    let pod = deployment(&["--set", "digestKeySecret.name=deltaship-digest-key", "--set", "digestKeySecret.key=k"]);
+    let c = &pod["containers"][0];
+    let env = c["env"].as_array().unwrap();
+    let file = env.iter().find(|e| e["name"] == "DELTASHIP_REDACTION__DIGEST_KEY_FILE").expect("the key file setting")["value"].as_str().unwrap();
+    let mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| file.starts_with(&format!("{}/", m["mountPath"].as_str().unwrap()))).expect("a mount holding the key file");
+    assert_eq!(mount["readOnly"], true);
+    let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+    let path = &file[mount["mountPath"].as_str().unwrap().len() + 1..];
+    assert_eq!(volume["secret"], json!({"secretName": "deltaship-digest-key", "items": [{"key": "k", "path": path}]}));
+    // Without a Secret named, nothing of it.
+    let default = deployment(&[]).to_string();
+    assert!(!default.contains("DIGEST_KEY") && !default.contains("digest-key"), "{default}");
+}

@@ -134,7 +134,8 @@ pub fn wire(value: &Value) -> Vec<u8> {
 pub fn decode(bytes: &[u8]) -> Object {
     let watched: deltaship::watch::WatchedObject = serde_json::from_slice(bytes).expect("fixture decodes");
     let kind = if watched.value["kind"] == "Pod" { Kind::Pod } else { Kind::ConfigMap };
-    deltaship::watch::decode_object(watched, &kind.resource(), true).expect("fixture has name, uid, resourceVersion")
+    static REDACTOR: std::sync::LazyLock<deltaship::event::redact::Redactor> = std::sync::LazyLock::new(Default::default);
+    deltaship::watch::decode_object(watched, &kind.resource(), &REDACTOR).expect("fixture has name, uid, resourceVersion")
 }
 
 /// One recorded watch event, objects as the bytes the API server sent.

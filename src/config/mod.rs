@@ -3,6 +3,7 @@
 mod kafka;
 mod model;
 mod nats;
+mod redact;
 mod route;
 mod secret;
 mod validate;
@@ -15,6 +16,7 @@ use figment::providers::{Env, Format, Toml, Yaml};
 pub use kafka::*;
 pub use model::*;
 pub use nats::*;
+pub use redact::{FieldPath, KEY_FIX, RedactAction, RedactField, RedactionConfig, Segment, read_digest_key};
 pub use route::*;
 pub use secret::Secret;
 pub use validate::Problem;

@@ -38,6 +38,9 @@ pub struct Config {
     /// Leader election for several replicas: only the leader publishes.
     #[serde(default)]
     pub leader_election: LeaderElectionConfig,
+    /// Keyed digests of redacted values (Secret values, `hash` field rules).
+    #[serde(default)]
+    pub redaction: super::RedactionConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -171,6 +174,11 @@ pub struct ResourceConfig {
     /// last-applied annotation. Default: true. Turning it off ships Secret values.
     #[serde(default = "default_true")]
     pub redact: bool,
+    /// Field rules applied before shipping, whatever `redact` says: `{ path, action }`,
+    /// `path` a JSON pointer (`*` for every item or member), `action` `drop`, `mask` or
+    /// `hash`. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redact_fields: Vec<super::RedactField>,
     /// JSON pointers left out of the change fingerprint: an update that only touches
     /// these is skipped as a no-op. `/metadata/resourceVersion` and
     /// `/metadata/managedFields` are always ignored. Default: none.

@@ -90,6 +90,7 @@ pub fn validate(c: &Config) -> Vec<Problem> {
         }
     }
     validate_routes(&mut out, c);
+    out.extend(super::redact::validate(c));
     let d = &c.delivery;
     if d.queue_capacity == 0 {
         out.push(problem("delivery.queue_capacity", "must be at least 1", "set a positive number of events, e.g. 10000"));

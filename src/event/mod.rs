@@ -265,7 +265,7 @@ mod tests {
             namespace: None,
             label_selector: None,
             field_selector: None,
-            redact: true,
+            redaction: Default::default(),
             ignore_fields: vec![],
             relist: SyncMode::Diff,
             resync: None,

@@ -1,14 +1,142 @@
 //! Redaction, applied as soon as an object is decoded: nothing unredacted goes further.
 
+use std::path::Path;
+use std::sync::Arc;
+
+use hmac::{Hmac, Mac};
+use metrics::Counter;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::config::{Config, FieldPath, KEY_FIX, RedactAction, ResourceConfig, Segment, read_digest_key};
+use crate::telemetry::metrics as m;
+
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// What a `mask` rule puts in place of a value: the mask `print-config` shows for secrets.
+const MASK: &str = "***";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RedactError {
+    #[error("redaction.digest_key_file: {problem}; fix: {KEY_FIX}")]
+    DigestKey { problem: String },
+    #[error("resources[{index}].redact_fields[{rule}]: {problem}")]
+    Rule { index: usize, rule: usize, problem: String },
+}
+
+/// The key of keyed digests: HMAC-SHA256 with the key already absorbed, cloned per digest.
+#[derive(Clone)]
+pub struct DigestKey(Hmac<Sha256>);
+
+impl DigestKey {
+    pub fn new(key: &[u8]) -> DigestKey {
+        DigestKey(Hmac::new_from_slice(key).expect("HMAC takes keys of any length"))
+    }
+
+    /// Reads the key file once; errors name the setting and the file, never the content.
+    pub fn from_file(path: &Path) -> Result<DigestKey, RedactError> {
+        read_digest_key(path).map(|key| DigestKey::new(&key)).map_err(|problem| RedactError::DigestKey { problem })
+    }
+}
+
+impl std::fmt::Debug for DigestKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DigestKey(***)")
+    }
+}
+
+/// How one resource's objects are redacted: built once at start-up, shared by its watches.
+#[derive(Debug, Clone)]
+pub struct Redaction {
+    /// The built-in redaction (`redact`): managedFields, Secret values.
+    builtin: bool,
+    rules: Vec<(FieldPath, RedactAction)>,
+    key: Option<DigestKey>,
+}
+
+impl Default for Redaction {
+    /// The built-in redaction only, with unkeyed digests.
+    fn default() -> Redaction {
+        Redaction { builtin: true, rules: Vec::new(), key: None }
+    }
+}
+
+/// The redaction of each of `config.resources`, in order: rules parsed and the digest key
+/// read, once. Without a key, digests are unkeyed: a warning says so when any would be
+/// made.
+pub fn for_resources(config: &Config) -> Result<Vec<Arc<Redaction>>, RedactError> {
+    let key = config.redaction.digest_key_file.as_deref().map(DigestKey::from_file).transpose()?;
+    let mut out = Vec::new();
+    for (index, rc) in config.resources.iter().enumerate() {
+        out.push(Arc::new(Redaction::new(index, rc, key.clone())?));
+    }
+    if key.is_none() && config.resources.iter().any(makes_digests) {
+        tracing::warn!("Digests of redacted values are unkeyed (sha256): short values such as PINs can be recovered by brute force; set redaction.digest_key_file");
+    }
+    Ok(out)
+}
+
+impl Redaction {
+    fn new(index: usize, rc: &ResourceConfig, key: Option<DigestKey>) -> Result<Redaction, RedactError> {
+        let mut rules = Vec::new();
+        for (rule, r) in rc.redact_fields.iter().enumerate() {
+            let refused = |problem: String| RedactError::Rule { index, rule, problem };
+            let path = FieldPath::parse(&r.path).map_err(|e| refused(format!("{}; fix: {}", e.problem, e.fix)))?;
+            let action = RedactAction::parse(&r.action).ok_or_else(|| refused(format!("`{}` is not a redaction action", r.action)))?;
+            rules.push((path, action));
+        }
+        Ok(Redaction { builtin: rc.redact, rules, key })
+    }
+
+    /// The redactor of one watch of `resource` (its metric label), with the counter of
+    /// each rule's action registered once.
+    pub fn redactor(self: &Arc<Self>, resource: &str) -> Redactor {
+        // Rules with the same action get handles of the same counter.
+        let counted = self.rules.iter().map(|(_, action)| metrics::counter!(m::REDACTED_FIELDS, "resource" => resource.to_string(), "action" => action.as_str())).collect();
+        Redactor { redaction: self.clone(), counted }
+    }
+}
+
+/// Whether `rc`'s redaction makes digests: of Secret values, or by `hash` rules.
+fn makes_digests(rc: &ResourceConfig) -> bool {
+    rc.redact && rc.group.is_empty() && rc.kind == "Secret" || rc.redact_fields.iter().any(|r| r.action == RedactAction::Hash.as_str())
+}
+
+/// A resource's redaction with its counters, for one watch.
+pub struct Redactor {
+    redaction: Arc<Redaction>,
+    /// Fields redacted by each rule, by its action.
+    counted: Vec<Counter>,
+}
+
+impl Default for Redactor {
+    /// The built-in redaction with unkeyed digests.
+    fn default() -> Redactor {
+        Redactor { redaction: Arc::default(), counted: Vec::new() }
+    }
+}
+
+impl Redactor {
+    /// Redacts `value` in place: the built-in redaction (when on), then each field rule.
+    pub fn redact(&self, value: &mut Value) {
+        let r = &*self.redaction;
+        let key = r.key.as_ref();
+        if r.builtin {
+            redact(value, key);
+        }
+        for ((path, action), counted) in r.rules.iter().zip(&self.counted) {
+            let n = apply(value, path.segments(), *action, key);
+            if n > 0 {
+                counted.increment(n);
+            }
+        }
+    }
+}
+
 /// Removes `metadata.managedFields`; for a core Secret, replaces every value of `data` and
-/// `stringData`, and the last-applied annotation, by `sha256:<hex>` of the value, so that
-/// consumers see that a value changed, never the value.
-pub fn redact(value: &mut Value) {
+/// `stringData`, and the last-applied annotation, by its digest, so that consumers see that
+/// a value changed, never the value.
+fn redact(value: &mut Value, key: Option<&DigestKey>) {
     let is_secret = value.get("kind").and_then(Value::as_str) == Some("Secret")
         && value.get("apiVersion").and_then(Value::as_str) == Some("v1");
     let Some(obj) = value.as_object_mut() else { return };
@@ -18,34 +146,90 @@ pub fn redact(value: &mut Value) {
             && let Some(Value::Object(annotations)) = meta.get_mut("annotations")
             && let Some(v) = annotations.get_mut(LAST_APPLIED)
         {
-            *v = Value::String(digest(v));
+            *v = Value::String(digest(v, key));
         }
     }
     if is_secret {
         for field in ["data", "stringData"] {
             if let Some(Value::Object(values)) = obj.get_mut(field) {
-                digest_values(values);
+                digest_values(values, key);
             }
         }
     }
 }
 
-fn digest_values(values: &mut Map<String, Value>) {
+fn digest_values(values: &mut Map<String, Value>, key: Option<&DigestKey>) {
     for v in values.values_mut() {
-        *v = Value::String(digest(v));
+        *v = Value::String(digest(v, key));
     }
 }
 
-fn digest(v: &Value) -> String {
-    let bytes: &[u8] = match v {
-        Value::String(s) => s.as_bytes(),
-        _ => &[],
+/// Applies `action` to the fields of `value` at `path`; returns how many it redacted.
+/// Allocates nothing where the path does not match.
+fn apply(value: &mut Value, path: &[Segment], action: RedactAction, key: Option<&DigestKey>) -> u64 {
+    let Some((segment, rest)) = path.split_first() else { return 0 };
+    if !rest.is_empty() {
+        return match (value, segment) {
+            (Value::Object(map), Segment::Any) => map.values_mut().map(|v| apply(v, rest, action, key)).sum(),
+            (Value::Array(items), Segment::Any) => items.iter_mut().map(|v| apply(v, rest, action, key)).sum(),
+            (Value::Object(map), Segment::Key { name, .. }) => map.get_mut(name).map_or(0, |v| apply(v, rest, action, key)),
+            (Value::Array(items), Segment::Key { index: Some(i), .. }) => items.get_mut(*i).map_or(0, |v| apply(v, rest, action, key)),
+            _ => 0,
+        };
+    }
+    // The last segment: act on the matched members or items of `value`.
+    let replace = |v: &mut Value| {
+        *v = Value::String(match action {
+            RedactAction::Mask => MASK.to_string(),
+            _ => digest(v, key),
+        });
+        1
     };
-    let hash = Sha256::digest(bytes);
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for b in hash {
-        out.push_str(&format!("{b:02x}"));
+    match (value, segment, action) {
+        (Value::Object(map), Segment::Any, RedactAction::Drop) => std::mem::take(map).len() as u64,
+        (Value::Array(items), Segment::Any, RedactAction::Drop) => std::mem::take(items).len() as u64,
+        (Value::Object(map), Segment::Any, _) => map.values_mut().map(replace).sum(),
+        (Value::Array(items), Segment::Any, _) => items.iter_mut().map(replace).sum(),
+        (Value::Object(map), Segment::Key { name, .. }, RedactAction::Drop) => map.remove(name).is_some() as u64,
+        (Value::Object(map), Segment::Key { name, .. }, _) => map.get_mut(name).map_or(0, replace),
+        (Value::Array(items), Segment::Key { index: Some(i), .. }, RedactAction::Drop) if *i < items.len() => {
+            items.remove(*i);
+            1
+        }
+        (Value::Array(items), Segment::Key { index: Some(i), .. }, _) => items.get_mut(*i).map_or(0, replace),
+        _ => 0,
+    }
+}
+
+/// The digest of a value: of a string's bytes, of any other value's JSON text.
+/// `hmac-sha256:<hex>` with a key, `sha256:<hex>` without.
+fn digest(v: &Value, key: Option<&DigestKey>) -> String {
+    let text;
+    let bytes = match v {
+        Value::String(s) => s.as_bytes(),
+        other => {
+            text = other.to_string();
+            text.as_bytes()
+        }
+    };
+    match key {
+        Some(DigestKey(mac)) => {
+            let mut mac = mac.clone();
+            mac.update(bytes);
+            labelled("hmac-sha256:", &mac.finalize().into_bytes())
+        }
+        None => labelled("sha256:", &Sha256::digest(bytes)),
+    }
+}
+
+/// `label` then the hex of `bytes`.
+fn labelled(label: &str, bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(label.len() + 2 * bytes.len());
+    out.push_str(label);
+    for b in bytes {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0xf)] as char);
     }
     out
 }
@@ -54,6 +238,16 @@ fn digest(v: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn redaction(rules: &[(&str, RedactAction)], key: Option<&[u8]>) -> Redactor {
+        let rules = rules.iter().map(|(p, a)| (FieldPath::parse(p).unwrap(), *a)).collect();
+        Arc::new(Redaction { builtin: true, rules, key: key.map(DigestKey::new) }).redactor("test")
+    }
+
+    /// How many fields `path` redacts in `value` with `action`, unkeyed.
+    fn count(value: &mut Value, path: &str, action: RedactAction) -> u64 {
+        apply(value, FieldPath::parse(path).unwrap().segments(), action, None)
+    }
 
     #[test]
     fn secret_values_and_last_applied_become_digests() {
@@ -64,7 +258,7 @@ mod tests {
             "data": {"password": "aHVudGVyMg=="},
             "stringData": {"token": "plain-secret"},
         });
-        redact(&mut s);
+        Redactor::default().redact(&mut s);
         let text = s.to_string();
         assert!(!text.contains("aHVudGVyMg") && !text.contains("plain-secret"), "{text}");
         assert!(s["metadata"].get("managedFields").is_none());
@@ -73,7 +267,7 @@ mod tests {
         assert!(d.starts_with("sha256:") && d.len() == 71, "{d}");
         // Same value, same digest: consumers can see whether a value changed.
         let mut again = json!({"apiVersion": "v1", "kind": "Secret", "data": {"password": "aHVudGVyMg=="}});
-        redact(&mut again);
+        Redactor::default().redact(&mut again);
         assert_eq!(again["data"]["password"], s["data"]["password"]);
     }
 
@@ -81,8 +275,102 @@ mod tests {
     fn other_kinds_only_lose_managed_fields() {
         let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"managedFields": [], "annotations": {LAST_APPLIED: "x"}}, "data": {"a": "b"}});
-        redact(&mut cm);
+        Redactor::default().redact(&mut cm);
         assert_eq!(cm, json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"annotations": {LAST_APPLIED: "x"}}, "data": {"a": "b"}}));
+    }
+
+    #[test]
+    fn digests_are_hex_of_sha256_or_of_hmac_sha256_with_the_key() {
+        // FIPS 180-2 and RFC 4231 (test case 2) vectors.
+        assert_eq!(digest(&json!("abc"), None), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        let jefe = DigestKey::new(b"Jefe");
+        assert_eq!(
+            digest(&json!("what do ya want for nothing?"), Some(&jefe)),
+            "hmac-sha256:5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        // Other values are digested as their JSON text, so that different values differ.
+        assert_ne!(digest(&json!(1), None), digest(&json!(2), None));
+        assert_eq!(digest(&json!({"a": 1}), None), digest(&json!("{\"a\":1}"), None));
+        assert_eq!(format!("{jefe:?}"), "DigestKey(***)");
+    }
+
+    #[test]
+    fn a_keyed_secret_digest_is_stable_and_differs_by_key() {
+        let secret = || json!({"apiVersion": "v1", "kind": "Secret", "data": {"pin": "MTIzNA=="}});
+        let digest_with = |key: &[u8]| {
+            let mut s = secret();
+            redaction(&[], Some(key)).redact(&mut s);
+            s["data"]["pin"].as_str().unwrap().to_string()
+        };
+        let a = digest_with(b"0123456789abcdef");
+        assert!(a.starts_with("hmac-sha256:") && a.len() == 12 + 64, "{a}");
+        assert_eq!(a, digest_with(b"0123456789abcdef"), "same key, same value: same digest (restarts, replicas)");
+        assert_ne!(a, digest_with(b"fedcba9876543210"));
+    }
+
+    #[test]
+    fn wildcards_cover_every_array_item_and_object_member() {
+        let mut d = json!({"spec": {"containers": [
+            {"name": "a", "env": [{"name": "A", "value": "s1"}, {"name": "B", "value": "s2"}]},
+            {"name": "b", "env": [{"name": "C", "valueFrom": {"secretKeyRef": {}}}]},
+            {"name": "c"},
+        ]}});
+        assert_eq!(count(&mut d, "/spec/containers/*/env/*/value", RedactAction::Mask), 2);
+        assert_eq!(d["spec"]["containers"][0]["env"][1], json!({"name": "B", "value": MASK}));
+        assert_eq!(d["spec"]["containers"][1]["env"][0], json!({"name": "C", "valueFrom": {"secretKeyRef": {}}}));
+        assert_eq!(count(&mut d, "/spec/containers/*/env", RedactAction::Drop), 2);
+        assert_eq!(d["spec"]["containers"], json!([{"name": "a"}, {"name": "b"}, {"name": "c"}]));
+
+        let mut cm = json!({"data": {"a": "1", "b": "2"}, "binaryData": {}});
+        assert_eq!(count(&mut cm, "/data/*", RedactAction::Hash), 2);
+        assert!(cm["data"]["a"].as_str().unwrap().starts_with("sha256:"));
+        assert_eq!(count(&mut cm, "/binaryData/*", RedactAction::Drop), 0);
+        assert_eq!(count(&mut cm, "/data/*", RedactAction::Drop), 2);
+        assert_eq!(cm, json!({"data": {}, "binaryData": {}}));
+        // A wildcard in the middle walks the members of an object, too.
+        let mut m = json!({"metadata": {"annotations": {"x": "1"}, "labels": {"x": "2", "y": "3"}}});
+        assert_eq!(count(&mut m, "/metadata/*/x", RedactAction::Drop), 2);
+        assert_eq!(m, json!({"metadata": {"annotations": {}, "labels": {"y": "3"}}}));
+    }
+
+    #[test]
+    fn escapes_name_members_with_slashes_and_tildes() {
+        let mut d = json!({"metadata": {"annotations": {"example.com/token": "t", "a~b": "u", "example.com": {"token": "v"}}}});
+        assert_eq!(count(&mut d, "/metadata/annotations/example.com~1token", RedactAction::Drop), 1);
+        assert_eq!(count(&mut d, "/metadata/annotations/a~0b", RedactAction::Mask), 1);
+        assert_eq!(d, json!({"metadata": {"annotations": {"a~b": MASK, "example.com": {"token": "v"}}}}));
+    }
+
+    #[test]
+    fn missing_paths_and_other_types_are_left_alone() {
+        let original = json!({"spec": {"replicas": 3, "list": [1, 2], "text": "s"}});
+        let mut d = original.clone();
+        for path in ["/status", "/spec/missing/x", "/spec/replicas/x", "/spec/text/*", "/spec/list/x", "/spec/list/2", "/spec/list/01", "/spec/list/-", "/spec/replicas/*/x"] {
+            for action in RedactAction::ALL {
+                assert_eq!(count(&mut d, path, action), 0, "{path} {action:?}");
+            }
+        }
+        assert_eq!(d, original);
+        // An index names an array item, and a member whose name is digits.
+        assert_eq!(count(&mut d, "/spec/list/0", RedactAction::Drop), 1);
+        assert_eq!(d["spec"]["list"], json!([2]));
+        let mut m = json!({"data": {"0": "zero"}});
+        assert_eq!(count(&mut m, "/data/0", RedactAction::Mask), 1);
+        assert_eq!(m, json!({"data": {"0": MASK}}));
+    }
+
+    #[test]
+    fn rules_apply_after_the_built_in_redaction_even_when_it_is_off() {
+        let rules = [("/data/password", RedactAction::Hash), ("/metadata/annotations/token", RedactAction::Drop)];
+        let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "managedFields": [], "annotations": {"token": "t"}}, "data": {"password": "p"}});
+        let mut r = redaction(&rules, Some(b"0123456789abcdef"));
+        r.redact(&mut cm);
+        assert!(cm["data"]["password"].as_str().unwrap().starts_with("hmac-sha256:"), "{cm}");
+        assert_eq!(cm["metadata"], json!({"name": "c", "annotations": {}}));
+        Arc::get_mut(&mut r.redaction).unwrap().builtin = false;
+        let mut cm = json!({"metadata": {"managedFields": [], "annotations": {"token": "t"}}});
+        r.redact(&mut cm);
+        assert_eq!(cm, json!({"metadata": {"managedFields": [], "annotations": {}}}));
     }
 }

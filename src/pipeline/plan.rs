@@ -18,6 +18,8 @@ pub enum PlanError {
     Template { index: usize, problem: String },
     #[error("topic {topic} would hold both {a} and {b} with the same keys; put {{plural}} and {{group}} in the template or give each resource its own `topic`")]
     SharedTopic { topic: String, a: String, b: String },
+    #[error(transparent)]
+    Redaction(#[from] crate::event::redact::RedactError),
 }
 
 /// The stdout sink has no topics; the default template only names an object's lane.
@@ -63,6 +65,7 @@ fn outputs(config: &Config, routes: &[RouteConfig], index: usize, rc: &ResourceC
 /// Knative-shaped events).
 pub fn scopes(config: &Config, resources: &[Resource], api_server: &str) -> Result<Vec<Arc<Scope>>, PlanError> {
     let routes = config.effective_routes();
+    let redactions = crate::event::redact::for_resources(config)?;
     let mut out = Vec::new();
     // Per route and marker destination: the resource there, and its key prefix.
     let mut owners: HashMap<(usize, Arc<str>), (String, String)> = HashMap::new();
@@ -96,7 +99,7 @@ pub fn scopes(config: &Config, resources: &[Resource], api_server: &str) -> Resu
                 namespace,
                 label_selector: rc.label_selector.clone(),
                 field_selector: rc.field_selector.clone(),
-                redact: rc.redact,
+                redaction: redactions[index].clone(),
                 ignore_fields: rc.ignore_fields.clone(),
                 relist: match rc.relist {
                     RelistMode::Diff => SyncMode::Diff,

@@ -10,6 +10,7 @@ pub const SYNCS: &str = "deltaship_syncs_total";
 pub const RELISTS: &str = "deltaship_relists_total";
 pub const WATCH_ERRORS: &str = "deltaship_watch_errors_total";
 pub const BAD_OBJECTS: &str = "deltaship_bad_objects_total";
+pub const REDACTED_FIELDS: &str = "deltaship_redacted_fields_total";
 pub const DROPPED: &str = "deltaship_events_dropped_total";
 pub const TRUNCATED: &str = "deltaship_events_truncated_total";
 pub const SINK_ERRORS: &str = "deltaship_sink_errors_total";
@@ -34,6 +35,7 @@ pub fn describe() {
     describe_counter!(RELISTS, "Relists after a watch could not resume (e.g. 410 Gone), by resource.");
     describe_counter!(WATCH_ERRORS, "Watch errors (each followed by a backoff and a restart of the watch), by resource.");
     describe_counter!(BAD_OBJECTS, "Objects that could not be decoded or encoded and were skipped, by resource and reason.");
+    describe_counter!(REDACTED_FIELDS, "Fields redacted by the resource's redact_fields rules, by resource and action (drop, mask, hash).");
     describe_counter!(DROPPED, "Events the sink refused and that were skipped by policy, by resource, reason and route.");
     describe_counter!(TRUNCATED, "Events too large for the sink, shipped as truncated references, by resource and route.");
     describe_counter!(SINK_ERRORS, "Failed sends (retried or not), by sink, route and error_kind.");

@@ -19,7 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::change::{Change, Classifier, Fingerprinter, Object, ObjectError, WatchEvent};
 use crate::config::KubernetesConfig;
-use crate::event::{self, Envelope, redact};
+use crate::event::{self, Envelope};
+use crate::event::redact::Redactor;
 use crate::resource::Resource;
 use crate::telemetry::metrics as m;
 
@@ -52,6 +53,7 @@ impl Watch {
         // Per-event gauges, registered once (a lookup by labels allocates them).
         let indexed = metrics::gauge!(m::INDEXED, "resource" => label.clone());
         let queued: Vec<metrics::Gauge> = scope.outputs.iter().map(|o| metrics::gauge!(m::QUEUED, "route" => o.route_name.to_string())).collect();
+        let redactor = scope.redaction.redactor(&label);
         tracing::info!(watch = %scope.describe(), "Watch started");
         loop {
             let item = tokio::select! {
@@ -76,7 +78,7 @@ impl Watch {
                     continue;
                 }
             };
-            let Some(event) = decode(event, &scope, &label) else { continue };
+            let Some(event) = decode(event, &scope, &redactor, &label) else { continue };
             classifier.handle(event, &mut changes);
             indexed.set(classifier.index_len() as f64);
             if !self.ship(&scope, &label, &mut changes, &queues, &queued, &stop).await {
@@ -166,8 +168,8 @@ pub fn api(client: Client, scope: &Scope) -> Api<WatchedObject> {
 }
 
 /// One watched object of `resource` as the later stages take it: decoded, with its
-/// apiVersion and kind, and, when `redact`, redacted.
-pub fn decode_object(o: WatchedObject, resource: &Resource, redact: bool) -> Result<Object, ObjectError> {
+/// apiVersion and kind, and redacted by `redactor`.
+pub fn decode_object(o: WatchedObject, resource: &Resource, redactor: &Redactor) -> Result<Object, ObjectError> {
     let mut value = o.value;
     // Items of a list response carry no apiVersion and kind (only watch events do):
     // every shipped object gets them, and redaction needs them to recognise a Secret.
@@ -176,16 +178,14 @@ pub fn decode_object(o: WatchedObject, resource: &Resource, redact: bool) -> Res
         fields.entry("kind").or_insert_with(|| resource.kind.clone().into());
     }
     let mut obj = Object::from_value(value)?;
-    if redact {
-        redact::redact(&mut obj.value);
-    }
+    redactor.redact(&mut obj.value);
     Ok(obj)
 }
 
 /// Decodes and redacts the event's object; an object that cannot be decoded is counted,
 /// logged with its key and skipped.
-fn decode(event: watcher::Event<WatchedObject>, scope: &Scope, label: &str) -> Option<WatchEvent> {
-    let object = |o: WatchedObject| match decode_object(o, &scope.resource, scope.redact) {
+fn decode(event: watcher::Event<WatchedObject>, scope: &Scope, redactor: &Redactor, label: &str) -> Option<WatchEvent> {
+    let object = |o: WatchedObject| match decode_object(o, &scope.resource, redactor) {
         Ok(obj) => Some(obj),
         Err(e) => {
             metrics::counter!(m::BAD_OBJECTS, "resource" => label.to_string(), "reason" => "decode").increment(1);
@@ -220,11 +220,11 @@ mod tests {
         // As an item of a list response: no apiVersion, no kind.
         let item = json!({"metadata": {"name": "db", "namespace": "ns", "uid": "u", "resourceVersion": "1"}, "data": {"password": "aHVudGVyMg=="}});
         let watched: WatchedObject = serde_json::from_value(item).unwrap();
-        let obj = decode_object(watched, &secrets, true).unwrap();
+        let obj = decode_object(watched, &secrets, &Redactor::default()).unwrap();
         assert_eq!((obj.value["apiVersion"].as_str(), obj.value["kind"].as_str()), (Some("v1"), Some("Secret")));
         assert_ne!(obj.value["data"]["password"], "aHVudGVyMg==", "redacted: {}", obj.value);
         let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "uid": "u", "resourceVersion": "2"}});
-        let obj = decode_object(serde_json::from_value(deployment).unwrap(), &crate::resource::fixtures::deployments(), true).unwrap();
+        let obj = decode_object(serde_json::from_value(deployment).unwrap(), &crate::resource::fixtures::deployments(), &Redactor::default()).unwrap();
         assert_eq!(obj.value["apiVersion"], "apps/v1", "a watch event's own type is kept");
     }
 }

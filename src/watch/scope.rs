@@ -1,9 +1,11 @@
 //! The scope of one watch: a resource, one namespace (or all), selectors and shaping.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::Output;
 use crate::change::SyncMode;
+use crate::event::redact::Redaction;
 use crate::resource::Resource;
 
 /// One watch and everything the later stages need to know about it. Shared (`Arc`) by
@@ -17,7 +19,8 @@ pub struct Scope {
     pub namespace: Option<String>,
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
-    pub redact: bool,
+    /// The resource's redaction, shared by its watches.
+    pub redaction: Arc<Redaction>,
     pub ignore_fields: Vec<String>,
     /// How relists are shipped.
     pub relist: SyncMode,

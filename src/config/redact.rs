@@ -1,0 +1,322 @@
+//! Redaction settings: the field rules of a resource (`resources[].redact_fields`) and the
+//! digest key (`redaction`), their parsing and their validation.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Config, Problem};
+
+/// Keyed digests of redacted values.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactionConfig {
+    /// A file holding the key of the digests (HMAC-SHA256, shown as `hmac-sha256:<hex>`),
+    /// e.g. mounted from a Kubernetes Secret; read once at start-up, at least 16 bytes, a
+    /// trailing newline trimmed. Every replica and restart must use the same key for equal
+    /// values to keep equal digests. Default: none: unkeyed `sha256:<hex>` digests, which
+    /// anyone can brute-force for short values (a warning is logged at start-up).
+    pub digest_key_file: Option<PathBuf>,
+}
+
+/// One field rule: the fields at `path` get `action`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactField {
+    /// An RFC 6901 JSON pointer into the object (`~1` for `/`, `~0` for `~`); a segment
+    /// that is exactly `*` stands for every item of an array or member of an object.
+    pub path: String,
+    /// `drop` (remove the field), `mask` (replace its value by `"***"`) or `hash` (replace
+    /// it by its digest, as Secret values).
+    pub action: String,
+}
+
+/// What a field rule does to a matched field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedactAction {
+    Drop,
+    Mask,
+    Hash,
+}
+
+impl RedactAction {
+    pub const ALL: [RedactAction; 3] = [RedactAction::Drop, RedactAction::Mask, RedactAction::Hash];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RedactAction::Drop => "drop",
+            RedactAction::Mask => "mask",
+            RedactAction::Hash => "hash",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<RedactAction> {
+        RedactAction::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+}
+
+/// One segment of a parsed path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    /// `*`: every item of an array, every member of an object.
+    Any,
+    /// A member name (unescaped); `index` when it is also an array index (RFC 6901: `0` or
+    /// digits without a leading zero).
+    Key { name: String, index: Option<usize> },
+}
+
+impl Segment {
+    fn matches(&self, name: &str) -> bool {
+        match self {
+            Segment::Any => true,
+            Segment::Key { name: n, .. } => n == name,
+        }
+    }
+}
+
+/// A path of a field rule, parsed once at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldPath(Vec<Segment>);
+
+/// Why a path was refused: the problem and its fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathError {
+    pub problem: String,
+    pub fix: &'static str,
+}
+
+const PATH_EXAMPLE: &str = "e.g. `/spec/template/spec/containers/*/env` or `/metadata/annotations/example.com~1token`";
+
+/// Fields that identify an object: redacting them (or a field above them) would ship
+/// events that neither consumers nor `deltaship rebuild` can attribute.
+const IDENTITY: [&[&str]; 6] = [
+    &["apiVersion"],
+    &["kind"],
+    &["metadata", "name"],
+    &["metadata", "namespace"],
+    &["metadata", "uid"],
+    &["metadata", "resourceVersion"],
+];
+
+impl FieldPath {
+    pub fn parse(path: &str) -> Result<FieldPath, PathError> {
+        let refuse = |problem: String, fix| Err(PathError { problem, fix });
+        if path.is_empty() {
+            return refuse("is empty".into(), "give a JSON pointer to a field below the object's root, e.g. `/spec/template/spec/containers/*/env`");
+        }
+        let Some(rest) = path.strip_prefix('/') else {
+            return refuse(format!("`{path}` is not a JSON pointer"), "start it with `/`, e.g. `/spec/template/spec/containers/*/env`");
+        };
+        let mut segments = Vec::new();
+        for raw in rest.split('/') {
+            if raw.is_empty() {
+                return refuse(format!("`{path}` has an empty segment"), "remove the doubled or trailing `/`");
+            }
+            if raw == "*" {
+                segments.push(Segment::Any);
+                continue;
+            }
+            let Some(name) = unescape(raw) else {
+                return refuse(format!("`{path}` has a `~` not followed by `0` or `1`"), "write `~0` for `~` and `~1` for `/`, e.g. `/metadata/annotations/example.com~1token`");
+            };
+            let index = (name.bytes().all(|b| b.is_ascii_digit()) && (name == "0" || !name.starts_with('0'))).then(|| name.parse().ok()).flatten();
+            segments.push(Segment::Key { name, index });
+        }
+        let p = FieldPath(segments);
+        if let Some(id) = IDENTITY.iter().find(|id| p.covers(id)) {
+            return refuse(
+                format!("`{path}` would redact /{}, which identifies the object", id.join("/")),
+                "name a field that does not contain apiVersion, kind, or metadata's name, namespace, uid or resourceVersion, e.g. `/metadata/annotations/example.com~1token`",
+            );
+        }
+        Ok(p)
+    }
+
+    pub fn segments(&self) -> &[Segment] {
+        &self.0
+    }
+
+    /// Whether the field at `fields` is at or below a field this path matches.
+    fn covers(&self, fields: &[&str]) -> bool {
+        self.0.len() <= fields.len() && self.0.iter().zip(fields).all(|(s, f)| s.matches(f))
+    }
+}
+
+/// `~1` to `/` and `~0` to `~` (in that order, as RFC 6901 says); None for any other `~`.
+fn unescape(raw: &str) -> Option<String> {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c != '~' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('0') => out.push('~'),
+            Some('1') => out.push('/'),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Every field rule's path and action, and the digest key file (read to check it; the
+/// bridge reads it again when it starts and keeps it).
+pub(super) fn validate(c: &Config) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for (i, r) in c.resources.iter().enumerate() {
+        for (j, rule) in r.redact_fields.iter().enumerate() {
+            let at = |field: &str| format!("resources[{i}].redact_fields[{j}].{field}");
+            if let Err(e) = FieldPath::parse(&rule.path) {
+                out.push(Problem { key: at("path"), problem: e.problem, fix: format!("{} ({PATH_EXAMPLE})", e.fix) });
+            }
+            if RedactAction::parse(&rule.action).is_none() {
+                out.push(Problem {
+                    key: at("action"),
+                    problem: format!("`{}` is not a redaction action", rule.action),
+                    fix: "use `drop` (remove the field), `mask` (replace it by \"***\") or `hash` (replace it by its digest)".into(),
+                });
+            }
+        }
+    }
+    if let Some(path) = &c.redaction.digest_key_file
+        && let Err(problem) = read_digest_key(path)
+    {
+        out.push(Problem {
+            key: "redaction.digest_key_file".into(),
+            problem,
+            fix: KEY_FIX.into(),
+        });
+    }
+    out
+}
+
+/// How to make a good key file, for every error about one.
+pub const KEY_FIX: &str = "give the path of a regular file holding at least 16 random bytes, e.g. from `openssl rand -hex 32`, mounted from a Kubernetes Secret";
+
+/// The shortest accepted key, in bytes: a shorter key could itself be guessed.
+const MIN_KEY_BYTES: usize = 16;
+
+/// The file at `path` is a regular file (after symbolic links, as Secret volumes use) that
+/// is not empty. Its metadata only: a FIFO or a device is refused before it is opened.
+fn key_file(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if meta.len() == 0 {
+        return Err(format!("{} is empty", path.display()));
+    }
+    Ok(())
+}
+
+/// Reads the digest key at `path`: its bytes without a trailing newline. Errors name the
+/// file and what is wrong, never the content.
+pub fn read_digest_key(path: &Path) -> Result<Vec<u8>, String> {
+    key_file(path)?;
+    let mut key = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        key.pop();
+    }
+    if key.len() < MIN_KEY_BYTES {
+        return Err(format!("{} holds {} bytes, fewer than {MIN_KEY_BYTES}", path.display(), key.len()));
+    }
+    Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory of this test process, for key files.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("deltaship-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn key(name: &str) -> Segment {
+        Segment::Key { name: name.into(), index: None }
+    }
+
+    #[test]
+    fn paths_parse_with_wildcards_escapes_and_indexes() {
+        let p = FieldPath::parse("/spec/containers/*/env/0/a~1b~0c~01").unwrap();
+        assert_eq!(
+            p.segments(),
+            [
+                key("spec"),
+                key("containers"),
+                Segment::Any,
+                key("env"),
+                Segment::Key { name: "0".into(), index: Some(0) },
+                key("a/b~c~1"),
+            ]
+        );
+        // Leading zeros and signs are member names only (RFC 6901).
+        assert_eq!(FieldPath::parse("/data/01").unwrap().segments()[1], key("01"));
+        assert_eq!(FieldPath::parse("/data/-").unwrap().segments()[1], key("-"));
+        assert_eq!(FieldPath::parse("/data/12").unwrap().segments()[1], Segment::Key { name: "12".into(), index: Some(12) });
+    }
+
+    #[test]
+    fn bad_paths_say_what_is_wrong() {
+        let problem = |p: &str| FieldPath::parse(p).unwrap_err().problem;
+        assert_eq!(problem(""), "is empty");
+        assert!(problem("spec/x").contains("not a JSON pointer"));
+        assert!(problem("/spec//x").contains("empty segment"));
+        assert!(problem("/spec/").contains("empty segment"));
+        assert!(problem("/").contains("empty segment"));
+        assert!(problem("/a~2b").contains("`~` not followed"));
+        assert!(problem("/a~").contains("`~` not followed"));
+    }
+
+    #[test]
+    fn paths_over_identity_fields_are_refused() {
+        for p in ["/metadata", "/metadata/name", "/metadata/*", "/*", "/kind", "/metadata/uid"] {
+            let e = FieldPath::parse(p).unwrap_err();
+            assert!(e.problem.contains("identifies the object"), "{p}: {e:?}");
+        }
+        for p in ["/metadata/annotations", "/metadata/labels/*", "/metadata/name2", "/spec/*/name"] {
+            assert!(FieldPath::parse(p).is_ok(), "{p}");
+        }
+    }
+
+    #[test]
+    fn rule_and_key_file_mistakes_name_their_keys() {
+        let dir = scratch("redact-rules");
+        let empty = dir.join("empty");
+        std::fs::write(&empty, "").unwrap();
+        let mut c: Config = serde_json::from_value(serde_json::json!({
+            "resources": [{"version": "v1", "kind": "ConfigMap", "redact_fields": [
+                {"path": "/data/*", "action": "hash"},
+                {"path": "data", "action": "wipe"},
+            ]}],
+            "redaction": {"digest_key_file": empty},
+        }))
+        .unwrap();
+        let problems = validate(&c);
+        let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["resources[0].redact_fields[1].path", "resources[0].redact_fields[1].action", "redaction.digest_key_file"]);
+        assert!(problems[0].fix.contains("start it with `/`"), "{:?}", problems[0]);
+        assert!(problems[1].fix.contains("`drop`"), "{:?}", problems[1]);
+        assert!(problems[2].problem.ends_with("is empty"), "{:?}", problems[2]);
+        c.redaction.digest_key_file = Some(dir.clone());
+        assert!(validate(&c)[2].problem.contains("not a regular file"));
+        c.redaction.digest_key_file = Some(dir.join("missing"));
+        assert!(validate(&c)[2].problem.contains("No such file"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn keys_lose_a_trailing_newline_and_must_be_long_enough_without_being_shown() {
+        let dir = scratch("redact-key");
+        let file = dir.join("key");
+        std::fs::write(&file, "0123456789abcdef0123\r\n").unwrap();
+        assert_eq!(read_digest_key(&file).unwrap(), b"0123456789abcdef0123");
+        std::fs::write(&file, "short-secret\n").unwrap();
+        let e = read_digest_key(&file).unwrap_err();
+        assert!(e.contains("12 bytes") && !e.contains("short-secret"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
