@@ -32,7 +32,7 @@ pub fn describe() {
     describe_counter!(FILTERED, "Object events not shipped because of a filter (the resource's or the route's), by resource, type and route.");
     describe_counter!(SYNCS, "Completed syncs, by resource and reason (initial, relist).");
     describe_counter!(RELISTS, "Relists after a watch could not resume (e.g. 410 Gone), by resource.");
-    describe_counter!(WATCH_ERRORS, "Watch errors (each followed by a backoff and a restart of the watch), by resource.");
+    describe_counter!(WATCH_ERRORS, "Watch errors (each followed by a backoff and a restart of the watch), by resource and error_kind.");
     describe_counter!(BAD_OBJECTS, "Objects that could not be decoded or encoded and were skipped, by resource and reason.");
     describe_counter!(DROPPED, "Events the sink refused and that were skipped by policy, by resource, reason and route.");
     describe_counter!(TRUNCATED, "Events too large for the sink, shipped as truncated references, by resource and route.");
