@@ -15,9 +15,16 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::LeaderElectionConfig;
+use crate::telemetry::metrics as m;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
+    #[error("lease {namespace}/{name}: forbidden ({message}); grant the identity get, create and update on leases (coordination.k8s.io) in namespace {namespace}")]
+    Forbidden { namespace: String, name: String, message: String },
+    #[error("lease {namespace}/{name}: the namespace does not exist ({message}); create it or set leader_election.namespace")]
+    NamespaceNotFound { namespace: String, name: String, message: String },
+    #[error("lease {namespace}/{name}: the API server rejected the lease ({message}); check leader_election.lease_name and leader_election.lease_duration_secs")]
+    Invalid { namespace: String, name: String, message: String },
     #[error("lease {namespace}/{name}: {source}; check that the identity may get, create and update leases there")]
     Api {
         namespace: String,
@@ -25,6 +32,91 @@ pub enum LeaderError {
         #[source]
         source: kube::Error,
     },
+}
+
+/// What a failed Lease call means for the election.
+#[derive(Debug)]
+enum Failure {
+    /// Another replica wrote first (409): read the lease again at the next attempt.
+    Conflict,
+    /// Retrying may succeed (throttling, an API server restarting, a network blip); with
+    /// what went wrong.
+    Transient(LeaseErrorKind, String),
+    /// Retrying cannot fix it (RBAC, a missing namespace, an invalid Lease).
+    Fatal(kube::Error),
+}
+
+/// The bounded `error_kind` label of `deltaship_lease_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseErrorKind {
+    /// 429 Too Many Requests.
+    Throttled,
+    /// 500, 502, 503 or 504: the API server or a proxy in front of it is failing.
+    ServerError,
+    /// No answer within the attempt's time.
+    Timeout,
+    /// The connection failed or the response could not be read.
+    Connection,
+    /// An error retrying should not fix (e.g. 403), seen by the leader: it keeps trying
+    /// until its renew deadline all the same, as client-go does.
+    Rejected,
+}
+
+impl LeaseErrorKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            LeaseErrorKind::Throttled => "throttled",
+            LeaseErrorKind::ServerError => "server_error",
+            LeaseErrorKind::Timeout => "timeout",
+            LeaseErrorKind::Connection => "connection",
+            LeaseErrorKind::Rejected => "rejected",
+        }
+    }
+}
+
+impl Failure {
+    fn of(e: kube::Error) -> Failure {
+        match &e {
+            kube::Error::Api(s) => match s.code {
+                409 => Failure::Conflict,
+                // The lease was deleted between our read and our write (a missing
+                // namespace is reported with details.kind "namespaces" and is fatal).
+                404 if s.details.as_ref().is_none_or(|d| d.kind != "namespaces") => Failure::Conflict,
+                429 => Failure::Transient(LeaseErrorKind::Throttled, e.to_string()),
+                500 | 502 | 503 | 504 => Failure::Transient(LeaseErrorKind::ServerError, e.to_string()),
+                // 408 Request Timeout: the server gave up waiting; try again.
+                408 => Failure::Transient(LeaseErrorKind::Timeout, e.to_string()),
+                _ => Failure::Fatal(e),
+            },
+            // The transport: refused, reset, TLS handshake cut short, a body cut off.
+            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => Failure::Transient(LeaseErrorKind::Connection, e.to_string()),
+            _ => Failure::Fatal(e),
+        }
+    }
+}
+
+/// Logs a streak of transient failures once (WARN at the first, INFO when it ends) and
+/// counts every failure in `deltaship_lease_errors_total`.
+#[derive(Default)]
+struct Streak {
+    failures: u32,
+}
+
+impl Streak {
+    fn failed(&mut self, identity: &str, kind: LeaseErrorKind, error: &str) {
+        metrics::counter!(m::LEASE_ERRORS, "error_kind" => kind.as_str()).increment(1);
+        if self.failures == 0 {
+            tracing::warn!(identity, error_kind = kind.as_str(), error, "Lease API call failed; retrying (logged once until it succeeds)");
+        }
+        self.failures += 1;
+    }
+
+    fn succeeded(&mut self, identity: &str) {
+        if self.failures > 0 {
+            tracing::info!(identity, failures = self.failures, "Lease API reachable again");
+            self.failures = 0;
+        }
+    }
 }
 
 pub struct Elector {
@@ -62,38 +154,71 @@ impl Elector {
         }
     }
 
+    /// The error that ends the election, by what the API server said.
     fn error(&self, source: kube::Error) -> LeaderError {
-        LeaderError::Api {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-            source,
+        let (namespace, name) = (self.namespace.clone(), self.name.clone());
+        let (code, message) = match &source {
+            kube::Error::Api(s) => (s.code, s.message.clone()),
+            _ => (0, String::new()),
+        };
+        match code {
+            403 => LeaderError::Forbidden { namespace, name, message },
+            404 => LeaderError::NamespaceNotFound { namespace, name, message },
+            400 | 422 => LeaderError::Invalid { namespace, name, message },
+            _ => LeaderError::Api { namespace, name, source },
         }
     }
 
+    /// One attempt to take or renew the lease, given up after `within`.
+    async fn attempt(&self, observed: &mut Option<Observed>, within: Duration) -> Result<bool, Failure> {
+        match tokio::time::timeout(within, self.try_acquire(observed)).await {
+            Ok(result) => result.map_err(Failure::of),
+            Err(_) => Err(Failure::Transient(LeaseErrorKind::Timeout, format!("no answer within {:.1}s", within.as_secs_f64()))),
+        }
+    }
+
+    /// The wait after the `failures`-th transient failure in a row: the retry period,
+    /// doubling per failure up to the lease duration, with up to 20% jitter so that
+    /// standbys do not retry in step against a throttling API server.
+    fn backoff(&self, failures: u32) -> Duration {
+        let base = self.retry.saturating_mul(1 << failures.saturating_sub(1).min(16)).min(self.duration.max(self.retry));
+        base.mul_f64(1.0 + rand::random::<f64>() * 0.2)
+    }
+
     /// Waits until this replica holds the lease (true) or `stop` is cancelled (false).
+    /// Transient failures (429, 5xx, timeouts, connection errors) are retried with
+    /// backoff; errors that retrying cannot fix (403, a missing namespace, an invalid
+    /// Lease) end it.
     pub async fn acquire(&self, stop: &CancellationToken) -> Result<bool, LeaderError> {
         let mut observed: Option<Observed> = None;
         let mut logged = false;
+        let mut streak = Streak::default();
         loop {
-            match self.try_acquire(&mut observed).await {
+            let mut wait = self.retry;
+            match self.attempt(&mut observed, self.renew_deadline).await {
                 Ok(true) => {
+                    streak.succeeded(&self.identity);
                     tracing::info!(identity = %self.identity, lease = %self.name, "Became the leader");
                     return Ok(true);
                 }
                 Ok(false) => {
+                    streak.succeeded(&self.identity);
                     if !logged {
                         let holder = observed.as_ref().and_then(|o| o.holder.clone()).unwrap_or_default();
                         tracing::info!(identity = %self.identity, holder = %holder, "Standing by: another replica leads");
                         logged = true;
                     }
                 }
-                Err(kube::Error::Api(e)) if e.code == 409 => {} // someone else wrote first
-                Err(e @ kube::Error::Api(_)) => return Err(self.error(e)),
-                Err(e) => tracing::warn!(error = %e, "Lease unreachable; retrying"),
+                Err(Failure::Conflict) => streak.succeeded(&self.identity), // someone else wrote first
+                Err(Failure::Transient(kind, error)) => {
+                    streak.failed(&self.identity, kind, &error);
+                    wait = self.backoff(streak.failures);
+                }
+                Err(Failure::Fatal(e)) => return Err(self.error(e)),
             }
             tokio::select! {
                 _ = stop.cancelled() => return Ok(false),
-                _ = tokio::time::sleep(self.retry) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         }
     }
@@ -156,22 +281,33 @@ impl Elector {
 
     /// Renews the lease until `stop` is cancelled; cancels `lost` (and returns) when the
     /// lease could not be renewed within the renew deadline or another replica took it.
+    /// Any failure is retried every retry period until the deadline, as client-go does:
+    /// a leader stops publishing only when the deadline passes.
     pub async fn hold(&self, stop: &CancellationToken, lost: &CancellationToken) {
         let mut renewed = Instant::now();
+        let mut streak = Streak::default();
         loop {
+            // Never sleep past the deadline: the leader must stop before the lease expires.
+            let left = self.renew_deadline.saturating_sub(renewed.elapsed());
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(self.retry) => {}
+                _ = tokio::time::sleep(self.retry.min(left)) => {}
             }
             let mut observed = None;
-            match self.try_acquire(&mut observed).await {
-                Ok(true) => renewed = Instant::now(),
+            let left = self.renew_deadline.saturating_sub(renewed.elapsed());
+            match self.attempt(&mut observed, left).await {
+                Ok(true) => {
+                    streak.succeeded(&self.identity);
+                    renewed = Instant::now();
+                }
                 Ok(false) => {
                     tracing::error!(identity = %self.identity, "Lost the lease to another replica; stopping");
                     lost.cancel();
                     return;
                 }
-                Err(e) => tracing::warn!(identity = %self.identity, error = %e, "Lease renewal failed; retrying"),
+                Err(Failure::Conflict) => {} // read again at the next attempt
+                Err(Failure::Transient(kind, error)) => streak.failed(&self.identity, kind, &error),
+                Err(Failure::Fatal(e)) => streak.failed(&self.identity, LeaseErrorKind::Rejected, &e.to_string()),
             }
             if renewed.elapsed() >= self.renew_deadline {
                 tracing::error!(identity = %self.identity, deadline_secs = self.renew_deadline.as_secs(), "Could not renew the lease in time; stopping before it expires");
@@ -197,5 +333,147 @@ impl Elector {
         if let Err(e) = self.api.replace(&self.name, &PostParams::default(), &lease).await {
             tracing::warn!(error = %e, "Could not release the lease; the standby takes over when it expires");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    use axum::body::Bytes;
+    use axum::http::{Method, StatusCode};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// A Lease API on a local port: each call first takes the next injected status code,
+    /// if any, and fails with it (unless it is `OK`); otherwise it keeps one lease as the
+    /// API server would.
+    #[derive(Default)]
+    struct MockApi {
+        inject: VecDeque<u16>,
+        lease: Option<Value>,
+        calls: usize,
+    }
+
+    /// An injected "answer normally".
+    const OK: u16 = 0;
+
+    fn status(code: u16, reason: &str, kind: &str) -> (StatusCode, String) {
+        let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": format!("injected {code}"), "reason": reason, "details": {"kind": kind}, "code": code});
+        (StatusCode::from_u16(code).unwrap(), body.to_string())
+    }
+
+    async fn answer(api: Arc<Mutex<MockApi>>, method: Method, body: Bytes) -> (StatusCode, String) {
+        let mut api = api.lock().unwrap();
+        api.calls += 1;
+        if let Some(code) = api.inject.pop_front().filter(|c| *c != OK) {
+            let (reason, kind) = match code {
+                403 => ("Forbidden", "leases"),
+                404 => ("NotFound", "namespaces"),
+                429 => ("TooManyRequests", "leases"),
+                _ => ("InternalError", "leases"),
+            };
+            return status(code, reason, kind);
+        }
+        match method {
+            Method::GET => match &api.lease {
+                Some(l) => (StatusCode::OK, l.to_string()),
+                None => status(404, "NotFound", "leases"),
+            },
+            _ => {
+                let mut lease: Value = serde_json::from_slice(&body).unwrap();
+                lease["metadata"]["resourceVersion"] = json!(api.calls.to_string());
+                api.lease = Some(lease.clone());
+                (if method == Method::POST { StatusCode::CREATED } else { StatusCode::OK }, lease.to_string())
+            }
+        }
+    }
+
+    /// An elector against the mock, with short periods (lease 3 s, renew deadline 1 s,
+    /// retry 100 ms).
+    async fn elector(inject: &[u16]) -> (Elector, Arc<Mutex<MockApi>>) {
+        let api = Arc::new(Mutex::new(MockApi {
+            inject: inject.iter().copied().collect(),
+            ..Default::default()
+        }));
+        let state = api.clone();
+        let app = axum::Router::new().fallback(move |method: Method, body: Bytes| answer(state.clone(), method, body));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let mut config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        // The client's own retries (429, 503, 504) would hide the injected failures.
+        config.default_retry = false;
+        let client = Client::try_from(config).unwrap();
+        let elector = Elector {
+            api: Api::namespaced(client, "ns"),
+            namespace: "ns".into(),
+            name: "lease".into(),
+            identity: "me".into(),
+            duration: Duration::from_secs(3),
+            renew_deadline: Duration::from_secs(1),
+            retry: Duration::from_millis(100),
+        };
+        (elector, api)
+    }
+
+    #[tokio::test]
+    async fn a_standby_retries_throttling_and_server_errors_then_leads() {
+        let (elector, api) = elector(&[429, 500, 503]).await;
+        let acquired = tokio::time::timeout(Duration::from_secs(10), elector.acquire(&CancellationToken::new())).await.unwrap();
+        assert!(acquired.unwrap(), "leads after the transient failures");
+        let api = api.lock().unwrap();
+        assert_eq!(api.calls, 5, "three failures, then a GET (none) and the create");
+        assert_eq!(api.lease.as_ref().unwrap()["spec"]["holderIdentity"], "me");
+    }
+
+    #[tokio::test]
+    async fn a_standby_stops_with_a_clear_error_when_forbidden_or_the_namespace_is_missing() {
+        let (elector, api) = elector(&[403]).await;
+        let e = elector.acquire(&CancellationToken::new()).await.unwrap_err();
+        assert!(matches!(e, LeaderError::Forbidden { .. }), "{e:?}");
+        assert!(e.to_string().contains("grant the identity get, create and update on leases"), "{e}");
+        assert_eq!(api.lock().unwrap().calls, 1, "not retried");
+        // The GET finds no lease; the create fails: the namespace does not exist.
+        let (elector, api) = self::elector(&[OK, 404]).await;
+        let e = elector.acquire(&CancellationToken::new()).await.unwrap_err();
+        assert!(e.to_string().contains("the namespace does not exist"), "{e}");
+        assert_eq!(api.lock().unwrap().calls, 2, "not retried");
+    }
+
+    /// The leader of a fresh mock, and the mock, with `inject` queued after it leads.
+    async fn leader(inject: &[u16]) -> (Elector, Arc<Mutex<MockApi>>) {
+        let (elector, api) = elector(&[]).await;
+        assert!(elector.acquire(&CancellationToken::new()).await.unwrap());
+        api.lock().unwrap().inject = inject.iter().copied().collect();
+        (elector, api)
+    }
+
+    #[tokio::test]
+    async fn a_leader_rides_out_failed_renewals_shorter_than_the_renew_deadline() {
+        let (elector, api) = leader(&[429, 500, 502]).await;
+        let (stop, lost) = (CancellationToken::new(), CancellationToken::new());
+        let renewing = async { elector.hold(&stop, &lost).await };
+        tokio::select! {
+            _ = renewing => panic!("hold returned: lost = {}", lost.is_cancelled()),
+            _ = tokio::time::sleep(Duration::from_millis(1500)) => {}
+        }
+        assert!(!lost.is_cancelled());
+        let api = api.lock().unwrap();
+        // 2 calls to lead, 3 failures (300 ms, under the 1 s deadline), then renewals.
+        assert!(api.inject.is_empty() && api.calls >= 2 + 3 + 4, "renewed after the failures: {} calls", api.calls);
+    }
+
+    #[tokio::test]
+    async fn a_leader_stops_when_the_renew_deadline_passes() {
+        let (elector, _api) = leader(&[503; 100]).await;
+        let (stop, lost) = (CancellationToken::new(), CancellationToken::new());
+        let started = Instant::now();
+        tokio::time::timeout(Duration::from_secs(5), elector.hold(&stop, &lost)).await.unwrap();
+        assert!(lost.is_cancelled());
+        let after = started.elapsed();
+        assert!(after >= Duration::from_secs(1) && after < Duration::from_millis(1300), "stopped after {after:?}, deadline 1 s");
     }
 }

@@ -121,6 +121,15 @@ pub struct KubernetesConfig {
     /// overrides it.
     #[serde(default)]
     pub resync_secs: u64,
+    /// /readyz fails while a watch's errors (e.g. 403 after its RBAC was revoked, or its
+    /// CRD deleted) have lasted this long without the watch working again, in seconds;
+    /// 0 turns the check off; at most 86400. Default: 180.
+    #[serde(default = "default_watch_failure_grace_secs")]
+    pub watch_failure_grace_secs: u64,
+}
+
+fn default_watch_failure_grace_secs() -> u64 {
+    180
 }
 
 impl Default for KubernetesConfig {
@@ -131,6 +140,7 @@ impl Default for KubernetesConfig {
             streaming_lists: false,
             page_size: default_page_size(),
             resync_secs: 0,
+            watch_failure_grace_secs: default_watch_failure_grace_secs(),
         }
     }
 }
@@ -352,14 +362,32 @@ pub struct HttpConfig {
     /// Address of /metrics, /healthz and /readyz. Default: `0.0.0.0:9090`.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// Connections served at once, 1 to 65536. At the limit, a new connection closes the
+    /// one that has waited longest for a request. Default: 256.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// A connection is closed when a request has not arrived completely this long after it
+    /// was opened or after its previous response (the header read and keep-alive idle
+    /// timeout), in seconds, 1 to 3600. Default: 10.
+    #[serde(default = "default_request_timeout_secs")]
+    pub request_timeout_secs: u64,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             listen: default_listen(),
+            max_connections: default_max_connections(),
+            request_timeout_secs: default_request_timeout_secs(),
         }
     }
+}
+
+fn default_max_connections() -> usize {
+    256
+}
+fn default_request_timeout_secs() -> u64 {
+    10
 }
 
 fn default_listen() -> String {

@@ -72,10 +72,12 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     }
 
     let stall = Some(Duration::from_secs(config.delivery.stall_timeout_secs)).filter(|d| !d.is_zero());
-    let health = Health::new(routes.iter().enumerate().map(|(i, r)| (r.name.clone(), plan::watches_of(&scopes, i))).collect(), stall);
+    let watch_grace = Some(Duration::from_secs(config.kubernetes.watch_failure_grace_secs)).filter(|d| !d.is_zero());
+    let health = Health::new(routes.iter().enumerate().map(|(i, r)| (r.name.clone(), plan::watches_of(&scopes, i))).collect(), stall, watch_grace);
     let http_stop = CancellationToken::new();
     let addr: SocketAddr = config.http.listen.parse().expect("validated at load");
-    let http = telemetry::serve(addr, health.clone(), http_stop.clone()).await?;
+    let request_timeout = Duration::from_secs(config.http.request_timeout_secs);
+    let http = telemetry::serve(addr, config.http.max_connections, request_timeout, health.clone(), http_stop.clone()).await?;
     for (i, sink) in sinks.iter().enumerate() {
         tokio::spawn(probe_sink(sink.clone(), health.route(i), http_stop.clone()));
         tokio::spawn(sink.clone().supervise(routes[i].name.clone(), http_stop.clone()));
@@ -131,8 +133,9 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         let w = Watch {
             client: client.clone(),
             cluster: cluster.clone(),
-            scope,
             kubernetes: config.kubernetes.clone(),
+            health: health.watch(scope.describe()),
+            scope,
         };
         watches.spawn(w.run(queues.clone(), watch_stop.clone()));
     }

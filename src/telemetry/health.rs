@@ -1,8 +1,8 @@
 //! Readiness and liveness: per route, every initial sync delivered and the sink reachable,
-//! and no delivery stalled.
+//! no watch failing for longer than its grace, and no delivery stalled.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A sink's reachability: not probed yet, reachable, unreachable.
@@ -20,6 +20,29 @@ pub struct Health {
     /// A standby replica (leader election, not the leader) is ready: it is healthy and
     /// waiting, and rollouts must not wait for it to lead.
     standby: AtomicBool,
+    /// How long a watch may keep failing before the process is not ready (None: never).
+    watch_grace: Option<Duration>,
+    watches: Mutex<Vec<Arc<WatchState>>>,
+}
+
+/// `failing_since_ms` of a watch that works.
+const NOT_FAILING: u64 = u64::MAX;
+
+#[derive(Debug)]
+struct WatchState {
+    /// The watch, as logs name it (e.g. `configmaps in namespace shop`).
+    name: String,
+    /// Since when its errors have lasted, in ms since `started` (`NOT_FAILING`: it works).
+    failing_since_ms: AtomicU64,
+    /// The kind of its last error (a bounded label, e.g. `forbidden`).
+    last_error: Mutex<&'static str>,
+}
+
+/// One watch's handle on the shared health: its errors and recoveries.
+#[derive(Debug, Clone)]
+pub struct WatchHealth {
+    health: Arc<Health>,
+    state: Arc<WatchState>,
 }
 
 #[derive(Debug)]
@@ -42,8 +65,9 @@ pub struct RouteHealth {
 
 impl Health {
     /// `routes`: each route's name and the number of watches feeding it (initial syncs it
-    /// must deliver before it is ready).
-    pub fn new(routes: Vec<(String, usize)>, stall: Option<Duration>) -> Arc<Health> {
+    /// must deliver before it is ready). `watch_grace`: how long a watch may keep failing
+    /// before the process is not ready (None: it never makes it not ready).
+    pub fn new(routes: Vec<(String, usize)>, stall: Option<Duration>, watch_grace: Option<Duration>) -> Arc<Health> {
         Arc::new(Health {
             started: Instant::now(),
             stall,
@@ -58,12 +82,26 @@ impl Health {
                 })
                 .collect(),
             standby: AtomicBool::new(false),
+            watch_grace,
+            watches: Mutex::new(Vec::new()),
         })
     }
 
-    /// One route named `default` fed by `watches` watches, never stalled.
+    /// One route named `default` fed by `watches` watches, never stalled, and no grace
+    /// for failing watches.
     pub fn single(watches: usize) -> Arc<Health> {
-        Health::new(vec![(crate::config::DEFAULT_ROUTE.into(), watches)], None)
+        Health::new(vec![(crate::config::DEFAULT_ROUTE.into(), watches)], None, None)
+    }
+
+    /// Registers a watch, named as logs name it.
+    pub fn watch(self: &Arc<Self>, name: String) -> WatchHealth {
+        let state = Arc::new(WatchState {
+            name,
+            failing_since_ms: AtomicU64::new(NOT_FAILING),
+            last_error: Mutex::new(""),
+        });
+        self.watches.lock().expect("never poisoned").push(state.clone());
+        WatchHealth { health: self.clone(), state }
     }
 
     /// The handle of the route at `index`.
@@ -101,12 +139,25 @@ impl Health {
         })
     }
 
-    /// `Ok` when ready (or standing by), else why not.
+    /// `Ok` when ready (or standing by), else why not: the routes' problems, then each
+    /// watch failing for longer than the grace.
     pub fn readiness(&self) -> Result<(), String> {
         if self.standby.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.problems(RouteState::not_ready)
+        let routes = self.problems(RouteState::not_ready);
+        let Some(grace) = self.watch_grace else { return routes };
+        let now = self.progressed_ms();
+        let mut found: Vec<String> = routes.err().into_iter().collect();
+        for w in self.watches.lock().expect("never poisoned").iter() {
+            let since = w.failing_since_ms.load(Ordering::Acquire);
+            let failing = Duration::from_millis(now.saturating_sub(since));
+            if since != NOT_FAILING && failing >= grace {
+                let kind = *w.last_error.lock().expect("never poisoned");
+                found.push(format!("watch of {} failing for {}s (last error: {kind})", w.name, failing.as_secs()));
+            }
+        }
+        if found.is_empty() { Ok(()) } else { Err(found.join("; ")) }
     }
 
     fn publish(&self) {
@@ -175,13 +226,33 @@ impl RouteHealth {
     }
 }
 
+impl WatchHealth {
+    /// The watch failed with an error of `kind` (a bounded label, e.g. `forbidden`); it
+    /// keeps retrying. Its errors last from the first one after it last worked.
+    pub fn failed(&self, kind: &'static str) {
+        *self.state.last_error.lock().expect("never poisoned") = kind;
+        let now = self.health.progressed_ms();
+        let _ = self.state.failing_since_ms.compare_exchange(NOT_FAILING, now, Ordering::AcqRel, Ordering::Acquire);
+        self.health.publish();
+    }
+
+    /// The watch works: it delivered an event or completed a list. Cheap when it was not
+    /// failing (called for every event).
+    pub fn worked(&self) {
+        if self.state.failing_since_ms.load(Ordering::Acquire) != NOT_FAILING {
+            self.state.failing_since_ms.store(NOT_FAILING, Ordering::Release);
+            self.health.publish();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn alive_unless_events_wait_without_acknowledgement_for_the_stall_timeout() {
-        let h = Health::new(vec![("default".into(), 0)], Some(Duration::from_millis(50)));
+        let h = Health::new(vec![("default".into(), 0)], Some(Duration::from_millis(50)), None);
         let r = h.route(0);
         std::thread::sleep(Duration::from_millis(60));
         assert!(h.liveness().is_ok(), "idle is not stalled");
@@ -212,7 +283,7 @@ mod tests {
 
     #[test]
     fn each_route_is_reported_by_name() {
-        let h = Health::new(vec![("audit".into(), 1), ("trigger".into(), 1)], Some(Duration::from_millis(10)));
+        let h = Health::new(vec![("audit".into(), 1), ("trigger".into(), 1)], Some(Duration::from_millis(10)), None);
         let (audit, trigger) = (h.route(0), h.route(1));
         audit.set_sink_connected(true);
         audit.initial_sync_delivered();
@@ -227,5 +298,35 @@ mod tests {
         assert!(stalled.starts_with("route trigger: 1 event(s)"), "{stalled}");
         h.set_standby(true);
         assert_eq!(h.readiness(), Ok(()), "a standby is ready");
+    }
+
+    #[test]
+    fn a_watch_failing_longer_than_the_grace_is_not_ready_until_it_works_again() {
+        let h = Health::new(vec![("default".into(), 0)], None, Some(Duration::from_millis(50)));
+        h.route(0).set_sink_connected(true);
+        let pods = h.watch("pods".into());
+        let cms = h.watch("configmaps in namespace shop".into());
+        pods.worked();
+        cms.failed("connection");
+        cms.failed("forbidden");
+        assert_eq!(h.readiness(), Ok(()), "within the grace");
+        std::thread::sleep(Duration::from_millis(60));
+        cms.failed("forbidden");
+        let why = h.readiness().unwrap_err();
+        assert!(why.starts_with("watch of configmaps in namespace shop failing for 0s (last error: forbidden)"), "{why}");
+        assert!(!why.contains("pods"), "{why}");
+        cms.worked();
+        assert_eq!(h.readiness(), Ok(()), "recovered");
+        cms.failed("not_found");
+        assert_eq!(h.readiness(), Ok(()), "a new streak starts its own grace");
+        h.set_standby(true);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(h.readiness(), Ok(()), "a standby is ready");
+        h.set_standby(false);
+        assert!(h.readiness().unwrap_err().contains("(last error: not_found)"));
+        let never = Health::single(0);
+        never.route(0).set_sink_connected(true);
+        never.watch("pods".into()).failed("forbidden");
+        assert_eq!(never.readiness(), Ok(()), "no grace: watches never make it not ready");
     }
 }

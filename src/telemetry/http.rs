@@ -12,6 +12,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
 use super::Health;
+use super::listener::Bounded;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -27,9 +28,11 @@ struct AppState {
     health: Arc<Health>,
 }
 
-/// Installs the metrics recorder and serves until `stop` is cancelled. Binding happens
-/// before this returns, so a taken port is a start-up error.
-pub async fn serve(addr: SocketAddr, health: Arc<Health>, stop: CancellationToken) -> Result<tokio::task::JoinHandle<()>, HttpError> {
+/// Installs the metrics recorder and serves until `stop` is cancelled, with at most
+/// `max_connections` connections, each closed when a request does not arrive within
+/// `request_timeout` (see `Bounded`). Binding happens before this returns, so a taken port
+/// is a start-up error.
+pub async fn serve(addr: SocketAddr, max_connections: usize, request_timeout: Duration, health: Arc<Health>, stop: CancellationToken) -> Result<tokio::task::JoinHandle<()>, HttpError> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(super::metrics::PUBLISH_LATENCY.into()), &super::metrics::LATENCY_BUCKETS)
         .map_err(|e| HttpError::Recorder(e.to_string()))?
@@ -54,7 +57,8 @@ pub async fn serve(addr: SocketAddr, health: Arc<Health>, stop: CancellationToke
         .route("/readyz", get(readyz))
         .with_state(AppState { metrics: handle, health });
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| HttpError::Bind { addr, source })?;
-    tracing::info!(%addr, "Serving /metrics, /healthz and /readyz");
+    tracing::info!(%addr, max_connections, request_timeout_secs = request_timeout.as_secs(), "Serving /metrics, /healthz and /readyz");
+    let listener = Bounded::new(listener, max_connections, request_timeout);
     Ok(tokio::spawn(async move {
         let served = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await;
         if let Err(e) = served {

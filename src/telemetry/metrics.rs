@@ -23,6 +23,7 @@ pub const INDEXED: &str = "deltaship_indexed_objects";
 pub const READY: &str = "deltaship_ready";
 pub const SINK_REACHABLE: &str = "deltaship_sink_reachable";
 pub const LEADER: &str = "deltaship_leader";
+pub const LEASE_ERRORS: &str = "deltaship_lease_errors_total";
 
 /// Bucket bounds of the publish latency histogram, in seconds.
 pub const LATENCY_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
@@ -33,7 +34,7 @@ pub fn describe() {
     describe_counter!(FILTERED, "Object events not shipped because of a filter (the resource's or the route's), by resource, type and route.");
     describe_counter!(SYNCS, "Completed syncs, by resource and reason (initial, relist).");
     describe_counter!(RELISTS, "Relists after a watch could not resume (e.g. 410 Gone), by resource.");
-    describe_counter!(WATCH_ERRORS, "Watch errors (each followed by a backoff and a restart of the watch), by resource.");
+    describe_counter!(WATCH_ERRORS, "Watch errors (each followed by a backoff and a restart of the watch), by resource and error_kind.");
     describe_counter!(BAD_OBJECTS, "Objects that could not be decoded or encoded and were skipped, by resource and reason.");
     describe_counter!(REDACTED_FIELDS, "Fields redacted by the resource's redact_fields rules, by resource and action (drop, mask, hash).");
     describe_counter!(DROPPED, "Events the sink refused and that were skipped by policy, by resource, reason and route.");
@@ -45,6 +46,7 @@ pub fn describe() {
     describe_gauge!(HELD, "Events waiting behind an earlier event of the same object, by route.");
     describe_gauge!(QUEUED, "Events queued between the watches and the route's sink, by route.");
     describe_gauge!(INDEXED, "Objects in the index, by resource.");
+    describe_counter!(LEASE_ERRORS, "Failed Lease API calls of leader election, retried, by error_kind (throttled, server_error, timeout, connection, rejected).");
     describe_gauge!(LEADER, "With leader election: 1 while this replica leads, 0 while it stands by.");
     describe_gauge!(READY, "1 when every route delivered its initial syncs and its sink is reachable.");
     describe_gauge!(SINK_REACHABLE, "1 while the route's sink answers probes, by route.");

@@ -22,7 +22,7 @@ use crate::config::KubernetesConfig;
 use crate::event::{self, Envelope};
 use crate::event::redact::Redactor;
 use crate::resource::Resource;
-use crate::telemetry::metrics as m;
+use crate::telemetry::{WatchHealth, metrics as m};
 
 pub use output::Output;
 pub use scope::Scope;
@@ -34,6 +34,8 @@ pub struct Watch {
     pub cluster: Arc<str>,
     pub scope: Arc<Scope>,
     pub kubernetes: KubernetesConfig,
+    /// Where the watch reports its errors and recoveries (for /readyz).
+    pub health: WatchHealth,
 }
 
 impl Watch {
@@ -73,11 +75,18 @@ impl Watch {
             let event = match item {
                 Ok(e) => e,
                 Err(e) => {
-                    metrics::counter!(m::WATCH_ERRORS, "resource" => label.clone()).increment(1);
-                    tracing::warn!(watch = %scope.describe(), error = %e, "Watch failed; backing off");
+                    let kind = error_kind(&e);
+                    metrics::counter!(m::WATCH_ERRORS, "resource" => label.clone(), "error_kind" => kind).increment(1);
+                    self.health.failed(kind);
+                    tracing::warn!(watch = %scope.describe(), error_kind = kind, error = %e, "Watch failed; backing off");
                     continue;
                 }
             };
+            // `Init` comes before each list is even tried; anything else proves the watch
+            // works (an object, a completed list, a live event).
+            if !matches!(event, watcher::Event::Init) {
+                self.health.worked();
+            }
             let Some(event) = decode(event, &scope, &redactor, &label) else { continue };
             classifier.handle(event, &mut changes);
             indexed.set(classifier.index_len() as f64);
@@ -138,6 +147,27 @@ impl Watch {
             c = c.fields(f);
         }
         c
+    }
+}
+
+/// The bounded `error_kind` of a watch error, by the API server's status code.
+fn error_kind(e: &watcher::Error) -> &'static str {
+    let code = match e {
+        watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => match e {
+            kube::Error::Api(s) => s.code,
+            _ => return "connection",
+        },
+        watcher::Error::WatchError(s) => s.code,
+        watcher::Error::NoResourceVersion => return "no_resource_version",
+    };
+    match code {
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not_found",
+        410 => "expired",
+        429 => "throttled",
+        500..=599 => "server_error",
+        _ => "api_error",
     }
 }
 
