@@ -286,7 +286,9 @@ async fn a_shared_topic_prefixes_keys_with_the_resource_and_keys_markers_per_res
         let k = r.key.as_deref().unwrap_or_default();
         let is_marker = ty(r).is_some_and(|t| t.starts_with("sync."));
         if is_marker {
-            assert!(k == cm_marker || k == secret_marker, "marker key {k}");
+            let phase = ty(r).unwrap().trim_start_matches("sync.");
+            let resource = if r.header("ce_kind") == "Secret" { "secrets" } else { "configmaps" };
+            assert_eq!(k, format!("/deltaship/sync/{resource}/{ns}/full/{phase}"), "marker key");
         } else {
             assert!(k.starts_with(&cm_prefix) || k.starts_with(&secret_prefix), "unprefixed key {k}");
         }
