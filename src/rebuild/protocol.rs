@@ -266,13 +266,30 @@ impl State {
     }
 }
 
+/// The most JSON values a patched object may hold: far above any object the API server
+/// stores (about 1.5 MiB of JSON), low enough that `copy` operations, which double an object
+/// without any input, cannot exhaust memory.
+const MAX_VALUES: usize = 2_000_000;
+
 /// `stored` with `patch` applied, all or nothing; refused when an operation would nest
-/// the object deeper than MAX_DEPTH (checked before each operation, so a patch cannot
-/// build an object too deep to drop or write).
+/// the object deeper than MAX_DEPTH or make it hold more than MAX_VALUES values (both
+/// checked before each operation, so a patch cannot build an object too deep to drop or
+/// write, or too large for memory).
 fn patched(stored: &Value, patch: &json_patch::Patch) -> Result<Value, Bad> {
     use json_patch::PatchOperation as Op;
     let mut object = stored.clone();
+    // An upper bound of the object's values: operations that remove count as nothing.
+    let mut values = count_values(&object);
     for op in &patch.0 {
+        values += match op {
+            Op::Add(o) => count_values(&o.value),
+            Op::Replace(o) => count_values(&o.value),
+            Op::Copy(o) => object.pointer(o.from.as_str()).map_or(0, count_values),
+            Op::Move(_) | Op::Remove(_) | Op::Test(_) => 0,
+        };
+        if values > MAX_VALUES {
+            return Err(Bad::new(Reason::PatchNotApplied, format!("the patch would make the object hold more than {MAX_VALUES} JSON values")));
+        }
         let tokens = |p: &json_patch::jsonptr::Pointer| p.as_str().matches('/').count();
         let reach = match op {
             Op::Add(o) => tokens(&o.path) + depth(&o.value),
@@ -287,6 +304,15 @@ fn patched(stored: &Value, patch: &json_patch::Patch) -> Result<Value, Bad> {
         json_patch::patch(&mut object, std::slice::from_ref(op)).map_err(|e| Bad::new(Reason::PatchNotApplied, e.to_string()))?;
     }
     Ok(object)
+}
+
+/// How many JSON values `v` holds, itself included.
+fn count_values(v: &Value) -> usize {
+    match v {
+        Value::Array(a) => 1 + a.iter().map(count_values).sum::<usize>(),
+        Value::Object(o) => 1 + o.values().map(count_values).sum::<usize>(),
+        _ => 1,
+    }
 }
 
 #[cfg(test)]
@@ -405,5 +431,17 @@ mod tests {
         let bad = s.apply(patch("2", "ns/a", ops)).unwrap_err();
         assert!(bad.problem.contains("deeper than 127"), "{bad}");
         assert_eq!(s.resources["v1/ConfigMap"]["ns/a"], json!({"data": {}}), "all or nothing");
+    }
+
+    #[test]
+    fn copies_cannot_double_the_object_beyond_the_value_limit() {
+        let mut s = State::default();
+        s.apply(ev("1", "object.added", Some("ns/a"), json!({"data": {"v": "x"}}), 0)).unwrap();
+        // Each copy of the whole object into itself doubles it: 2^60 values without a bound.
+        let ops: Vec<Value> = (0..60).map(|i| json!({"op": "copy", "from": "", "path": format!("/c{i}")})).collect();
+        let bad = s.apply(patch("2", "ns/a", Value::Array(ops))).unwrap_err();
+        assert_eq!(bad.reason, Reason::PatchNotApplied);
+        assert!(bad.problem.contains("more than 2000000 JSON values"), "{bad}");
+        assert_eq!(s.resources["v1/ConfigMap"]["ns/a"], json!({"data": {"v": "x"}}), "all or nothing");
     }
 }
