@@ -101,7 +101,9 @@ fn main() {
         // The bridge records metrics on every event: install the same recorder.
         let health = Health::single(0);
         let http_stop = CancellationToken::new();
-        let _http = deltaship::telemetry::serve("127.0.0.1:0".parse().unwrap(), health.clone(), http_stop.clone())
+        let http = deltaship::config::HttpConfig::default();
+        let timeout = Duration::from_secs(http.request_timeout_secs);
+        let _http = deltaship::telemetry::serve("127.0.0.1:0".parse().unwrap(), http.max_connections, timeout, health.clone(), http_stop.clone())
             .await
             .expect("metrics recorder");
         let objects = (n / 10).clamp(1, 2000);
