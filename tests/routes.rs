@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -268,9 +268,20 @@ async fn each_route_ships_its_own_selection_and_shape() {
     let prefix = format!("deltaship.{cluster}.");
     let mine = |m: &[Msg]| -> Vec<Msg> { m.iter().filter(|m| m.subject.starts_with(&prefix) && !m.subject.contains("._sync.")).cloned().collect() };
     let msgs = read_until(&js, STREAM, Duration::from_secs(60), |m| mine(m).len() >= 2).await;
-    // Everything the bridge ships after the delete has been read from Kafka is in the
-    // stream by now; a short wait catches anything extra that should not be there.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The trigger route has passed the delete (the last change) once it counted it as
+    // filtered; then what it shipped is in the stream, and anything extra with it.
+    let filtered = |metrics: &str, resource: &str, ty: &str, route: &str| {
+        metric(metrics, &format!("deltaship_filtered_events_total{{resource=\"{resource}\",type=\"{ty}\",route=\"{route}\"}}"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let metrics = loop {
+        let metrics = bridge.get("/metrics").expect("/metrics answers").1;
+        if filtered(&metrics, "configmaps", "deleted", "trigger") >= 1.0 {
+            break metrics;
+        }
+        assert!(Instant::now() < deadline, "the trigger route never filtered the delete:\n{metrics}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let msgs = read_until(&js, STREAM, Duration::from_secs(10), |m| m.len() >= msgs.len()).await;
     let trigger = mine(&msgs);
     let types: Vec<&str> = trigger.iter().map(Msg::event_type).collect();
@@ -281,10 +292,7 @@ async fn each_route_ships_its_own_selection_and_shape() {
         assert!(data.get("data").is_none(), "references only: {data}");
     }
 
-    let metrics = bridge.get("/metrics").expect("/metrics answers").1;
-    let filtered = |resource: &str, ty: &str, route: &str| {
-        metric(&metrics, &format!("deltaship_filtered_events_total{{resource=\"{resource}\",type=\"{ty}\",route=\"{route}\"}}"))
-    };
+    let filtered = |resource: &str, ty: &str, route: &str| filtered(&metrics, resource, ty, route);
     assert_eq!((filtered("configmaps", "added", "trigger"), filtered("configmaps", "deleted", "trigger")), (1.0, 1.0), "{metrics}");
     assert_eq!(filtered("configmaps", "added", "audit"), 0.0);
     assert_eq!(bridge.log_text().matches("Watch started").count(), 2, "one watch per resource, shared by the routes");
