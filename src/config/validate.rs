@@ -3,10 +3,12 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::Path;
 
-use super::{Config, KafkaConfig, NatsConfig, SinkConfig, selector_matches};
-use crate::route::Template;
+use super::{Config, KafkaConfig, NatsConfig, NatsMode, ResourceConfig, SinkConfig, selector_matches};
+use crate::route::{MarkerSlot, Template};
+use crate::route::subject::encode_token;
 
 /// One thing wrong with the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +35,48 @@ fn problem(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<St
 
 const COMPRESSIONS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
 
+/// The allowed range of every number in the configuration, documented on each field and in
+/// the README. Larger values are mistakes that would overflow a timer (tokio panics past
+/// its limits) or reach a server as a negative number.
+pub mod ranges {
+    use std::ops::RangeInclusive;
+
+    /// One year: the longest period of resyncs and stall checks.
+    pub const YEAR_SECS: u64 = 365 * 24 * 3600;
+    pub const PAGE_SIZE: RangeInclusive<u32> = 1..=100_000;
+    pub const RESYNC_SECS: RangeInclusive<u64> = 0..=YEAR_SECS;
+    pub const QUEUE_CAPACITY: RangeInclusive<usize> = 1..=1_000_000;
+    pub const MAX_IN_FLIGHT: RangeInclusive<usize> = 1..=100_000;
+    /// One hour: the longest delay between retries.
+    pub const RETRY_MAX_MS: RangeInclusive<u64> = 1..=3_600_000;
+    /// One day: Kubernetes kills a pod long before.
+    pub const SHUTDOWN_TIMEOUT_SECS: RangeInclusive<u64> = 0..=86_400;
+    pub const STALL_TIMEOUT_SECS: RangeInclusive<u64> = 0..=YEAR_SECS;
+    /// One day; a Lease holds seconds as a 32-bit number.
+    pub const LEASE_SECS: RangeInclusive<u64> = 1..=86_400;
+    pub const PARTITIONS: RangeInclusive<i32> = 1..=10_000;
+    /// Kafka's replication factor is a 16-bit number.
+    pub const REPLICATION_FACTOR: RangeInclusive<i32> = 1..=i16::MAX as i32;
+    /// JetStream's largest replica count.
+    pub const REPLICAS: RangeInclusive<usize> = 1..=5;
+    /// 0 lets the server choose (2 minutes).
+    pub const DUPLICATE_WINDOW_SECS: RangeInclusive<u64> = 0..=YEAR_SECS;
+    pub const MAX_MSGS_PER_SUBJECT: RangeInclusive<i64> = 0..=i64::MAX;
+    /// One hour.
+    pub const ACK_TIMEOUT_SECS: RangeInclusive<u64> = 1..=3_600;
+}
+
+/// `value` within `range`, else a problem naming `key`, the range and the unit.
+fn check_range<T: PartialOrd + fmt::Display>(out: &mut Vec<Problem>, key: impl Into<String>, value: T, range: RangeInclusive<T>, unit: &str) {
+    if !range.contains(&value) {
+        out.push(problem(
+            key,
+            format!("{value} is out of range"),
+            format!("set {unit} from {} to {}", range.start(), range.end()),
+        ));
+    }
+}
+
 pub fn validate(c: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
     if !is_dns_subdomain(&c.cluster) {
@@ -42,9 +86,8 @@ pub fn validate(c: &Config) -> Vec<Problem> {
             "use lowercase letters, digits, `-` and `.`, e.g. `prod-eu-1`",
         ));
     }
-    if c.kubernetes.page_size == 0 {
-        out.push(problem("kubernetes.page_size", "must be at least 1", "set the objects per list page, e.g. 500"));
-    }
+    check_range(&mut out, "kubernetes.page_size", c.kubernetes.page_size, ranges::PAGE_SIZE, "the objects per list page (e.g. 500)");
+    check_range(&mut out, "kubernetes.resync_secs", c.kubernetes.resync_secs, ranges::RESYNC_SECS, "seconds (0 = off)");
     if c.resources.is_empty() {
         out.push(problem(
             "resources",
@@ -80,6 +123,9 @@ pub fn validate(c: &Config) -> Vec<Problem> {
                 ));
             }
         }
+        if let Some(secs) = r.resync_secs {
+            check_range(&mut out, at("resync_secs"), secs, ranges::RESYNC_SECS, "seconds (0 = off)");
+        }
         check_pointers(&mut out, &at("filter.changed_paths"), &r.filter.changed_paths, "`/spec/template`");
         check_pointers(&mut out, &at("ignore_fields"), &r.ignore_fields, "`/status` or `/metadata/annotations/example.com~1note`");
         if let Some(t) = &r.topic {
@@ -87,17 +133,19 @@ pub fn validate(c: &Config) -> Vec<Problem> {
         }
         if let Some(t) = &r.subject {
             check_template(&mut out, at("subject"), t, true);
+            check_subject_tokens(&mut out, at("subject"), t);
         }
     }
     validate_routes(&mut out, c);
     out.extend(super::redact::validate(c));
+    check_stream_subjects(&mut out, c);
+    check_shared_markers(&mut out, c);
     let d = &c.delivery;
-    if d.queue_capacity == 0 {
-        out.push(problem("delivery.queue_capacity", "must be at least 1", "set a positive number of events, e.g. 10000"));
-    }
-    if d.max_in_flight == 0 {
-        out.push(problem("delivery.max_in_flight", "must be at least 1", "set a positive number of events, e.g. 1000"));
-    }
+    check_range(&mut out, "delivery.queue_capacity", d.queue_capacity, ranges::QUEUE_CAPACITY, "a number of events (e.g. 10000)");
+    check_range(&mut out, "delivery.max_in_flight", d.max_in_flight, ranges::MAX_IN_FLIGHT, "a number of events (e.g. 1000)");
+    check_range(&mut out, "delivery.retry_max_ms", d.retry_max_ms, ranges::RETRY_MAX_MS, "milliseconds (e.g. 30000)");
+    check_range(&mut out, "delivery.shutdown_timeout_secs", d.shutdown_timeout_secs, ranges::SHUTDOWN_TIMEOUT_SECS, "seconds (e.g. 30)");
+    check_range(&mut out, "delivery.stall_timeout_secs", d.stall_timeout_secs, ranges::STALL_TIMEOUT_SECS, "seconds (0 = off)");
     if d.retry_initial_ms == 0 || d.retry_initial_ms > d.retry_max_ms {
         out.push(problem(
             "delivery.retry_initial_ms",
@@ -106,6 +154,16 @@ pub fn validate(c: &Config) -> Vec<Problem> {
         ));
     }
     let le = &c.leader_election;
+    for (field, secs) in [("lease_duration_secs", le.lease_duration_secs), ("renew_deadline_secs", le.renew_deadline_secs), ("retry_period_secs", le.retry_period_secs)] {
+        check_range(&mut out, format!("leader_election.{field}"), secs, ranges::LEASE_SECS, "seconds");
+    }
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&c.log.level) {
+        out.push(problem(
+            "log.level",
+            format!("`{}` is not a log filter: {e}", c.log.level),
+            "use a level (`error`, `warn`, `info`, `debug`, `trace`) or directives such as `deltaship=debug,kube=info`",
+        ));
+    }
     if le.enabled {
         if !is_dns_subdomain(&le.lease_name) {
             out.push(problem("leader_election.lease_name", format!("`{}` is not a valid name", le.lease_name), "use lowercase letters, digits, `-` and `.`"));
@@ -131,13 +189,176 @@ pub fn validate(c: &Config) -> Vec<Problem> {
     out
 }
 
-/// JSON pointers (each starting with `/`) at `key[j]`.
+/// JSON pointers (RFC 6901) at `key[j]`: each starts with `/`, and `~` only escapes as
+/// `~0` (`~`) or `~1` (`/`). The empty pointer (the whole object) is valid JSON but
+/// refused: ignoring or watching the whole object is never what is meant.
 fn check_pointers(out: &mut Vec<Problem>, key: &str, pointers: &[String], example: &str) {
     for (j, p) in pointers.iter().enumerate() {
+        let bad_escape = p.match_indices('~').any(|(i, _)| !matches!(p.as_bytes().get(i + 1), Some(b'0' | b'1')));
         if !p.starts_with('/') {
             out.push(problem(format!("{key}[{j}]"), format!("`{p}` is not a JSON pointer"), format!("start it with `/`, e.g. {example}")));
+        } else if bad_escape {
+            out.push(problem(
+                format!("{key}[{j}]"),
+                format!("`{p}` is not a JSON pointer: `~` must be followed by `0` or `1`"),
+                "write `~0` for `~` and `~1` for `/` inside a name (RFC 6901)",
+            ));
         }
     }
+}
+
+/// Template `t` with the placeholders known at load filled in: `{cluster}`, and the group,
+/// version and kind of `r` (each encoded as one subject token). Plural, namespace and
+/// name stay placeholders. `t` parsed, so its braces are placeholders.
+fn fill_known(t: &str, cluster: &str, r: &ResourceConfig) -> String {
+    t.replace("{cluster}", &encode_token(Some(cluster)))
+        .replace("{group}", &encode_token(Some(r.group.as_str()).filter(|g| !g.is_empty())))
+        .replace("{version}", &encode_token(Some(&r.version)))
+        .replace("{kind}", &encode_token(Some(&r.kind.to_ascii_lowercase())))
+}
+
+/// The subject tokens of `t` for `r`: `Some(text)` where known at load, `None` where the
+/// token varies.
+fn subject_tokens(t: &str, cluster: &str, r: &ResourceConfig) -> Vec<Option<String>> {
+    fill_known(t, cluster, r).split('.').map(|token| (!token.contains('{')).then(|| token.to_string())).collect()
+}
+
+/// What makes subject template `t` name no valid subject: empty tokens, wildcards (`*`,
+/// `>`) or whitespace, which NATS refuses (or reads as wildcards) at publish.
+fn bad_subject(t: &str) -> Option<Problem> {
+    if t.split('.').any(str::is_empty) {
+        Some(problem("", format!("`{t}` has an empty token (a leading, trailing or double `.`)"), "separate non-empty tokens with single dots"))
+    } else if t.contains(['*', '>']) || t.contains(char::is_whitespace) {
+        Some(problem(
+            "",
+            format!("`{t}` has a wildcard (`*`, `>`) or whitespace: it cannot name the subject of a message"),
+            "use literal tokens and placeholders only, e.g. `deltaship.{cluster}.{group}.{kind}.{namespace}.{name}`",
+        ))
+    } else {
+        None
+    }
+}
+
+fn check_subject_tokens(out: &mut Vec<Problem>, key: String, t: &str) {
+    // A template that does not parse is reported by check_template.
+    if Template::parse(t).is_ok()
+        && let Some(p) = bad_subject(t)
+    {
+        out.push(Problem { key, ..p });
+    }
+}
+
+/// The configured sink of effective route `position`, for errors.
+fn route_sink_key(c: &Config, position: usize) -> String {
+    if c.routes.is_empty() { "sink".into() } else { format!("routes[{position}].sink") }
+}
+
+/// Per route: a created JetStream stream's subjects cover every subject the route
+/// publishes (JetStream stores nothing outside them, and the publish would fail): each
+/// object's, and each marker's, `<marker subject>.<namespace>.<full|diff>.<started|completed>`
+/// (see `Route::marker_destination_of`).
+fn check_stream_subjects(out: &mut Vec<Problem>, c: &Config) {
+    let mut reported = HashSet::new();
+    for (position, route) in c.effective_routes().iter().enumerate() {
+        let SinkConfig::Nats(n) = &route.sink else { continue };
+        if n.mode != NatsMode::Jetstream || !n.jetstream.create {
+            continue;
+        }
+        let key = route_sink_key(c, position);
+        let filters = &n.jetstream.subjects;
+        for (i, rc) in c.resources.iter().enumerate().filter(|(_, rc)| route.selects(rc)) {
+            let objects = match &rc.subject {
+                Some(t) => (format!("resources[{i}].subject"), t, true),
+                None => (format!("{key}.subject_template"), &n.subject_template, true),
+            };
+            for (tkey, t, per_object) in [objects, (format!("{key}.marker_subject_template"), &n.marker_subject_template, false)] {
+                // A template that check_template or check_subject_tokens refuses is reported there.
+                match Template::parse(t) {
+                    Ok(parsed) if bad_subject(t).is_none() && (per_object || !parsed.names_object()) => {}
+                    _ => continue,
+                }
+                let tokens = subject_tokens(t, &c.cluster, rc);
+                let subjects: Vec<Vec<Option<String>>> = if per_object {
+                    vec![tokens]
+                } else {
+                    MarkerSlot::suffixes()
+                        .map(|(mode, phase)| tokens.iter().cloned().chain([None, Some(mode.into()), Some(phase.into())]).collect())
+                        .collect()
+                };
+                let outside = subjects.iter().find(|s| !filters.iter().any(|f| filter_covers(f, s)));
+                if let Some(outside) = outside
+                    && reported.insert(tkey.clone())
+                {
+                    let shown: Vec<&str> = outside.iter().map(|t| t.as_deref().unwrap_or("*")).collect();
+                    let what = if per_object { "subjects" } else { "marker subjects (the template followed by `.<namespace>.<full|diff>.<started|completed>`)" };
+                    out.push(problem(
+                        tkey,
+                        format!("{what} such as `{}` (resources[{i}]) fall outside the stream's subjects {filters:?}, so JetStream would not store them", shown.join(".")),
+                        format!("add a filter covering them to `{key}.jetstream.subjects` (e.g. `{}.>`), or change the template", shown[0]),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Per route: two entries of one kind whose markers go to the same topic or subject share
+/// a marker key, so a consumer's `sync.completed` of one would delete the other's objects
+/// (and objects both select are shipped twice). Different versions of a kind are the same
+/// objects; the plural is one per group and kind.
+fn check_shared_markers(out: &mut Vec<Problem>, c: &Config) {
+    let destination = |sink: &SinkConfig, r: &ResourceConfig| -> Option<String> {
+        let t = match sink {
+            SinkConfig::Stdout => return None,
+            SinkConfig::Kafka(k) => r.topic.as_deref().unwrap_or(&k.topic_template),
+            SinkConfig::Nats(n) => &n.marker_subject_template,
+        };
+        Some(fill_known(t, &c.cluster, r))
+    };
+    let mut reported = HashSet::new();
+    for route in c.effective_routes() {
+        let selected: Vec<(usize, &ResourceConfig)> = c.resources.iter().enumerate().filter(|(_, r)| route.selects(r)).collect();
+        for (a, (j, y)) in selected.iter().enumerate() {
+            let Some((i, _)) = selected[..a].iter().find(|(_, x)| {
+                x.group == y.group && x.kind.eq_ignore_ascii_case(&y.kind) && destination(&route.sink, x) == destination(&route.sink, y)
+            }) else {
+                continue;
+            };
+            if !reported.insert(*j) {
+                continue;
+            }
+            let on = if c.routes.is_empty() { String::new() } else { format!(" on route `{}`", route.name) };
+            let fix = match route.sink {
+                SinkConfig::Kafka(_) => "merge them into one entry (one `namespaces` list, one selector), or give each its own `topic`",
+                _ => "merge them into one entry (one `namespaces` list, one selector)",
+            };
+            out.push(problem(
+                format!("resources[{j}]"),
+                format!(
+                    "watches {} like resources[{i}] and ships to the same destination{on}: their sync markers share a key, so a consumer's `sync.completed` of one would delete the other's objects",
+                    y.kind
+                ),
+                fix,
+            ));
+        }
+    }
+}
+
+/// Whether the stream subject `filter` (with `*` and `>` wildcards) matches every subject
+/// of `tokens` (`None`: any one token).
+fn filter_covers(filter: &str, tokens: &[Option<String>]) -> bool {
+    let filter: Vec<&str> = filter.split('.').collect();
+    for (i, f) in filter.iter().enumerate() {
+        if *f == ">" {
+            return tokens.len() > i;
+        }
+        match tokens.get(i) {
+            Some(_) if *f == "*" => {}
+            Some(Some(token)) if token == f => {}
+            _ => return false,
+        }
+    }
+    tokens.len() == filter.len()
 }
 
 /// `sink`, or `routes` with their sinks, names, selectors and filters.
@@ -204,12 +425,8 @@ fn validate_kafka(out: &mut Vec<Problem>, key: &str, k: &KafkaConfig) {
         out.push(problem(at("compression"), format!("`{}` is not a codec", k.compression), format!("use one of {}", COMPRESSIONS.join(", "))));
     }
     if let Some(t) = &k.create_topics {
-        if t.partitions < 1 {
-            out.push(problem(at("create_topics.partitions"), "must be at least 1", "set 1 or more"));
-        }
-        if t.replication_factor < 1 {
-            out.push(problem(at("create_topics.replication_factor"), "must be at least 1", "set 1 or more"));
-        }
+        check_range(out, at("create_topics.partitions"), t.partitions, ranges::PARTITIONS, "partitions per topic (e.g. 3)");
+        check_range(out, at("create_topics.replication_factor"), t.replication_factor, ranges::REPLICATION_FACTOR, "replicas per partition, at most the number of brokers");
     }
     if let Some(tls) = &k.tls {
         match (&tls.cert_file, &tls.key_file) {
@@ -288,7 +505,9 @@ fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
         out.push(problem(at("url"), "is empty", "list server URLs, e.g. `nats://nats-0:4222,nats://nats-1:4222`"));
     }
     check_template(out, at("subject_template"), &n.subject_template, true);
+    check_subject_tokens(out, at("subject_template"), &n.subject_template);
     check_template(out, at("marker_subject_template"), &n.marker_subject_template, false);
+    check_subject_tokens(out, at("marker_subject_template"), &n.marker_subject_template);
     let js = &n.jetstream;
     if js.stream.is_empty() || js.stream.contains(['.', '*', '>', ' ', '\t', '/', '\\']) {
         out.push(problem(
@@ -300,12 +519,24 @@ fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
     if js.create && js.subjects.is_empty() {
         out.push(problem(at("jetstream.subjects"), "is empty", "list the stream's subjects, e.g. [\"deltaship.>\"]"));
     }
-    if js.ack_timeout_secs == 0 {
-        out.push(problem(at("jetstream.ack_timeout_secs"), "must be at least 1", "set seconds to wait for an ack, e.g. 10"));
+    for (k, f) in js.subjects.iter().enumerate() {
+        let tokens: Vec<&str> = f.split('.').collect();
+        let last = tokens.len() - 1;
+        let bad = tokens.iter().enumerate().any(|(i, t)| {
+            t.is_empty() || t.contains(char::is_whitespace) || (*t != "*" && t.contains('*')) || (t.contains('>') && (*t != ">" || i != last))
+        });
+        if bad {
+            out.push(problem(
+                at(&format!("jetstream.subjects[{k}]")),
+                format!("`{f}` is not a subject filter"),
+                "use dot-separated non-empty tokens, `*` for one token and `>` only as the last token, e.g. `deltaship.>`",
+            ));
+        }
     }
-    if js.max_msgs_per_subject < 0 {
-        out.push(problem(at("jetstream.max_msgs_per_subject"), "is negative", "use 0 to keep all messages, or a positive limit"));
-    }
+    check_range(out, at("jetstream.replicas"), js.replicas, ranges::REPLICAS, "replicas");
+    check_range(out, at("jetstream.duplicate_window_secs"), js.duplicate_window_secs, ranges::DUPLICATE_WINDOW_SECS, "seconds (e.g. 120)");
+    check_range(out, at("jetstream.max_msgs_per_subject"), js.max_msgs_per_subject, ranges::MAX_MSGS_PER_SUBJECT, "messages (0 = keep all)");
+    check_range(out, at("jetstream.ack_timeout_secs"), js.ack_timeout_secs, ranges::ACK_TIMEOUT_SECS, "seconds to wait for an ack (e.g. 10)");
     let a = &n.auth;
     let methods = [
         a.user.is_some(),
@@ -369,6 +600,7 @@ mod tests {
         let mut c = base();
         c.cluster = "Prod_1".into();
         c.resources.push(ResourceConfig {
+            kind: "Secret".into(),
             namespaces: vec!["Bad_NS".into()],
             label_selector: Some("app=a,,b".into()),
             ignore_fields: vec!["status".into()],
@@ -513,5 +745,188 @@ mod tests {
         c.sink = None;
         c.routes.truncate(1);
         assert!(keys(&c).contains(&"resources[0]".to_string()), "a resource no route ships");
+    }
+
+    #[test]
+    fn every_number_out_of_its_range_names_the_key_and_the_range() {
+        let mut c = base();
+        c.kubernetes.page_size = 0;
+        c.kubernetes.resync_secs = u64::MAX;
+        c.resources[0].resync_secs = Some(u64::MAX - 1);
+        c.delivery.queue_capacity = 9_223_372_036_854_775_807;
+        c.delivery.max_in_flight = usize::MAX;
+        c.delivery.retry_max_ms = u64::MAX;
+        c.delivery.shutdown_timeout_secs = u64::MAX;
+        c.delivery.stall_timeout_secs = u64::MAX;
+        c.leader_election.lease_duration_secs = 3_000_000_000;
+        assert_eq!(
+            keys(&c),
+            [
+                "kubernetes.page_size",
+                "kubernetes.resync_secs",
+                "resources[0].resync_secs",
+                "delivery.queue_capacity",
+                "delivery.max_in_flight",
+                "delivery.retry_max_ms",
+                "delivery.shutdown_timeout_secs",
+                "delivery.stall_timeout_secs",
+                "leader_election.lease_duration_secs",
+            ]
+        );
+        let shown = validate(&c)[3].to_string();
+        assert!(shown.contains("9223372036854775807 is out of range") && shown.contains("from 1 to 1000000"), "{shown}");
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "kafka", "brokers": "b:1", "create_topics": {"partitions": 2_000_000_000, "replication_factor": 40_000}
+        }))
+        .unwrap();
+        let c = Config { sink: c.sink, ..base() };
+        assert_eq!(keys(&c), ["sink.create_topics.partitions", "sink.create_topics.replication_factor"]);
+        let mut c = base();
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "nats", "url": "nats://n:4222",
+            "jetstream": {"replicas": 7, "duplicate_window_secs": u64::MAX, "max_msgs_per_subject": -1, "ack_timeout_secs": 0},
+        }))
+        .unwrap();
+        assert_eq!(
+            keys(&c),
+            ["sink.jetstream.replicas", "sink.jetstream.duplicate_window_secs", "sink.jetstream.max_msgs_per_subject", "sink.jetstream.ack_timeout_secs"]
+        );
+    }
+
+    #[test]
+    fn the_defaults_sit_inside_every_range() {
+        let mut c = base();
+        c.sink = serde_json::from_value(serde_json::json!({"type": "nats", "url": "nats://n:4222"})).unwrap();
+        assert!(validate(&c).is_empty(), "{:?}", validate(&c));
+        c.sink = serde_json::from_value(serde_json::json!({"type": "kafka", "brokers": "b:1", "create_topics": {}})).unwrap();
+        assert!(validate(&c).is_empty(), "{:?}", validate(&c));
+    }
+
+    #[test]
+    fn json_pointers_allow_only_the_rfc_6901_escapes() {
+        let mut c = base();
+        c.resources[0].ignore_fields = vec!["/a~0b/c~1d".into(), "/a~2b".into(), "/trailing~".into(), "".into()];
+        c.resources[0].filter.changed_paths = vec!["/ok".into(), "/x~y".into()];
+        assert_eq!(
+            keys(&c),
+            ["resources[0].filter.changed_paths[1]", "resources[0].ignore_fields[1]", "resources[0].ignore_fields[2]", "resources[0].ignore_fields[3]"]
+        );
+        assert!(validate(&c)[1].problem.contains("`~` must be followed by `0` or `1`"), "{:?}", validate(&c));
+    }
+
+    #[test]
+    fn an_invalid_log_level_is_an_error() {
+        let mut c = base();
+        c.log.level = "deltaship=loud".into();
+        assert_eq!(keys(&c), ["log.level"]);
+        c.log.level = "warn,deltaship=debug,kube=info".into();
+        assert!(validate(&c).is_empty());
+    }
+
+    fn nats(extra: serde_json::Value) -> Option<SinkConfig> {
+        let mut sink = serde_json::json!({"type": "nats", "url": "nats://n:4222"});
+        sink.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(sink).unwrap()
+    }
+
+    #[test]
+    fn subject_templates_with_wildcards_or_empty_tokens_are_refused() {
+        let mut c = base();
+        c.sink = nats(serde_json::json!({"subject_template": "x.*.>.{name}", "marker_subject_template": "x..{kind}"}));
+        c.resources[0].subject = Some("a b.{name}".into());
+        assert_eq!(keys(&c), ["resources[0].subject", "sink.subject_template", "sink.marker_subject_template"]);
+        let shown = validate(&c)[1].to_string();
+        assert!(shown.contains("wildcard") && shown.contains("x.*.>.{name}"), "{shown}");
+        c.sink = nats(serde_json::json!({"jetstream": {"subjects": ["a.>.b", "a..b", "a*"]}}));
+        c.resources[0].subject = None;
+        assert_eq!(keys(&c)[..3], ["sink.jetstream.subjects[0]", "sink.jetstream.subjects[1]", "sink.jetstream.subjects[2]"]);
+    }
+
+    #[test]
+    fn subjects_outside_a_created_stream_are_refused_and_those_inside_pass() {
+        let mut c = base();
+        c.cluster = "prod".into();
+        // Object subjects outside; markers inside.
+        c.sink = nats(serde_json::json!({"subject_template": "k8s.{cluster}.{namespace}.{name}", "jetstream": {"subjects": ["deltaship.>"]}}));
+        assert_eq!(keys(&c), ["sink.subject_template"]);
+        assert!(validate(&c)[0].problem.contains("`k8s.prod.*.*`"), "{:?}", validate(&c));
+        // Literal tokens and the cluster, group and kind match literally; the rest only `*` or
+        // `>`. Markers take three more tokens: `.<namespace>.<full|diff>.<started|completed>`.
+        let nats_with = |filters: &[&str]| {
+            nats(serde_json::json!({
+                "subject_template": "k8s.{cluster}.{namespace}.{name}",
+                "marker_subject_template": "k8s.{cluster}._.{kind}",
+                "jetstream": {"subjects": filters},
+            }))
+        };
+        let inside: [&[&str]; 5] = [
+            &["k8s.prod.>"],
+            &["k8s.>"],
+            &[">"],
+            &["k8s.prod.*.*", "k8s.prod._.configmap.*.*.*"],
+            &["k8s.*.*.*", "k8s.prod._.configmap.*.full.*", "k8s.prod._.configmap.*.diff.>"],
+        ];
+        for filters in inside {
+            c.sink = nats_with(filters);
+            assert!(validate(&c).is_empty(), "{filters:?}: {:?}", validate(&c));
+        }
+        for filter in ["k8s.prod.*", "k8s.staging.>", "k8s.prod.*.*.*", "k8s.prod.x.*"] {
+            c.sink = nats_with(&[filter, "k8s.prod._.configmap.>"]);
+            assert_eq!(keys(&c), ["sink.subject_template"], "{filter}");
+        }
+        // Markers without room for their slot's tokens, or with one mode or phase left out.
+        for filters in [&["k8s.prod.*.*", "k8s.prod._.configmap"][..], &["k8s.prod.*.*", "k8s.prod._.configmap.*.*.started"]] {
+            c.sink = nats_with(filters);
+            assert_eq!(keys(&c), ["sink.marker_subject_template"], "{filters:?}");
+            let p = &validate(&c)[0];
+            assert!(p.problem.contains("`k8s.prod._.configmap.*.") && p.problem.contains("<started|completed>"), "{p}");
+        }
+        // A resource's own subject is checked as its key; an existing stream or core NATS is not checked.
+        c.sink = nats(serde_json::json!({"jetstream": {"subjects": ["deltaship.>"]}}));
+        c.resources[0].subject = Some("cm.{name}".into());
+        assert_eq!(keys(&c), ["resources[0].subject"]);
+        c.sink = nats(serde_json::json!({"jetstream": {"create": false}}));
+        assert!(validate(&c).is_empty());
+        c.sink = nats(serde_json::json!({"mode": "core"}));
+        assert!(validate(&c).is_empty());
+    }
+
+    #[test]
+    fn two_entries_of_one_kind_to_one_destination_are_refused_with_the_fix() {
+        let mut c = base();
+        let mut second = c.resources[0].clone();
+        second.label_selector = Some("app=b".into());
+        c.resources.push(second.clone());
+        let p = &validate(&c)[0];
+        assert_eq!(p.key, "resources[1]");
+        assert!(p.problem.contains("like resources[0]") && p.problem.contains("sync.completed"), "{p}");
+        assert!(p.fix.contains("one entry"), "{p}");
+        // The same on Kafka and NATS (a version of its own does not make another object).
+        c.resources[1].version = "v2".into();
+        c.sink = serde_json::from_value(serde_json::json!({"type": "kafka", "brokers": "b:1"})).unwrap();
+        assert_eq!(keys(&c), ["resources[1]"]);
+        assert!(validate(&c)[0].fix.contains("own `topic`"));
+        c.sink = nats(serde_json::json!({}));
+        assert_eq!(keys(&c), ["resources[1]"]);
+        // A topic of its own, or a template with {version}: different destinations, allowed.
+        c.sink = serde_json::from_value(serde_json::json!({"type": "kafka", "brokers": "b:1"})).unwrap();
+        c.resources[1].topic = Some("cm-b".into());
+        assert!(validate(&c).is_empty(), "{:?}", validate(&c));
+        c.resources[1].topic = None;
+        c.sink = serde_json::from_value(serde_json::json!({"type": "kafka", "brokers": "b:1", "topic_template": "t.{group}.{plural}.{version}"})).unwrap();
+        assert!(validate(&c).is_empty(), "{:?}", validate(&c));
+        // Different kinds share a destination safely (keys prefixed); routes are checked each.
+        c.sink = None;
+        c.resources[1] = ResourceConfig { kind: "Secret".into(), ..second };
+        assert!(validate(&c).is_empty(), "{:?}", validate(&c));
+        c.resources.push(c.resources[0].clone());
+        c.routes = serde_json::from_value(serde_json::json!([
+            {"name": "a", "sink": {"type": "stdout"}, "resources": ["Secret"]},
+            {"name": "b", "sink": {"type": "stdout"}},
+        ]))
+        .unwrap();
+        let p = &validate(&c)[0];
+        assert_eq!(p.key, "resources[2]");
+        assert!(p.problem.contains("on route `b`"), "{p}");
     }
 }
