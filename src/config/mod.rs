@@ -1,5 +1,6 @@
 //! Configuration: figment loading (file, then `DELTASHIP_` env), validation, masking.
 
+mod destinations;
 mod kafka;
 mod model;
 mod nats;

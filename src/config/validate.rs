@@ -6,9 +6,8 @@ use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::path::Path;
 
-use super::{Config, KafkaConfig, NatsConfig, NatsMode, ResourceConfig, SinkConfig, selector_matches};
-use crate::route::{MarkerSlot, Template};
-use crate::route::subject::encode_token;
+use super::{Config, KafkaConfig, NatsConfig, SinkConfig, selector_matches};
+use crate::route::Template;
 
 /// One thing wrong with the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +24,7 @@ impl fmt::Display for Problem {
     }
 }
 
-fn problem(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) -> Problem {
+pub(super) fn problem(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) -> Problem {
     Problem {
         key: key.into(),
         problem: problem.into(),
@@ -45,6 +44,12 @@ pub mod ranges {
     pub const YEAR_SECS: u64 = 365 * 24 * 3600;
     pub const PAGE_SIZE: RangeInclusive<u32> = 1..=100_000;
     pub const RESYNC_SECS: RangeInclusive<u64> = 0..=YEAR_SECS;
+    /// One day.
+    pub const WATCH_FAILURE_GRACE_SECS: RangeInclusive<u64> = 0..=86_400;
+    /// A connection is a file descriptor; more is a typo.
+    pub const MAX_CONNECTIONS: RangeInclusive<usize> = 1..=65_536;
+    /// One hour.
+    pub const REQUEST_TIMEOUT_SECS: RangeInclusive<u64> = 1..=3_600;
     pub const QUEUE_CAPACITY: RangeInclusive<usize> = 1..=1_000_000;
     pub const MAX_IN_FLIGHT: RangeInclusive<usize> = 1..=100_000;
     /// One hour: the longest delay between retries.
@@ -88,6 +93,7 @@ pub fn validate(c: &Config) -> Vec<Problem> {
     }
     check_range(&mut out, "kubernetes.page_size", c.kubernetes.page_size, ranges::PAGE_SIZE, "the objects per list page (e.g. 500)");
     check_range(&mut out, "kubernetes.resync_secs", c.kubernetes.resync_secs, ranges::RESYNC_SECS, "seconds (0 = off)");
+    check_range(&mut out, "kubernetes.watch_failure_grace_secs", c.kubernetes.watch_failure_grace_secs, ranges::WATCH_FAILURE_GRACE_SECS, "seconds (0 = off)");
     if c.resources.is_empty() {
         out.push(problem(
             "resources",
@@ -133,13 +139,11 @@ pub fn validate(c: &Config) -> Vec<Problem> {
         }
         if let Some(t) = &r.subject {
             check_template(&mut out, at("subject"), t, true);
-            check_subject_tokens(&mut out, at("subject"), t);
         }
     }
     validate_routes(&mut out, c);
     out.extend(super::redact::validate(c));
-    check_stream_subjects(&mut out, c);
-    check_shared_markers(&mut out, c);
+    out.extend(super::destinations::validate(c));
     let d = &c.delivery;
     check_range(&mut out, "delivery.queue_capacity", d.queue_capacity, ranges::QUEUE_CAPACITY, "a number of events (e.g. 10000)");
     check_range(&mut out, "delivery.max_in_flight", d.max_in_flight, ranges::MAX_IN_FLIGHT, "a number of events (e.g. 1000)");
@@ -179,6 +183,8 @@ pub fn validate(c: &Config) -> Vec<Problem> {
             ));
         }
     }
+    check_range(&mut out, "http.max_connections", c.http.max_connections, ranges::MAX_CONNECTIONS, "connections (e.g. 256)");
+    check_range(&mut out, "http.request_timeout_secs", c.http.request_timeout_secs, ranges::REQUEST_TIMEOUT_SECS, "seconds (e.g. 10)");
     if c.http.listen.parse::<SocketAddr>().is_err() {
         out.push(problem(
             "http.listen",
@@ -205,160 +211,6 @@ fn check_pointers(out: &mut Vec<Problem>, key: &str, pointers: &[String], exampl
             ));
         }
     }
-}
-
-/// Template `t` with the placeholders known at load filled in: `{cluster}`, and the group,
-/// version and kind of `r` (each encoded as one subject token). Plural, namespace and
-/// name stay placeholders. `t` parsed, so its braces are placeholders.
-fn fill_known(t: &str, cluster: &str, r: &ResourceConfig) -> String {
-    t.replace("{cluster}", &encode_token(Some(cluster)))
-        .replace("{group}", &encode_token(Some(r.group.as_str()).filter(|g| !g.is_empty())))
-        .replace("{version}", &encode_token(Some(&r.version)))
-        .replace("{kind}", &encode_token(Some(&r.kind.to_ascii_lowercase())))
-}
-
-/// The subject tokens of `t` for `r`: `Some(text)` where known at load, `None` where the
-/// token varies.
-fn subject_tokens(t: &str, cluster: &str, r: &ResourceConfig) -> Vec<Option<String>> {
-    fill_known(t, cluster, r).split('.').map(|token| (!token.contains('{')).then(|| token.to_string())).collect()
-}
-
-/// What makes subject template `t` name no valid subject: empty tokens, wildcards (`*`,
-/// `>`) or whitespace, which NATS refuses (or reads as wildcards) at publish.
-fn bad_subject(t: &str) -> Option<Problem> {
-    if t.split('.').any(str::is_empty) {
-        Some(problem("", format!("`{t}` has an empty token (a leading, trailing or double `.`)"), "separate non-empty tokens with single dots"))
-    } else if t.contains(['*', '>']) || t.contains(char::is_whitespace) {
-        Some(problem(
-            "",
-            format!("`{t}` has a wildcard (`*`, `>`) or whitespace: it cannot name the subject of a message"),
-            "use literal tokens and placeholders only, e.g. `deltaship.{cluster}.{group}.{kind}.{namespace}.{name}`",
-        ))
-    } else {
-        None
-    }
-}
-
-fn check_subject_tokens(out: &mut Vec<Problem>, key: String, t: &str) {
-    // A template that does not parse is reported by check_template.
-    if Template::parse(t).is_ok()
-        && let Some(p) = bad_subject(t)
-    {
-        out.push(Problem { key, ..p });
-    }
-}
-
-/// The configured sink of effective route `position`, for errors.
-fn route_sink_key(c: &Config, position: usize) -> String {
-    if c.routes.is_empty() { "sink".into() } else { format!("routes[{position}].sink") }
-}
-
-/// Per route: a created JetStream stream's subjects cover every subject the route
-/// publishes (JetStream stores nothing outside them, and the publish would fail): each
-/// object's, and each marker's, `<marker subject>.<namespace>.<full|diff>.<started|completed>`
-/// (see `Route::marker_destination_of`).
-fn check_stream_subjects(out: &mut Vec<Problem>, c: &Config) {
-    let mut reported = HashSet::new();
-    for (position, route) in c.effective_routes().iter().enumerate() {
-        let SinkConfig::Nats(n) = &route.sink else { continue };
-        if n.mode != NatsMode::Jetstream || !n.jetstream.create {
-            continue;
-        }
-        let key = route_sink_key(c, position);
-        let filters = &n.jetstream.subjects;
-        for (i, rc) in c.resources.iter().enumerate().filter(|(_, rc)| route.selects(rc)) {
-            let objects = match &rc.subject {
-                Some(t) => (format!("resources[{i}].subject"), t, true),
-                None => (format!("{key}.subject_template"), &n.subject_template, true),
-            };
-            for (tkey, t, per_object) in [objects, (format!("{key}.marker_subject_template"), &n.marker_subject_template, false)] {
-                // A template that check_template or check_subject_tokens refuses is reported there.
-                match Template::parse(t) {
-                    Ok(parsed) if bad_subject(t).is_none() && (per_object || !parsed.names_object()) => {}
-                    _ => continue,
-                }
-                let tokens = subject_tokens(t, &c.cluster, rc);
-                let subjects: Vec<Vec<Option<String>>> = if per_object {
-                    vec![tokens]
-                } else {
-                    MarkerSlot::suffixes()
-                        .map(|(mode, phase)| tokens.iter().cloned().chain([None, Some(mode.into()), Some(phase.into())]).collect())
-                        .collect()
-                };
-                let outside = subjects.iter().find(|s| !filters.iter().any(|f| filter_covers(f, s)));
-                if let Some(outside) = outside
-                    && reported.insert(tkey.clone())
-                {
-                    let shown: Vec<&str> = outside.iter().map(|t| t.as_deref().unwrap_or("*")).collect();
-                    let what = if per_object { "subjects" } else { "marker subjects (the template followed by `.<namespace>.<full|diff>.<started|completed>`)" };
-                    out.push(problem(
-                        tkey,
-                        format!("{what} such as `{}` (resources[{i}]) fall outside the stream's subjects {filters:?}, so JetStream would not store them", shown.join(".")),
-                        format!("add a filter covering them to `{key}.jetstream.subjects` (e.g. `{}.>`), or change the template", shown[0]),
-                    ));
-                }
-            }
-        }
-    }
-}
-
-/// Per route: two entries of one kind whose markers go to the same topic or subject share
-/// a marker key, so a consumer's `sync.completed` of one would delete the other's objects
-/// (and objects both select are shipped twice). Different versions of a kind are the same
-/// objects; the plural is one per group and kind.
-fn check_shared_markers(out: &mut Vec<Problem>, c: &Config) {
-    let destination = |sink: &SinkConfig, r: &ResourceConfig| -> Option<String> {
-        let t = match sink {
-            SinkConfig::Stdout => return None,
-            SinkConfig::Kafka(k) => r.topic.as_deref().unwrap_or(&k.topic_template),
-            SinkConfig::Nats(n) => &n.marker_subject_template,
-        };
-        Some(fill_known(t, &c.cluster, r))
-    };
-    let mut reported = HashSet::new();
-    for route in c.effective_routes() {
-        let selected: Vec<(usize, &ResourceConfig)> = c.resources.iter().enumerate().filter(|(_, r)| route.selects(r)).collect();
-        for (a, (j, y)) in selected.iter().enumerate() {
-            let Some((i, _)) = selected[..a].iter().find(|(_, x)| {
-                x.group == y.group && x.kind.eq_ignore_ascii_case(&y.kind) && destination(&route.sink, x) == destination(&route.sink, y)
-            }) else {
-                continue;
-            };
-            if !reported.insert(*j) {
-                continue;
-            }
-            let on = if c.routes.is_empty() { String::new() } else { format!(" on route `{}`", route.name) };
-            let fix = match route.sink {
-                SinkConfig::Kafka(_) => "merge them into one entry (one `namespaces` list, one selector), or give each its own `topic`",
-                _ => "merge them into one entry (one `namespaces` list, one selector)",
-            };
-            out.push(problem(
-                format!("resources[{j}]"),
-                format!(
-                    "watches {} like resources[{i}] and ships to the same destination{on}: their sync markers share a key, so a consumer's `sync.completed` of one would delete the other's objects",
-                    y.kind
-                ),
-                fix,
-            ));
-        }
-    }
-}
-
-/// Whether the stream subject `filter` (with `*` and `>` wildcards) matches every subject
-/// of `tokens` (`None`: any one token).
-fn filter_covers(filter: &str, tokens: &[Option<String>]) -> bool {
-    let filter: Vec<&str> = filter.split('.').collect();
-    for (i, f) in filter.iter().enumerate() {
-        if *f == ">" {
-            return tokens.len() > i;
-        }
-        match tokens.get(i) {
-            Some(_) if *f == "*" => {}
-            Some(Some(token)) if token == f => {}
-            _ => return false,
-        }
-    }
-    tokens.len() == filter.len()
 }
 
 /// `sink`, or `routes` with their sinks, names, selectors and filters.
@@ -505,9 +357,7 @@ fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
         out.push(problem(at("url"), "is empty", "list server URLs, e.g. `nats://nats-0:4222,nats://nats-1:4222`"));
     }
     check_template(out, at("subject_template"), &n.subject_template, true);
-    check_subject_tokens(out, at("subject_template"), &n.subject_template);
     check_template(out, at("marker_subject_template"), &n.marker_subject_template, false);
-    check_subject_tokens(out, at("marker_subject_template"), &n.marker_subject_template);
     let js = &n.jetstream;
     if js.stream.is_empty() || js.stream.contains(['.', '*', '>', ' ', '\t', '/', '\\']) {
         out.push(problem(
@@ -518,20 +368,6 @@ fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
     }
     if js.create && js.subjects.is_empty() {
         out.push(problem(at("jetstream.subjects"), "is empty", "list the stream's subjects, e.g. [\"deltaship.>\"]"));
-    }
-    for (k, f) in js.subjects.iter().enumerate() {
-        let tokens: Vec<&str> = f.split('.').collect();
-        let last = tokens.len() - 1;
-        let bad = tokens.iter().enumerate().any(|(i, t)| {
-            t.is_empty() || t.contains(char::is_whitespace) || (*t != "*" && t.contains('*')) || (t.contains('>') && (*t != ">" || i != last))
-        });
-        if bad {
-            out.push(problem(
-                at(&format!("jetstream.subjects[{k}]")),
-                format!("`{f}` is not a subject filter"),
-                "use dot-separated non-empty tokens, `*` for one token and `>` only as the last token, e.g. `deltaship.>`",
-            ));
-        }
     }
     check_range(out, at("jetstream.replicas"), js.replicas, ranges::REPLICAS, "replicas");
     check_range(out, at("jetstream.duplicate_window_secs"), js.duplicate_window_secs, ranges::DUPLICATE_WINDOW_SECS, "seconds (e.g. 120)");
@@ -575,18 +411,18 @@ fn is_dns_subdomain(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::config::{ResourceConfig, SinkConfig};
 
-    fn base() -> Config {
+    pub(in crate::config) fn base() -> Config {
         serde_json::from_value(serde_json::json!({
             "resources": [{"version": "v1", "kind": "ConfigMap"}]
         }))
         .unwrap()
     }
 
-    fn keys(c: &Config) -> Vec<String> {
+    pub(in crate::config) fn keys(c: &Config) -> Vec<String> {
         validate(c).into_iter().map(|p| p.key).collect()
     }
 
@@ -759,11 +595,15 @@ mod tests {
         c.delivery.shutdown_timeout_secs = u64::MAX;
         c.delivery.stall_timeout_secs = u64::MAX;
         c.leader_election.lease_duration_secs = 3_000_000_000;
+        c.kubernetes.watch_failure_grace_secs = 86_401;
+        c.http.max_connections = 0;
+        c.http.request_timeout_secs = u64::MAX;
         assert_eq!(
             keys(&c),
             [
                 "kubernetes.page_size",
                 "kubernetes.resync_secs",
+                "kubernetes.watch_failure_grace_secs",
                 "resources[0].resync_secs",
                 "delivery.queue_capacity",
                 "delivery.max_in_flight",
@@ -771,9 +611,11 @@ mod tests {
                 "delivery.shutdown_timeout_secs",
                 "delivery.stall_timeout_secs",
                 "leader_election.lease_duration_secs",
+                "http.max_connections",
+                "http.request_timeout_secs",
             ]
         );
-        let shown = validate(&c)[3].to_string();
+        let shown = validate(&c)[4].to_string();
         assert!(shown.contains("9223372036854775807 is out of range") && shown.contains("from 1 to 1000000"), "{shown}");
         c.sink = serde_json::from_value(serde_json::json!({
             "type": "kafka", "brokers": "b:1", "create_topics": {"partitions": 2_000_000_000, "replication_factor": 40_000}
@@ -821,112 +663,5 @@ mod tests {
         assert_eq!(keys(&c), ["log.level"]);
         c.log.level = "warn,deltaship=debug,kube=info".into();
         assert!(validate(&c).is_empty());
-    }
-
-    fn nats(extra: serde_json::Value) -> Option<SinkConfig> {
-        let mut sink = serde_json::json!({"type": "nats", "url": "nats://n:4222"});
-        sink.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        serde_json::from_value(sink).unwrap()
-    }
-
-    #[test]
-    fn subject_templates_with_wildcards_or_empty_tokens_are_refused() {
-        let mut c = base();
-        c.sink = nats(serde_json::json!({"subject_template": "x.*.>.{name}", "marker_subject_template": "x..{kind}"}));
-        c.resources[0].subject = Some("a b.{name}".into());
-        assert_eq!(keys(&c), ["resources[0].subject", "sink.subject_template", "sink.marker_subject_template"]);
-        let shown = validate(&c)[1].to_string();
-        assert!(shown.contains("wildcard") && shown.contains("x.*.>.{name}"), "{shown}");
-        c.sink = nats(serde_json::json!({"jetstream": {"subjects": ["a.>.b", "a..b", "a*"]}}));
-        c.resources[0].subject = None;
-        assert_eq!(keys(&c)[..3], ["sink.jetstream.subjects[0]", "sink.jetstream.subjects[1]", "sink.jetstream.subjects[2]"]);
-    }
-
-    #[test]
-    fn subjects_outside_a_created_stream_are_refused_and_those_inside_pass() {
-        let mut c = base();
-        c.cluster = "prod".into();
-        // Object subjects outside; markers inside.
-        c.sink = nats(serde_json::json!({"subject_template": "k8s.{cluster}.{namespace}.{name}", "jetstream": {"subjects": ["deltaship.>"]}}));
-        assert_eq!(keys(&c), ["sink.subject_template"]);
-        assert!(validate(&c)[0].problem.contains("`k8s.prod.*.*`"), "{:?}", validate(&c));
-        // Literal tokens and the cluster, group and kind match literally; the rest only `*` or
-        // `>`. Markers take three more tokens: `.<namespace>.<full|diff>.<started|completed>`.
-        let nats_with = |filters: &[&str]| {
-            nats(serde_json::json!({
-                "subject_template": "k8s.{cluster}.{namespace}.{name}",
-                "marker_subject_template": "k8s.{cluster}._.{kind}",
-                "jetstream": {"subjects": filters},
-            }))
-        };
-        let inside: [&[&str]; 5] = [
-            &["k8s.prod.>"],
-            &["k8s.>"],
-            &[">"],
-            &["k8s.prod.*.*", "k8s.prod._.configmap.*.*.*"],
-            &["k8s.*.*.*", "k8s.prod._.configmap.*.full.*", "k8s.prod._.configmap.*.diff.>"],
-        ];
-        for filters in inside {
-            c.sink = nats_with(filters);
-            assert!(validate(&c).is_empty(), "{filters:?}: {:?}", validate(&c));
-        }
-        for filter in ["k8s.prod.*", "k8s.staging.>", "k8s.prod.*.*.*", "k8s.prod.x.*"] {
-            c.sink = nats_with(&[filter, "k8s.prod._.configmap.>"]);
-            assert_eq!(keys(&c), ["sink.subject_template"], "{filter}");
-        }
-        // Markers without room for their slot's tokens, or with one mode or phase left out.
-        for filters in [&["k8s.prod.*.*", "k8s.prod._.configmap"][..], &["k8s.prod.*.*", "k8s.prod._.configmap.*.*.started"]] {
-            c.sink = nats_with(filters);
-            assert_eq!(keys(&c), ["sink.marker_subject_template"], "{filters:?}");
-            let p = &validate(&c)[0];
-            assert!(p.problem.contains("`k8s.prod._.configmap.*.") && p.problem.contains("<started|completed>"), "{p}");
-        }
-        // A resource's own subject is checked as its key; an existing stream or core NATS is not checked.
-        c.sink = nats(serde_json::json!({"jetstream": {"subjects": ["deltaship.>"]}}));
-        c.resources[0].subject = Some("cm.{name}".into());
-        assert_eq!(keys(&c), ["resources[0].subject"]);
-        c.sink = nats(serde_json::json!({"jetstream": {"create": false}}));
-        assert!(validate(&c).is_empty());
-        c.sink = nats(serde_json::json!({"mode": "core"}));
-        assert!(validate(&c).is_empty());
-    }
-
-    #[test]
-    fn two_entries_of_one_kind_to_one_destination_are_refused_with_the_fix() {
-        let mut c = base();
-        let mut second = c.resources[0].clone();
-        second.label_selector = Some("app=b".into());
-        c.resources.push(second.clone());
-        let p = &validate(&c)[0];
-        assert_eq!(p.key, "resources[1]");
-        assert!(p.problem.contains("like resources[0]") && p.problem.contains("sync.completed"), "{p}");
-        assert!(p.fix.contains("one entry"), "{p}");
-        // The same on Kafka and NATS (a version of its own does not make another object).
-        c.resources[1].version = "v2".into();
-        c.sink = serde_json::from_value(serde_json::json!({"type": "kafka", "brokers": "b:1"})).unwrap();
-        assert_eq!(keys(&c), ["resources[1]"]);
-        assert!(validate(&c)[0].fix.contains("own `topic`"));
-        c.sink = nats(serde_json::json!({}));
-        assert_eq!(keys(&c), ["resources[1]"]);
-        // A topic of its own, or a template with {version}: different destinations, allowed.
-        c.sink = serde_json::from_value(serde_json::json!({"type": "kafka", "brokers": "b:1"})).unwrap();
-        c.resources[1].topic = Some("cm-b".into());
-        assert!(validate(&c).is_empty(), "{:?}", validate(&c));
-        c.resources[1].topic = None;
-        c.sink = serde_json::from_value(serde_json::json!({"type": "kafka", "brokers": "b:1", "topic_template": "t.{group}.{plural}.{version}"})).unwrap();
-        assert!(validate(&c).is_empty(), "{:?}", validate(&c));
-        // Different kinds share a destination safely (keys prefixed); routes are checked each.
-        c.sink = None;
-        c.resources[1] = ResourceConfig { kind: "Secret".into(), ..second };
-        assert!(validate(&c).is_empty(), "{:?}", validate(&c));
-        c.resources.push(c.resources[0].clone());
-        c.routes = serde_json::from_value(serde_json::json!([
-            {"name": "a", "sink": {"type": "stdout"}, "resources": ["Secret"]},
-            {"name": "b", "sink": {"type": "stdout"}},
-        ]))
-        .unwrap();
-        let p = &validate(&c)[0];
-        assert_eq!(p.key, "resources[2]");
-        assert!(p.problem.contains("on route `b`"), "{p}");
     }
 }
