@@ -1,6 +1,7 @@
 //! Configuration: figment loading (file, then `DELTASHIP_` env), validation, masking.
 
 mod destinations;
+mod input;
 mod kafka;
 mod model;
 mod nats;
@@ -57,23 +58,32 @@ pub fn load(file: &Path) -> Result<Config, ConfigError> {
     load_with_env(file, Env::prefixed(ENV_PREFIX))
 }
 
+/// The largest config file read, in bytes: a config is a few kilobytes.
+const MAX_FILE_BYTES: u64 = 4 << 20;
+
 fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
-    if let Err(e) = std::fs::metadata(file) {
-        return Err(ConfigError::Unreadable {
-            file: file.to_owned(),
-            reason: e.to_string(),
-        });
+    let unreadable = |reason: String| ConfigError::Unreadable { file: file.to_owned(), reason };
+    let meta = secret::regular_file(file).map_err(|e| unreadable(e.to_string()))?;
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(unreadable(format!("it is larger than {} MiB; a config is a few kilobytes", MAX_FILE_BYTES >> 20)));
     }
     let ext = file.extension().and_then(|e| e.to_str()).unwrap_or("");
-    let figment = match ext {
-        "toml" => Figment::from(Toml::file_exact(file)),
-        "yaml" | "yml" => Figment::from(Yaml::file_exact(file)),
+    let (figment, yaml) = match ext {
+        "toml" => (Figment::from(Toml::file_exact(file)), false),
+        "yaml" | "yml" => (Figment::from(Yaml::file_exact(file)), true),
         _ => {
             return Err(ConfigError::UnknownFormat {
                 file: file.to_owned(),
             });
         }
     };
+    // Checked before parsing: a parser spends time and stack on every level.
+    let text = std::fs::read_to_string(file).map_err(|e| unreadable(e.to_string()))?;
+    let mut errors: Vec<String> = input::check_depth(&text, yaml).err().map(|e| format!("the file {e}; fix: flatten it (no option is more than 8 levels deep)")).into_iter().collect();
+    errors.extend(input::check_env_names(std::env::vars_os().map(|(name, _)| name)));
+    if !errors.is_empty() {
+        return Err(ConfigError::Invalid { file: file.to_owned(), errors });
+    }
     let env = env.split("__").filter(|key| {
         let key = key.as_str().to_ascii_lowercase();
         !ENV_NOT_CONFIG.iter().any(|p| key.starts_with(p))
@@ -167,7 +177,7 @@ impl SinkConfig {
                     *secret = Secret::masked();
                 }
             }
-            SinkConfig::Stdout => {}
+            SinkConfig::Stdout {} => {}
         }
     }
 }
@@ -193,7 +203,7 @@ mod tests {
             let routes = c.effective_routes();
             assert_eq!(routes.len(), 1);
             assert_eq!(routes[0].name, DEFAULT_ROUTE);
-            assert!(matches!(routes[0].sink, SinkConfig::Stdout));
+            assert!(matches!(routes[0].sink, SinkConfig::Stdout {}));
             assert_eq!(c.delivery.queue_capacity, 10_000);
             assert!(c.resources[0].redact);
             assert_eq!(c.resources[0].payload, PayloadMode::Object);
@@ -233,6 +243,33 @@ mod tests {
             assert!(e.contains("namespaces"), "lists the expected keys: {e}");
             assert!(e.contains("c.toml"), "{e}");
             assert!(e.contains("fix:"), "{e}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_stdout_sink_refuses_unknown_keys_from_the_file_and_the_environment() {
+        Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"stdout\"\nbrokers = \"b:1\"\n")?;
+            let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("unknown field: found `brokers`") && e.contains("c.toml"), "{e}");
+            jail.create_file("e.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"stdout\"\n")?;
+            jail.set_env("DELTASHIP_SINK__BROKERS", "b:1");
+            let e = load_in_jail(jail, "e.toml").unwrap_err().to_string();
+            assert!(e.contains("unknown field: found `brokers`"), "{e}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn misspelled_environment_variables_are_refused_with_the_right_spelling() {
+        Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n")?;
+            jail.set_env("deltaship_cluster", "prod");
+            jail.set_env("DELTASHIP___X", "1");
+            let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("`deltaship_cluster` is not in capitals; fix: rename it `DELTASHIP_CLUSTER`"), "{e}");
+            assert!(e.contains("`DELTASHIP___X` is not a configuration key"), "{e}");
             Ok(())
         });
     }

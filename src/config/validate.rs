@@ -91,6 +91,13 @@ pub fn validate(c: &Config) -> Vec<Problem> {
             "use lowercase letters, digits, `-` and `.`, e.g. `prod-eu-1`",
         ));
     }
+    // A missing kubeconfig is reported when the client starts (it may appear later, e.g. in a
+    // shared volume), but one that is not a regular file (a FIFO) would block start-up.
+    if let Some(path) = &c.kubernetes.kubeconfig
+        && std::fs::metadata(path).is_ok_and(|m| !m.is_file())
+    {
+        out.push(problem("kubernetes.kubeconfig", format!("{} is not a regular file", path.display()), "give the path of a kubeconfig file"));
+    }
     check_range(&mut out, "kubernetes.page_size", c.kubernetes.page_size, ranges::PAGE_SIZE, "the objects per list page (e.g. 500)");
     check_range(&mut out, "kubernetes.resync_secs", c.kubernetes.resync_secs, ranges::RESYNC_SECS, "seconds (0 = off)");
     check_range(&mut out, "kubernetes.watch_failure_grace_secs", c.kubernetes.watch_failure_grace_secs, ranges::WATCH_FAILURE_GRACE_SECS, "seconds (0 = off)");
@@ -263,7 +270,7 @@ fn validate_sink(out: &mut Vec<Problem>, key: &str, sink: &SinkConfig) {
     match sink {
         SinkConfig::Kafka(k) => validate_kafka(out, key, k),
         SinkConfig::Nats(n) => validate_nats(out, key, n),
-        SinkConfig::Stdout => {}
+        SinkConfig::Stdout {} => {}
     }
 }
 
@@ -326,13 +333,11 @@ fn validate_kafka(out: &mut Vec<Problem>, key: &str, k: &KafkaConfig) {
     }
 }
 
-/// The file at `path` can be read now, so that a wrong path stops start-up naming its key,
-/// instead of failing each connection attempt later.
+/// The file at `path` is a regular file that can be read now, so that a wrong path stops
+/// start-up naming its key, instead of failing each connection attempt later (or blocking
+/// start-up: a FIFO is refused before it is opened).
 fn check_readable(out: &mut Vec<Problem>, key: String, path: &Path, what: &str) {
-    let readable = std::fs::File::open(path).and_then(|f| f.metadata()).and_then(|m| {
-        if m.is_file() { Ok(()) } else { Err(std::io::Error::other("not a file")) }
-    });
-    if let Err(e) = readable {
+    if let Err(e) = super::secret::regular_file(path).and_then(|_| std::fs::File::open(path)) {
         out.push(problem(key, format!("cannot read {}: {e}", path.display()), format!("give the path of a readable file holding {what}")));
     }
 }
@@ -395,6 +400,20 @@ fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
     }
     if n.tls.cert_file.is_some() != n.tls.key_file.is_some() {
         out.push(problem(at("tls.cert_file"), "a client certificate needs its key", "set both `cert_file` and `key_file`, or neither"));
+    }
+    let files = [
+        ("auth.password_file", &a.password_file, "the password"),
+        ("auth.token_file", &a.token_file, "the token"),
+        ("auth.nkey_seed_file", &a.nkey_seed_file, "the NKey seed"),
+        ("auth.credentials_file", &a.credentials_file, "the credentials (JWT and NKey seed)"),
+        ("tls.ca_file", &n.tls.ca_file, "the CA certificate(s) in PEM"),
+        ("tls.cert_file", &n.tls.cert_file, "the client certificate in PEM"),
+        ("tls.key_file", &n.tls.key_file, "the client certificate's private key in PEM"),
+    ];
+    for (field, path, what) in files {
+        if let Some(path) = path {
+            check_readable(out, at(field), path, what);
+        }
     }
 }
 
@@ -516,7 +535,7 @@ pub(super) mod tests {
         .unwrap();
         assert_eq!(keys(&c), ["sink.tls.cert_file", "sink.tls.key_file", "sink.sasl.password"]);
         let problems = validate(&c);
-        assert!(problems[1].problem.contains("not a file"), "{problems:?}");
+        assert!(problems[1].problem.contains("not a regular file"), "{problems:?}");
         assert!(problems[2].fix.contains("DELTASHIP_SINK__SASL__PASSWORD"), "{problems:?}");
         c.routes = serde_json::from_value(serde_json::json!([{"name": "a", "sink": c.sink.take()}])).unwrap();
         let problems = validate(&c);
@@ -550,8 +569,9 @@ pub(super) mod tests {
         .unwrap();
         assert_eq!(
             keys(&c),
-            ["sink.marker_subject_template", "sink.jetstream.stream", "sink.jetstream.ack_timeout_secs", "sink.auth", "sink.auth.user", "sink.tls.cert_file"]
+            ["sink.marker_subject_template", "sink.jetstream.stream", "sink.jetstream.ack_timeout_secs", "sink.auth", "sink.auth.user", "sink.tls.cert_file", "sink.tls.cert_file"]
         );
+        assert!(validate(&c)[6].problem.contains("cannot read /c.pem"), "{:?}", validate(&c));
     }
 
     #[test]
@@ -563,7 +583,7 @@ pub(super) mod tests {
             {"name": "Bad_Name", "sink": {"type": "nats", "url": ""}, "resources": ["core/ConfigMap"]},
         ]))
         .unwrap();
-        c.sink = Some(SinkConfig::Stdout);
+        c.sink = Some(SinkConfig::Stdout {});
         assert_eq!(
             keys(&c),
             [
