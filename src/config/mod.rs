@@ -105,8 +105,15 @@ fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
 
 /// The key path (without figment's internal profile name), the problem, where it came from
 /// (file or environment variable), and the fix for the common cases.
-fn describe_figment_error(e: figment::Error) -> String {
+fn describe_figment_error(mut e: figment::Error) -> String {
     use figment::error::Kind;
+    // Inside a sink (its `type` tag buffers the table) the path stops at the sink: the
+    // unknown field completes it, so the key and the variable are named in full.
+    if let Kind::UnknownField(field, _) = &e.kind
+        && e.path.last() != Some(field)
+    {
+        e.path.push(field.clone());
+    }
     let from = match &e.metadata {
         Some(m) if m.name.contains("environment") => {
             let var: Vec<String> = e.path.iter().map(|k| k.to_ascii_uppercase()).collect();
@@ -119,6 +126,10 @@ fn describe_figment_error(e: figment::Error) -> String {
         None => String::new(),
     };
     let fix = match &e.kind {
+        // Only the stdout sink has no keys but `type`.
+        Kind::UnknownField(_, expected) if expected.is_empty() => {
+            "fix: remove the key: this sink takes no keys besides `type` (set `type` to `kafka` or `nats` for theirs)"
+        }
         Kind::UnknownField(_, _) => {
             "fix: remove the key or correct its spelling (the expected keys are listed)"
         }
@@ -136,8 +147,9 @@ fn describe_figment_error(e: figment::Error) -> String {
     }
 }
 
-/// Keys of raw client options whose values are secrets.
-const SECRET_KEY_PARTS: [&str; 5] = ["password", "secret", "token", "jaas", "key.pem"];
+/// Keys of raw client options whose values are secrets (`sasl.oauthbearer.config` holds
+/// the client's credentials).
+const SECRET_KEY_PARTS: [&str; 6] = ["password", "secret", "token", "jaas", "key.pem", "oauthbearer.config"];
 
 /// Returns `key`'s value, or a mask when the key names a secret.
 pub fn mask_value(key: &str, value: &str) -> String {
@@ -147,6 +159,15 @@ pub fn mask_value(key: &str, value: &str) -> String {
     } else {
         value.into()
     }
+}
+
+/// `text` with the value of every secret-named option among `options` (as `mask_value`
+/// decides) replaced by `***`: for client errors, which may echo a value they refuse.
+pub fn mask_secrets_in<'a>(text: &str, options: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    options
+        .into_iter()
+        .filter(|(key, value)| !value.is_empty() && mask_value(key, value) != *value)
+        .fold(text.to_string(), |text, (_, value)| text.replace(value, "***"))
 }
 
 impl Config {
@@ -256,7 +277,7 @@ mod tests {
             jail.create_file("e.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"stdout\"\n")?;
             jail.set_env("DELTASHIP_SINK__BROKERS", "b:1");
             let e = load_in_jail(jail, "e.toml").unwrap_err().to_string();
-            assert!(e.contains("unknown field: found `brokers`"), "{e}");
+            assert!(e.contains("`sink.brokers`: unknown field: found `brokers`") && e.contains("DELTASHIP_SINK__BROKERS") && e.contains("no keys besides `type`"), "{e}");
             Ok(())
         });
     }
@@ -310,6 +331,13 @@ mod tests {
             assert!(e.contains(".toml, .yaml or .yml"), "{e}");
             Ok(())
         });
+    }
+
+    #[test]
+    fn secret_values_are_masked_inside_error_text() {
+        let options = [("sasl.oauthbearer.client.secret", "s3cr3t"), ("ssl.key.password", ""), ("linger.ms", "5")];
+        let text = "Invalid value \"s3cr3t\" for configuration property; linger.ms 5";
+        assert_eq!(mask_secrets_in(text, options), "Invalid value \"***\" for configuration property; linger.ms 5");
     }
 
     #[test]

@@ -283,6 +283,21 @@ fn validate_kafka(out: &mut Vec<Problem>, key: &str, k: &KafkaConfig) {
     if !COMPRESSIONS.contains(&k.compression.as_str()) {
         out.push(problem(at("compression"), format!("`{}` is not a codec", k.compression), format!("use one of {}", COMPRESSIONS.join(", "))));
     }
+    // librdkafka checks each option when it is set: an unknown name or a bad value is a
+    // config error now, its value masked when the name looks secret (librdkafka echoes it).
+    for (name, value) in &k.librdkafka {
+        if let Err(e) = rdkafka::ClientConfig::new().set(name, value).create_native_config() {
+            let reason = match e {
+                rdkafka::error::KafkaError::ClientConfig(_, description, _, _) => description,
+                other => other.to_string(),
+            };
+            out.push(problem(
+                at(&format!("librdkafka.\"{name}\"")),
+                format!("librdkafka refuses it: {}", super::mask_secrets_in(&reason, [(name.as_str(), value.as_str())])),
+                "correct the option's name or value (librdkafka's CONFIGURATION.md lists them), or remove it",
+            ));
+        }
+    }
     if let Some(t) = &k.create_topics {
         check_range(out, at("create_topics.partitions"), t.partitions, ranges::PARTITIONS, "partitions per topic (e.g. 3)");
         check_range(out, at("create_topics.replication_factor"), t.replication_factor, ranges::REPLICATION_FACTOR, "replicas per partition, at most the number of brokers");
@@ -653,6 +668,20 @@ pub(super) mod tests {
             keys(&c),
             ["sink.jetstream.replicas", "sink.jetstream.duplicate_window_secs", "sink.jetstream.max_msgs_per_subject", "sink.jetstream.ack_timeout_secs"]
         );
+    }
+
+    #[test]
+    fn librdkafka_options_it_refuses_are_errors_without_a_secret_value() {
+        let mut c = base();
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "kafka", "brokers": "b:1",
+            "librdkafka": {"linger.ms": "5", "no.such": "x", "sasl.oauthbearer.client.secret": "Sup3rSecret", "security.protocol": "plaintextish"},
+        }))
+        .unwrap();
+        assert_eq!(keys(&c), ["sink.librdkafka.\"no.such\"", "sink.librdkafka.\"sasl.oauthbearer.client.secret\"", "sink.librdkafka.\"security.protocol\""]);
+        let shown: Vec<String> = validate(&c).iter().map(ToString::to_string).collect();
+        assert!(!shown.join("\n").contains("Sup3rSecret"), "{shown:?}");
+        assert!(shown[2].contains("plaintextish"), "a value that is no secret is shown: {shown:?}");
     }
 
     #[test]
