@@ -445,4 +445,41 @@ sink = { type = "nats", url = "nats://n:4222", auth = { token = "tok3n" } }
             Ok(())
         });
     }
+
+    /// Arbitrary files and environments: the loader answers, never panics.
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Lines from which configs are assembled: real keys, odd values, tables, deep
+        /// nesting and syntax errors, in both formats.
+        const FRAGMENTS: [&str; 24] = [
+            "[[resources]]", "version = \"v1\"", "kind = \"ConfigMap\"", "namespaces = [\"a\", \"a\"]", "ignore_fields = [\"/a~2\"]",
+            "[sink]", "type = \"nats\"", "type = \"kafka\"", "url = \"n:1\"", "subject_template = \"x.*.{name}\"",
+            "[sink.jetstream]", "subjects = [\">\", \"a..b\", \"\"]", "[delivery]", "queue_capacity = 9223372036854775807",
+            "queue_capacity = -1", "[kubernetes]", "resync_secs = 0", "resources:", "  - {version: v1, kind: Pod}", "sink: {type: stdout, x: 1}",
+            "a = {b = {c = [[[1]]]}}", "x: [[[[", "\"\\u0000\" = 1", "log: {level: 'a=b=c'}",
+        ];
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(128))]
+
+            #[test]
+            fn the_loader_never_panics_on_any_file_or_environment(
+                lines in proptest::collection::vec(prop_oneof![proptest::sample::select(&FRAGMENTS[..]).prop_map(str::to_string), "[ -~]{0,40}"], 0..16),
+                yaml in any::<bool>(),
+                env in proptest::collection::vec(("(DELTASHIP|deltaship|DeltaShip)_[A-Za-z0-9_]{0,30}", "[ -~]{0,20}"), 0..4),
+            ) {
+                Jail::expect_with(|jail| {
+                    let name = if yaml { "c.yaml" } else { "c.toml" };
+                    jail.create_file(name, &lines.join("\n"))?;
+                    for (key, value) in &env {
+                        jail.set_env(key, value);
+                    }
+                    let _ = load_in_jail(jail, name);
+                    Ok(())
+                });
+            }
+        }
+    }
 }
