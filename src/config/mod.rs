@@ -127,7 +127,7 @@ fn describe_figment_error(mut e: figment::Error) -> String {
     };
     let fix = match &e.kind {
         // Only the stdout sink has no keys but `type`.
-        Kind::UnknownField(_, expected) if expected.is_empty() => {
+        Kind::UnknownField(_, []) => {
             "fix: remove the key: this sink takes no keys besides `type` (set `type` to `kafka` or `nats` for theirs)"
         }
         Kind::UnknownField(_, _) => {
