@@ -62,7 +62,7 @@ pub async fn run(config: &Config) -> bool {
         match &route.sink {
             SinkConfig::Kafka(k) => check_kafka(&mut report, k, plan::topics(&scopes, i)).await,
             SinkConfig::Nats(n) => check_nats(&mut report, n).await,
-            SinkConfig::Stdout => report.ok("sink: stdout"),
+            SinkConfig::Stdout {} => report.ok("sink: stdout"),
         }
     }
     report.done()

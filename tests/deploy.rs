@@ -277,7 +277,7 @@ fn the_default_render_has_every_object() {
     let (_, cfg) = rendered_config(&docs);
     assert!(cfg.leader_election.enabled);
     assert_eq!(cfg.http.listen, "0.0.0.0:9090");
-    assert!(matches!(cfg.effective_routes()[0].sink, SinkConfig::Stdout));
+    assert!(matches!(cfg.effective_routes()[0].sink, SinkConfig::Stdout {}));
     assert_eq!(cfg.resources.len(), 1);
     assert_eq!((cfg.resources[0].group.as_str(), cfg.resources[0].kind.as_str()), ("", "ConfigMap"));
 }

@@ -1,5 +1,7 @@
 //! Configuration: figment loading (file, then `DELTASHIP_` env), validation, masking.
 
+mod destinations;
+mod input;
 mod kafka;
 mod model;
 mod nats;
@@ -56,23 +58,32 @@ pub fn load(file: &Path) -> Result<Config, ConfigError> {
     load_with_env(file, Env::prefixed(ENV_PREFIX))
 }
 
+/// The largest config file read, in bytes: a config is a few kilobytes.
+const MAX_FILE_BYTES: u64 = 4 << 20;
+
 fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
-    if let Err(e) = std::fs::metadata(file) {
-        return Err(ConfigError::Unreadable {
-            file: file.to_owned(),
-            reason: e.to_string(),
-        });
+    let unreadable = |reason: String| ConfigError::Unreadable { file: file.to_owned(), reason };
+    let meta = secret::regular_file(file).map_err(|e| unreadable(e.to_string()))?;
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(unreadable(format!("it is larger than {} MiB; a config is a few kilobytes", MAX_FILE_BYTES >> 20)));
     }
     let ext = file.extension().and_then(|e| e.to_str()).unwrap_or("");
-    let figment = match ext {
-        "toml" => Figment::from(Toml::file_exact(file)),
-        "yaml" | "yml" => Figment::from(Yaml::file_exact(file)),
+    let (figment, yaml) = match ext {
+        "toml" => (Figment::from(Toml::file_exact(file)), false),
+        "yaml" | "yml" => (Figment::from(Yaml::file_exact(file)), true),
         _ => {
             return Err(ConfigError::UnknownFormat {
                 file: file.to_owned(),
             });
         }
     };
+    // Checked before parsing: a parser spends time and stack on every level.
+    let text = std::fs::read_to_string(file).map_err(|e| unreadable(e.to_string()))?;
+    let mut errors: Vec<String> = input::check_depth(&text, yaml).err().map(|e| format!("the file {e}; fix: flatten it (no option is more than 8 levels deep)")).into_iter().collect();
+    errors.extend(input::check_env_names(std::env::vars_os().map(|(name, _)| name)));
+    if !errors.is_empty() {
+        return Err(ConfigError::Invalid { file: file.to_owned(), errors });
+    }
     let env = env.split("__").filter(|key| {
         let key = key.as_str().to_ascii_lowercase();
         !ENV_NOT_CONFIG.iter().any(|p| key.starts_with(p))
@@ -94,8 +105,15 @@ fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
 
 /// The key path (without figment's internal profile name), the problem, where it came from
 /// (file or environment variable), and the fix for the common cases.
-fn describe_figment_error(e: figment::Error) -> String {
+fn describe_figment_error(mut e: figment::Error) -> String {
     use figment::error::Kind;
+    // Inside a sink (its `type` tag buffers the table) the path stops at the sink: the
+    // unknown field completes it, so the key and the variable are named in full.
+    if let Kind::UnknownField(field, _) = &e.kind
+        && e.path.last() != Some(field)
+    {
+        e.path.push(field.clone());
+    }
     let from = match &e.metadata {
         Some(m) if m.name.contains("environment") => {
             let var: Vec<String> = e.path.iter().map(|k| k.to_ascii_uppercase()).collect();
@@ -108,6 +126,10 @@ fn describe_figment_error(e: figment::Error) -> String {
         None => String::new(),
     };
     let fix = match &e.kind {
+        // Only the stdout sink has no keys but `type`.
+        Kind::UnknownField(_, []) => {
+            "fix: remove the key: this sink takes no keys besides `type` (set `type` to `kafka` or `nats` for theirs)"
+        }
         Kind::UnknownField(_, _) => {
             "fix: remove the key or correct its spelling (the expected keys are listed)"
         }
@@ -125,8 +147,9 @@ fn describe_figment_error(e: figment::Error) -> String {
     }
 }
 
-/// Keys of raw client options whose values are secrets.
-const SECRET_KEY_PARTS: [&str; 5] = ["password", "secret", "token", "jaas", "key.pem"];
+/// Keys of raw client options whose values are secrets (`sasl.oauthbearer.config` holds
+/// the client's credentials).
+const SECRET_KEY_PARTS: [&str; 6] = ["password", "secret", "token", "jaas", "key.pem", "oauthbearer.config"];
 
 /// Returns `key`'s value, or a mask when the key names a secret.
 pub fn mask_value(key: &str, value: &str) -> String {
@@ -136,6 +159,15 @@ pub fn mask_value(key: &str, value: &str) -> String {
     } else {
         value.into()
     }
+}
+
+/// `text` with the value of every secret-named option among `options` (as `mask_value`
+/// decides) replaced by `***`: for client errors, which may echo a value they refuse.
+pub fn mask_secrets_in<'a>(text: &str, options: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    options
+        .into_iter()
+        .filter(|(key, value)| !value.is_empty() && mask_value(key, value) != *value)
+        .fold(text.to_string(), |text, (_, value)| text.replace(value, "***"))
 }
 
 impl Config {
@@ -166,7 +198,7 @@ impl SinkConfig {
                     *secret = Secret::masked();
                 }
             }
-            SinkConfig::Stdout => {}
+            SinkConfig::Stdout {} => {}
         }
     }
 }
@@ -192,7 +224,7 @@ mod tests {
             let routes = c.effective_routes();
             assert_eq!(routes.len(), 1);
             assert_eq!(routes[0].name, DEFAULT_ROUTE);
-            assert!(matches!(routes[0].sink, SinkConfig::Stdout));
+            assert!(matches!(routes[0].sink, SinkConfig::Stdout {}));
             assert_eq!(c.delivery.queue_capacity, 10_000);
             assert!(c.resources[0].redact);
             assert_eq!(c.resources[0].payload, PayloadMode::Object);
@@ -237,6 +269,33 @@ mod tests {
     }
 
     #[test]
+    fn a_stdout_sink_refuses_unknown_keys_from_the_file_and_the_environment() {
+        Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"stdout\"\nbrokers = \"b:1\"\n")?;
+            let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("unknown field: found `brokers`") && e.contains("c.toml"), "{e}");
+            jail.create_file("e.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"stdout\"\n")?;
+            jail.set_env("DELTASHIP_SINK__BROKERS", "b:1");
+            let e = load_in_jail(jail, "e.toml").unwrap_err().to_string();
+            assert!(e.contains("`sink.brokers`: unknown field: found `brokers`") && e.contains("DELTASHIP_SINK__BROKERS") && e.contains("no keys besides `type`"), "{e}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn misspelled_environment_variables_are_refused_with_the_right_spelling() {
+        Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n")?;
+            jail.set_env("deltaship_cluster", "prod");
+            jail.set_env("DELTASHIP___X", "1");
+            let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("`deltaship_cluster` is not in capitals; fix: rename it `DELTASHIP_CLUSTER`"), "{e}");
+            assert!(e.contains("`DELTASHIP___X` is not a configuration key"), "{e}");
+            Ok(())
+        });
+    }
+
+    #[test]
     fn unknown_sink_type_lists_the_valid_ones() {
         Jail::expect_with(|jail| {
             jail.create_file(
@@ -272,6 +331,13 @@ mod tests {
             assert!(e.contains(".toml, .yaml or .yml"), "{e}");
             Ok(())
         });
+    }
+
+    #[test]
+    fn secret_values_are_masked_inside_error_text() {
+        let options = [("sasl.oauthbearer.client.secret", "s3cr3t"), ("ssl.key.password", ""), ("linger.ms", "5")];
+        let text = "Invalid value \"s3cr3t\" for configuration property; linger.ms 5";
+        assert_eq!(mask_secrets_in(text, options), "Invalid value \"***\" for configuration property; linger.ms 5");
     }
 
     #[test]
@@ -378,5 +444,42 @@ sink = { type = "nats", url = "nats://n:4222", auth = { token = "tok3n" } }
             assert!(e.contains("`sink`") && e.contains("routes"), "{e}");
             Ok(())
         });
+    }
+
+    /// Arbitrary files and environments: the loader answers, never panics.
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Lines from which configs are assembled: real keys, odd values, tables, deep
+        /// nesting and syntax errors, in both formats.
+        const FRAGMENTS: [&str; 24] = [
+            "[[resources]]", "version = \"v1\"", "kind = \"ConfigMap\"", "namespaces = [\"a\", \"a\"]", "ignore_fields = [\"/a~2\"]",
+            "[sink]", "type = \"nats\"", "type = \"kafka\"", "url = \"n:1\"", "subject_template = \"x.*.{name}\"",
+            "[sink.jetstream]", "subjects = [\">\", \"a..b\", \"\"]", "[delivery]", "queue_capacity = 9223372036854775807",
+            "queue_capacity = -1", "[kubernetes]", "resync_secs = 0", "resources:", "  - {version: v1, kind: Pod}", "sink: {type: stdout, x: 1}",
+            "a = {b = {c = [[[1]]]}}", "x: [[[[", "\"\\u0000\" = 1", "log: {level: 'a=b=c'}",
+        ];
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(128))]
+
+            #[test]
+            fn the_loader_never_panics_on_any_file_or_environment(
+                lines in proptest::collection::vec(prop_oneof![proptest::sample::select(&FRAGMENTS[..]).prop_map(str::to_string), "[ -~]{0,40}"], 0..16),
+                yaml in any::<bool>(),
+                env in proptest::collection::vec(("(DELTASHIP|deltaship|DeltaShip)_[A-Za-z0-9_]{0,30}", "[ -~]{0,20}"), 0..4),
+            ) {
+                Jail::expect_with(|jail| {
+                    let name = if yaml { "c.yaml" } else { "c.toml" };
+                    jail.create_file(name, &lines.join("\n"))?;
+                    for (key, value) in &env {
+                        jail.set_env(key, value);
+                    }
+                    let _ = load_in_jail(jail, name);
+                    Ok(())
+                });
+            }
+        }
     }
 }

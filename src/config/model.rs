@@ -260,16 +260,22 @@ pub enum RelistMode {
 }
 
 /// The sink, chosen by `type`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum SinkConfig {
-    /// Structured CloudEvents as JSON lines on standard output.
-    #[default]
-    Stdout,
+    /// Structured CloudEvents as JSON lines on standard output. A struct variant, so that
+    /// unknown keys beside `type` are refused (serde ignores them for a unit variant).
+    Stdout {},
     /// Apache Kafka.
     Kafka(Box<super::KafkaConfig>),
     /// NATS, core or JetStream.
     Nats(Box<super::NatsConfig>),
+}
+
+impl Default for SinkConfig {
+    fn default() -> Self {
+        SinkConfig::Stdout {}
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -200,10 +200,7 @@ const MIN_KEY_BYTES: usize = 16;
 /// The file at `path` is a regular file (after symbolic links, as Secret volumes use) that
 /// is not empty. Its metadata only: a FIFO or a device is refused before it is opened.
 fn key_file(path: &Path) -> Result<(), String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{} is not a regular file", path.display()));
-    }
+    let meta = super::secret::regular_file(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if meta.len() == 0 {
         return Err(format!("{} is empty", path.display()));
     }

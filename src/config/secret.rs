@@ -32,10 +32,19 @@ impl Secret {
     /// adds one); other whitespace is part of the secret. The error names `key` and the
     /// file, never the content.
     pub fn from_file(key: &str, file: &Path) -> Result<Secret, String> {
-        std::fs::read_to_string(file)
+        regular_file(file)
+            .and_then(|_| std::fs::read_to_string(file))
             .map(|s| Secret(s.trim_end_matches(['\n', '\r']).to_string()))
             .map_err(|e| format!("{key}: cannot read {}: {e}", file.display()))
     }
+}
+
+/// The metadata of `path` if it is a regular file (after symbolic links, as Secret volumes
+/// use), else an error. Checked before a file of the configuration is opened: opening a
+/// FIFO blocks until a writer comes, and a device may never end.
+pub(crate) fn regular_file(path: &Path) -> std::io::Result<std::fs::Metadata> {
+    let meta = std::fs::metadata(path)?;
+    if meta.is_file() { Ok(meta) } else { Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file")) }
 }
 
 impl fmt::Debug for Secret {

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::Path;
 
 use super::{Config, KafkaConfig, NatsConfig, SinkConfig, selector_matches};
@@ -23,7 +24,7 @@ impl fmt::Display for Problem {
     }
 }
 
-fn problem(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) -> Problem {
+pub(super) fn problem(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) -> Problem {
     Problem {
         key: key.into(),
         problem: problem.into(),
@@ -32,6 +33,54 @@ fn problem(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<St
 }
 
 const COMPRESSIONS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
+
+/// The allowed range of every number in the configuration, documented on each field and in
+/// the README. Larger values are mistakes that would overflow a timer (tokio panics past
+/// its limits) or reach a server as a negative number.
+pub mod ranges {
+    use std::ops::RangeInclusive;
+
+    /// One year: the longest period of resyncs and stall checks.
+    pub const YEAR_SECS: u64 = 365 * 24 * 3600;
+    pub const PAGE_SIZE: RangeInclusive<u32> = 1..=100_000;
+    pub const RESYNC_SECS: RangeInclusive<u64> = 0..=YEAR_SECS;
+    /// One day.
+    pub const WATCH_FAILURE_GRACE_SECS: RangeInclusive<u64> = 0..=86_400;
+    /// A connection is a file descriptor; more is a typo.
+    pub const MAX_CONNECTIONS: RangeInclusive<usize> = 1..=65_536;
+    /// One hour.
+    pub const REQUEST_TIMEOUT_SECS: RangeInclusive<u64> = 1..=3_600;
+    pub const QUEUE_CAPACITY: RangeInclusive<usize> = 1..=1_000_000;
+    pub const MAX_IN_FLIGHT: RangeInclusive<usize> = 1..=100_000;
+    /// One hour: the longest delay between retries.
+    pub const RETRY_MAX_MS: RangeInclusive<u64> = 1..=3_600_000;
+    /// One day: Kubernetes kills a pod long before.
+    pub const SHUTDOWN_TIMEOUT_SECS: RangeInclusive<u64> = 0..=86_400;
+    pub const STALL_TIMEOUT_SECS: RangeInclusive<u64> = 0..=YEAR_SECS;
+    /// One day; a Lease holds seconds as a 32-bit number.
+    pub const LEASE_SECS: RangeInclusive<u64> = 1..=86_400;
+    pub const PARTITIONS: RangeInclusive<i32> = 1..=10_000;
+    /// Kafka's replication factor is a 16-bit number.
+    pub const REPLICATION_FACTOR: RangeInclusive<i32> = 1..=i16::MAX as i32;
+    /// JetStream's largest replica count.
+    pub const REPLICAS: RangeInclusive<usize> = 1..=5;
+    /// 0 lets the server choose (2 minutes).
+    pub const DUPLICATE_WINDOW_SECS: RangeInclusive<u64> = 0..=YEAR_SECS;
+    pub const MAX_MSGS_PER_SUBJECT: RangeInclusive<i64> = 0..=i64::MAX;
+    /// One hour.
+    pub const ACK_TIMEOUT_SECS: RangeInclusive<u64> = 1..=3_600;
+}
+
+/// `value` within `range`, else a problem naming `key`, the range and the unit.
+fn check_range<T: PartialOrd + fmt::Display>(out: &mut Vec<Problem>, key: impl Into<String>, value: T, range: RangeInclusive<T>, unit: &str) {
+    if !range.contains(&value) {
+        out.push(problem(
+            key,
+            format!("{value} is out of range"),
+            format!("set {unit} from {} to {}", range.start(), range.end()),
+        ));
+    }
+}
 
 pub fn validate(c: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
@@ -42,9 +91,16 @@ pub fn validate(c: &Config) -> Vec<Problem> {
             "use lowercase letters, digits, `-` and `.`, e.g. `prod-eu-1`",
         ));
     }
-    if c.kubernetes.page_size == 0 {
-        out.push(problem("kubernetes.page_size", "must be at least 1", "set the objects per list page, e.g. 500"));
+    // A missing kubeconfig is reported when the client starts (it may appear later, e.g. in a
+    // shared volume), but one that is not a regular file (a FIFO) would block start-up.
+    if let Some(path) = &c.kubernetes.kubeconfig
+        && std::fs::metadata(path).is_ok_and(|m| !m.is_file())
+    {
+        out.push(problem("kubernetes.kubeconfig", format!("{} is not a regular file", path.display()), "give the path of a kubeconfig file"));
     }
+    check_range(&mut out, "kubernetes.page_size", c.kubernetes.page_size, ranges::PAGE_SIZE, "the objects per list page (e.g. 500)");
+    check_range(&mut out, "kubernetes.resync_secs", c.kubernetes.resync_secs, ranges::RESYNC_SECS, "seconds (0 = off)");
+    check_range(&mut out, "kubernetes.watch_failure_grace_secs", c.kubernetes.watch_failure_grace_secs, ranges::WATCH_FAILURE_GRACE_SECS, "seconds (0 = off)");
     if c.resources.is_empty() {
         out.push(problem(
             "resources",
@@ -80,6 +136,9 @@ pub fn validate(c: &Config) -> Vec<Problem> {
                 ));
             }
         }
+        if let Some(secs) = r.resync_secs {
+            check_range(&mut out, at("resync_secs"), secs, ranges::RESYNC_SECS, "seconds (0 = off)");
+        }
         check_pointers(&mut out, &at("filter.changed_paths"), &r.filter.changed_paths, "`/spec/template`");
         check_pointers(&mut out, &at("ignore_fields"), &r.ignore_fields, "`/status` or `/metadata/annotations/example.com~1note`");
         if let Some(t) = &r.topic {
@@ -91,13 +150,13 @@ pub fn validate(c: &Config) -> Vec<Problem> {
     }
     validate_routes(&mut out, c);
     out.extend(super::redact::validate(c));
+    out.extend(super::destinations::validate(c));
     let d = &c.delivery;
-    if d.queue_capacity == 0 {
-        out.push(problem("delivery.queue_capacity", "must be at least 1", "set a positive number of events, e.g. 10000"));
-    }
-    if d.max_in_flight == 0 {
-        out.push(problem("delivery.max_in_flight", "must be at least 1", "set a positive number of events, e.g. 1000"));
-    }
+    check_range(&mut out, "delivery.queue_capacity", d.queue_capacity, ranges::QUEUE_CAPACITY, "a number of events (e.g. 10000)");
+    check_range(&mut out, "delivery.max_in_flight", d.max_in_flight, ranges::MAX_IN_FLIGHT, "a number of events (e.g. 1000)");
+    check_range(&mut out, "delivery.retry_max_ms", d.retry_max_ms, ranges::RETRY_MAX_MS, "milliseconds (e.g. 30000)");
+    check_range(&mut out, "delivery.shutdown_timeout_secs", d.shutdown_timeout_secs, ranges::SHUTDOWN_TIMEOUT_SECS, "seconds (e.g. 30)");
+    check_range(&mut out, "delivery.stall_timeout_secs", d.stall_timeout_secs, ranges::STALL_TIMEOUT_SECS, "seconds (0 = off)");
     if d.retry_initial_ms == 0 || d.retry_initial_ms > d.retry_max_ms {
         out.push(problem(
             "delivery.retry_initial_ms",
@@ -106,6 +165,16 @@ pub fn validate(c: &Config) -> Vec<Problem> {
         ));
     }
     let le = &c.leader_election;
+    for (field, secs) in [("lease_duration_secs", le.lease_duration_secs), ("renew_deadline_secs", le.renew_deadline_secs), ("retry_period_secs", le.retry_period_secs)] {
+        check_range(&mut out, format!("leader_election.{field}"), secs, ranges::LEASE_SECS, "seconds");
+    }
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&c.log.level) {
+        out.push(problem(
+            "log.level",
+            format!("`{}` is not a log filter: {e}", c.log.level),
+            "use a level (`error`, `warn`, `info`, `debug`, `trace`) or directives such as `deltaship=debug,kube=info`",
+        ));
+    }
     if le.enabled {
         if !is_dns_subdomain(&le.lease_name) {
             out.push(problem("leader_election.lease_name", format!("`{}` is not a valid name", le.lease_name), "use lowercase letters, digits, `-` and `.`"));
@@ -121,6 +190,8 @@ pub fn validate(c: &Config) -> Vec<Problem> {
             ));
         }
     }
+    check_range(&mut out, "http.max_connections", c.http.max_connections, ranges::MAX_CONNECTIONS, "connections (e.g. 256)");
+    check_range(&mut out, "http.request_timeout_secs", c.http.request_timeout_secs, ranges::REQUEST_TIMEOUT_SECS, "seconds (e.g. 10)");
     if c.http.listen.parse::<SocketAddr>().is_err() {
         out.push(problem(
             "http.listen",
@@ -131,11 +202,20 @@ pub fn validate(c: &Config) -> Vec<Problem> {
     out
 }
 
-/// JSON pointers (each starting with `/`) at `key[j]`.
+/// JSON pointers (RFC 6901) at `key[j]`: each starts with `/`, and `~` only escapes as
+/// `~0` (`~`) or `~1` (`/`). The empty pointer (the whole object) is valid JSON but
+/// refused: ignoring or watching the whole object is never what is meant.
 fn check_pointers(out: &mut Vec<Problem>, key: &str, pointers: &[String], example: &str) {
     for (j, p) in pointers.iter().enumerate() {
+        let bad_escape = p.match_indices('~').any(|(i, _)| !matches!(p.as_bytes().get(i + 1), Some(b'0' | b'1')));
         if !p.starts_with('/') {
             out.push(problem(format!("{key}[{j}]"), format!("`{p}` is not a JSON pointer"), format!("start it with `/`, e.g. {example}")));
+        } else if bad_escape {
+            out.push(problem(
+                format!("{key}[{j}]"),
+                format!("`{p}` is not a JSON pointer: `~` must be followed by `0` or `1`"),
+                "write `~0` for `~` and `~1` for `/` inside a name (RFC 6901)",
+            ));
         }
     }
 }
@@ -190,7 +270,7 @@ fn validate_sink(out: &mut Vec<Problem>, key: &str, sink: &SinkConfig) {
     match sink {
         SinkConfig::Kafka(k) => validate_kafka(out, key, k),
         SinkConfig::Nats(n) => validate_nats(out, key, n),
-        SinkConfig::Stdout => {}
+        SinkConfig::Stdout {} => {}
     }
 }
 
@@ -203,13 +283,24 @@ fn validate_kafka(out: &mut Vec<Problem>, key: &str, k: &KafkaConfig) {
     if !COMPRESSIONS.contains(&k.compression.as_str()) {
         out.push(problem(at("compression"), format!("`{}` is not a codec", k.compression), format!("use one of {}", COMPRESSIONS.join(", "))));
     }
+    // librdkafka checks each option when it is set: an unknown name or a bad value is a
+    // config error now, its value masked when the name looks secret (librdkafka echoes it).
+    for (name, value) in &k.librdkafka {
+        if let Err(e) = rdkafka::ClientConfig::new().set(name, value).create_native_config() {
+            let reason = match e {
+                rdkafka::error::KafkaError::ClientConfig(_, description, _, _) => description,
+                other => other.to_string(),
+            };
+            out.push(problem(
+                at(&format!("librdkafka.\"{name}\"")),
+                format!("librdkafka refuses it: {}", super::mask_secrets_in(&reason, [(name.as_str(), value.as_str())])),
+                "correct the option's name or value (librdkafka's CONFIGURATION.md lists them), or remove it",
+            ));
+        }
+    }
     if let Some(t) = &k.create_topics {
-        if t.partitions < 1 {
-            out.push(problem(at("create_topics.partitions"), "must be at least 1", "set 1 or more"));
-        }
-        if t.replication_factor < 1 {
-            out.push(problem(at("create_topics.replication_factor"), "must be at least 1", "set 1 or more"));
-        }
+        check_range(out, at("create_topics.partitions"), t.partitions, ranges::PARTITIONS, "partitions per topic (e.g. 3)");
+        check_range(out, at("create_topics.replication_factor"), t.replication_factor, ranges::REPLICATION_FACTOR, "replicas per partition, at most the number of brokers");
     }
     if let Some(tls) = &k.tls {
         match (&tls.cert_file, &tls.key_file) {
@@ -257,13 +348,11 @@ fn validate_kafka(out: &mut Vec<Problem>, key: &str, k: &KafkaConfig) {
     }
 }
 
-/// The file at `path` can be read now, so that a wrong path stops start-up naming its key,
-/// instead of failing each connection attempt later.
+/// The file at `path` is a regular file that can be read now, so that a wrong path stops
+/// start-up naming its key, instead of failing each connection attempt later (or blocking
+/// start-up: a FIFO is refused before it is opened).
 fn check_readable(out: &mut Vec<Problem>, key: String, path: &Path, what: &str) {
-    let readable = std::fs::File::open(path).and_then(|f| f.metadata()).and_then(|m| {
-        if m.is_file() { Ok(()) } else { Err(std::io::Error::other("not a file")) }
-    });
-    if let Err(e) = readable {
+    if let Err(e) = super::secret::regular_file(path).and_then(|_| std::fs::File::open(path)) {
         out.push(problem(key, format!("cannot read {}: {e}", path.display()), format!("give the path of a readable file holding {what}")));
     }
 }
@@ -300,12 +389,10 @@ fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
     if js.create && js.subjects.is_empty() {
         out.push(problem(at("jetstream.subjects"), "is empty", "list the stream's subjects, e.g. [\"deltaship.>\"]"));
     }
-    if js.ack_timeout_secs == 0 {
-        out.push(problem(at("jetstream.ack_timeout_secs"), "must be at least 1", "set seconds to wait for an ack, e.g. 10"));
-    }
-    if js.max_msgs_per_subject < 0 {
-        out.push(problem(at("jetstream.max_msgs_per_subject"), "is negative", "use 0 to keep all messages, or a positive limit"));
-    }
+    check_range(out, at("jetstream.replicas"), js.replicas, ranges::REPLICAS, "replicas");
+    check_range(out, at("jetstream.duplicate_window_secs"), js.duplicate_window_secs, ranges::DUPLICATE_WINDOW_SECS, "seconds (e.g. 120)");
+    check_range(out, at("jetstream.max_msgs_per_subject"), js.max_msgs_per_subject, ranges::MAX_MSGS_PER_SUBJECT, "messages (0 = keep all)");
+    check_range(out, at("jetstream.ack_timeout_secs"), js.ack_timeout_secs, ranges::ACK_TIMEOUT_SECS, "seconds to wait for an ack (e.g. 10)");
     let a = &n.auth;
     let methods = [
         a.user.is_some(),
@@ -329,6 +416,20 @@ fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
     if n.tls.cert_file.is_some() != n.tls.key_file.is_some() {
         out.push(problem(at("tls.cert_file"), "a client certificate needs its key", "set both `cert_file` and `key_file`, or neither"));
     }
+    let files = [
+        ("auth.password_file", &a.password_file, "the password"),
+        ("auth.token_file", &a.token_file, "the token"),
+        ("auth.nkey_seed_file", &a.nkey_seed_file, "the NKey seed"),
+        ("auth.credentials_file", &a.credentials_file, "the credentials (JWT and NKey seed)"),
+        ("tls.ca_file", &n.tls.ca_file, "the CA certificate(s) in PEM"),
+        ("tls.cert_file", &n.tls.cert_file, "the client certificate in PEM"),
+        ("tls.key_file", &n.tls.key_file, "the client certificate's private key in PEM"),
+    ];
+    for (field, path, what) in files {
+        if let Some(path) = path {
+            check_readable(out, at(field), path, what);
+        }
+    }
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -344,18 +445,18 @@ fn is_dns_subdomain(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::config::{ResourceConfig, SinkConfig};
 
-    fn base() -> Config {
+    pub(in crate::config) fn base() -> Config {
         serde_json::from_value(serde_json::json!({
             "resources": [{"version": "v1", "kind": "ConfigMap"}]
         }))
         .unwrap()
     }
 
-    fn keys(c: &Config) -> Vec<String> {
+    pub(in crate::config) fn keys(c: &Config) -> Vec<String> {
         validate(c).into_iter().map(|p| p.key).collect()
     }
 
@@ -369,6 +470,7 @@ mod tests {
         let mut c = base();
         c.cluster = "Prod_1".into();
         c.resources.push(ResourceConfig {
+            kind: "Secret".into(),
             namespaces: vec!["Bad_NS".into()],
             label_selector: Some("app=a,,b".into()),
             ignore_fields: vec!["status".into()],
@@ -448,7 +550,7 @@ mod tests {
         .unwrap();
         assert_eq!(keys(&c), ["sink.tls.cert_file", "sink.tls.key_file", "sink.sasl.password"]);
         let problems = validate(&c);
-        assert!(problems[1].problem.contains("not a file"), "{problems:?}");
+        assert!(problems[1].problem.contains("not a regular file"), "{problems:?}");
         assert!(problems[2].fix.contains("DELTASHIP_SINK__SASL__PASSWORD"), "{problems:?}");
         c.routes = serde_json::from_value(serde_json::json!([{"name": "a", "sink": c.sink.take()}])).unwrap();
         let problems = validate(&c);
@@ -482,8 +584,9 @@ mod tests {
         .unwrap();
         assert_eq!(
             keys(&c),
-            ["sink.marker_subject_template", "sink.jetstream.stream", "sink.jetstream.ack_timeout_secs", "sink.auth", "sink.auth.user", "sink.tls.cert_file"]
+            ["sink.marker_subject_template", "sink.jetstream.stream", "sink.jetstream.ack_timeout_secs", "sink.auth", "sink.auth.user", "sink.tls.cert_file", "sink.tls.cert_file"]
         );
+        assert!(validate(&c)[6].problem.contains("cannot read /c.pem"), "{:?}", validate(&c));
     }
 
     #[test]
@@ -495,7 +598,7 @@ mod tests {
             {"name": "Bad_Name", "sink": {"type": "nats", "url": ""}, "resources": ["core/ConfigMap"]},
         ]))
         .unwrap();
-        c.sink = Some(SinkConfig::Stdout);
+        c.sink = Some(SinkConfig::Stdout {});
         assert_eq!(
             keys(&c),
             [
@@ -513,5 +616,101 @@ mod tests {
         c.sink = None;
         c.routes.truncate(1);
         assert!(keys(&c).contains(&"resources[0]".to_string()), "a resource no route ships");
+    }
+
+    #[test]
+    fn every_number_out_of_its_range_names_the_key_and_the_range() {
+        let mut c = base();
+        c.kubernetes.page_size = 0;
+        c.kubernetes.resync_secs = u64::MAX;
+        c.resources[0].resync_secs = Some(u64::MAX - 1);
+        c.delivery.queue_capacity = 9_223_372_036_854_775_807;
+        c.delivery.max_in_flight = usize::MAX;
+        c.delivery.retry_max_ms = u64::MAX;
+        c.delivery.shutdown_timeout_secs = u64::MAX;
+        c.delivery.stall_timeout_secs = u64::MAX;
+        c.leader_election.lease_duration_secs = 3_000_000_000;
+        c.kubernetes.watch_failure_grace_secs = 86_401;
+        c.http.max_connections = 0;
+        c.http.request_timeout_secs = u64::MAX;
+        assert_eq!(
+            keys(&c),
+            [
+                "kubernetes.page_size",
+                "kubernetes.resync_secs",
+                "kubernetes.watch_failure_grace_secs",
+                "resources[0].resync_secs",
+                "delivery.queue_capacity",
+                "delivery.max_in_flight",
+                "delivery.retry_max_ms",
+                "delivery.shutdown_timeout_secs",
+                "delivery.stall_timeout_secs",
+                "leader_election.lease_duration_secs",
+                "http.max_connections",
+                "http.request_timeout_secs",
+            ]
+        );
+        let shown = validate(&c)[4].to_string();
+        assert!(shown.contains("9223372036854775807 is out of range") && shown.contains("from 1 to 1000000"), "{shown}");
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "kafka", "brokers": "b:1", "create_topics": {"partitions": 2_000_000_000, "replication_factor": 40_000}
+        }))
+        .unwrap();
+        let c = Config { sink: c.sink, ..base() };
+        assert_eq!(keys(&c), ["sink.create_topics.partitions", "sink.create_topics.replication_factor"]);
+        let mut c = base();
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "nats", "url": "nats://n:4222",
+            "jetstream": {"replicas": 7, "duplicate_window_secs": u64::MAX, "max_msgs_per_subject": -1, "ack_timeout_secs": 0},
+        }))
+        .unwrap();
+        assert_eq!(
+            keys(&c),
+            ["sink.jetstream.replicas", "sink.jetstream.duplicate_window_secs", "sink.jetstream.max_msgs_per_subject", "sink.jetstream.ack_timeout_secs"]
+        );
+    }
+
+    #[test]
+    fn librdkafka_options_it_refuses_are_errors_without_a_secret_value() {
+        let mut c = base();
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "kafka", "brokers": "b:1",
+            "librdkafka": {"linger.ms": "5", "no.such": "x", "sasl.oauthbearer.client.secret": "Sup3rSecret", "security.protocol": "plaintextish"},
+        }))
+        .unwrap();
+        assert_eq!(keys(&c), ["sink.librdkafka.\"no.such\"", "sink.librdkafka.\"sasl.oauthbearer.client.secret\"", "sink.librdkafka.\"security.protocol\""]);
+        let shown: Vec<String> = validate(&c).iter().map(ToString::to_string).collect();
+        assert!(!shown.join("\n").contains("Sup3rSecret"), "{shown:?}");
+        assert!(shown[2].contains("plaintextish"), "a value that is no secret is shown: {shown:?}");
+    }
+
+    #[test]
+    fn the_defaults_sit_inside_every_range() {
+        let mut c = base();
+        c.sink = serde_json::from_value(serde_json::json!({"type": "nats", "url": "nats://n:4222"})).unwrap();
+        assert!(validate(&c).is_empty(), "{:?}", validate(&c));
+        c.sink = serde_json::from_value(serde_json::json!({"type": "kafka", "brokers": "b:1", "create_topics": {}})).unwrap();
+        assert!(validate(&c).is_empty(), "{:?}", validate(&c));
+    }
+
+    #[test]
+    fn json_pointers_allow_only_the_rfc_6901_escapes() {
+        let mut c = base();
+        c.resources[0].ignore_fields = vec!["/a~0b/c~1d".into(), "/a~2b".into(), "/trailing~".into(), "".into()];
+        c.resources[0].filter.changed_paths = vec!["/ok".into(), "/x~y".into()];
+        assert_eq!(
+            keys(&c),
+            ["resources[0].filter.changed_paths[1]", "resources[0].ignore_fields[1]", "resources[0].ignore_fields[2]", "resources[0].ignore_fields[3]"]
+        );
+        assert!(validate(&c)[1].problem.contains("`~` must be followed by `0` or `1`"), "{:?}", validate(&c));
+    }
+
+    #[test]
+    fn an_invalid_log_level_is_an_error() {
+        let mut c = base();
+        c.log.level = "deltaship=loud".into();
+        assert_eq!(keys(&c), ["log.level"]);
+        c.log.level = "warn,deltaship=debug,kube=info".into();
+        assert!(validate(&c).is_empty());
     }
 }

@@ -6,11 +6,13 @@ mod meters;
 pub mod plan;
 mod retry;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, SinkConfig};
@@ -44,6 +46,48 @@ pub enum RunError {
     Leader(#[from] LeaderError),
     #[error("leadership lost: stopped publishing; restart to stand by again")]
     LeadershipLost,
+    #[error("the task `{task}` panicked ({message}); stopped: this is a bug, please report it")]
+    TaskPanicked { task: String, message: String },
+}
+
+/// The names of spawned tasks by id, so that a panic names its task.
+#[derive(Default)]
+struct TaskNames(HashMap<tokio::task::Id, String>);
+
+impl TaskNames {
+    fn spawn<T: Send + 'static>(&mut self, set: &mut JoinSet<T>, name: String, task: impl Future<Output = T> + Send + 'static) {
+        self.0.insert(set.spawn(task).id(), name);
+    }
+
+    /// The result of a joined task; a panic (or an abort, outside shutdown) as an error
+    /// naming it.
+    fn joined<T>(&self, joined: Result<(tokio::task::Id, T), JoinError>) -> Result<T, RunError> {
+        joined.map(|(_, t)| t).map_err(|e| {
+            let task = self.0.get(&e.id()).cloned().unwrap_or_else(|| "unnamed".into());
+            let message = if e.is_panic() {
+                let payload = e.into_panic();
+                payload.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| payload.downcast_ref::<String>().cloned()).unwrap_or_default()
+            } else {
+                "cancelled".into()
+            };
+            RunError::TaskPanicked { task, message }
+        })
+    }
+
+    /// Waits for the first of `set`'s tasks to panic (tasks that end normally are let go);
+    /// never returns while none does.
+    async fn first_panic<T: 'static>(&self, set: &mut JoinSet<T>) -> RunError {
+        loop {
+            match set.join_next_with_id().await {
+                Some(joined) => {
+                    if let Err(e) = self.joined(joined) {
+                        return e;
+                    }
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
 }
 
 /// How often the sink's reachability is probed for /readyz: often until it is reachable
@@ -78,9 +122,13 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     let addr: SocketAddr = config.http.listen.parse().expect("validated at load");
     let request_timeout = Duration::from_secs(config.http.request_timeout_secs);
     let http = telemetry::serve(addr, config.http.max_connections, request_timeout, health.clone(), http_stop.clone()).await?;
+    // Every task is joined: a panic in any of them stops the bridge with an error naming it.
+    let mut names = TaskNames::default();
+    let mut background = JoinSet::new();
     for (i, sink) in sinks.iter().enumerate() {
-        tokio::spawn(probe_sink(sink.clone(), health.route(i), http_stop.clone()));
-        tokio::spawn(sink.clone().supervise(routes[i].name.clone(), http_stop.clone()));
+        let route = &routes[i].name;
+        names.spawn(&mut background, format!("sink probe of route {route}"), probe_sink(sink.clone(), health.route(i), http_stop.clone()));
+        names.spawn(&mut background, format!("sink supervisor of route {route}"), sink.clone().supervise(route.clone(), http_stop.clone()));
     }
 
     // With leader election, only the leader goes on; it starts with a full initial sync.
@@ -95,7 +143,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         }
         health.set_standby(false);
         let (elector, stop, lost) = (elector.clone(), stop.clone(), lost.clone());
-        tokio::spawn(async move { elector.hold(&stop, &lost).await });
+        names.spawn(&mut background, "leader election".into(), async move { elector.hold(&stop, &lost).await });
     }
 
     // Each route: its own bounded queue, then its sink's preparation and dispatcher, so
@@ -105,7 +153,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         max: Duration::from_millis(config.delivery.retry_max_ms),
     };
     let mut queues = Vec::new();
-    let mut deliveries = tokio::task::JoinSet::new();
+    let mut deliveries = JoinSet::new();
     for (i, (route, sink)) in routes.iter().zip(&sinks).enumerate() {
         let (tx, rx) = mpsc::channel(config.delivery.queue_capacity);
         queues.push(tx);
@@ -118,7 +166,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         };
         let dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, config.delivery.oversize, retry, health.route(i));
         let stop = stop.clone();
-        deliveries.spawn(async move {
+        names.spawn(&mut deliveries, format!("delivery of route {}", route.name), async move {
             if !delivery.prepare(&stop).await? {
                 return Ok(());
             }
@@ -128,7 +176,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
 
     let watch_stop = CancellationToken::new();
     let cluster: Arc<str> = config.cluster.as_str().into();
-    let mut watches = tokio::task::JoinSet::new();
+    let mut watches = JoinSet::new();
     for scope in scopes {
         let w = Watch {
             client: client.clone(),
@@ -137,7 +185,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
             health: health.watch(scope.describe()),
             scope,
         };
-        watches.spawn(w.run(queues.clone(), watch_stop.clone()));
+        names.spawn(&mut watches, format!("watch of {}", w.scope.describe()), w.run(queues.clone(), watch_stop.clone()));
     }
     // The watches hold the only senders: a route's queue closes when they end.
     drop(queues);
@@ -145,7 +193,9 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     tracing::info!(watches = watches.len(), routes = routes.len(), sinks = ?sink_names, "deltaship started");
 
     let result = tokio::select! {
-        Some(r) = deliveries.join_next() => Some(r.expect("deliveries do not panic")),
+        Some(r) = deliveries.join_next_with_id() => Some(names.joined(r).and_then(|r| r)),
+        e = names.first_panic(&mut watches) => Some(Err(e)),
+        e = names.first_panic(&mut background) => Some(Err(e)),
         _ = stop.cancelled() => None,
         _ = lost.cancelled() => {
             // Another replica may take over soon: stop publishing now, without draining.
@@ -160,12 +210,16 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     };
     // Shutdown in one place: stop the watches, let the queues drain, flush the sinks.
     watch_stop.cancel();
-    while watches.join_next().await.is_some() {}
-    let timeout = Duration::from_secs(config.delivery.shutdown_timeout_secs);
     let mut outcome = result.unwrap_or(Ok(()));
+    while let Some(joined) = watches.join_next_with_id().await {
+        if let (Ok(()), Err(e)) = (&outcome, names.joined(joined)) {
+            outcome = Err(e);
+        }
+    }
+    let timeout = Duration::from_secs(config.delivery.shutdown_timeout_secs);
     let drained = tokio::time::timeout(timeout, async {
-        while let Some(r) = deliveries.join_next().await {
-            let r = r.expect("deliveries do not panic");
+        while let Some(joined) = deliveries.join_next_with_id().await {
+            let r = names.joined(joined).and_then(|r| r);
             if outcome.is_ok() {
                 outcome = r;
             }
@@ -266,5 +320,33 @@ async fn probe_sink(sink: Sink, health: RouteHealth, stop: CancellationToken) {
                 Err(e) => tracing::warn!(sink = sink.name(), route = health.name(), error = %e, "Sink unreachable; retrying"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_task_is_an_error_naming_it_and_tasks_that_end_are_let_go() {
+        let mut names = TaskNames::default();
+        let mut set = JoinSet::new();
+        names.spawn(&mut set, "ends".into(), async {});
+        names.spawn(&mut set, "watch of configmaps".into(), async {
+            tokio::task::yield_now().await;
+            panic!("overflow when adding duration to instant");
+        });
+        match names.first_panic(&mut set).await {
+            RunError::TaskPanicked { task, message } => {
+                assert_eq!(task, "watch of configmaps");
+                assert_eq!(message, "overflow when adding duration to instant");
+            }
+            other => panic!("expected a panic, got {other}"),
+        }
+        names.spawn(&mut set, "delivery".into(), async { panic!("{}", String::from("formatted")) });
+        let e = names.joined(set.join_next_with_id().await.unwrap()).unwrap_err().to_string();
+        assert!(e.contains("the task `delivery` panicked (formatted)"), "{e}");
+        let pending = tokio::time::timeout(Duration::from_millis(50), names.first_panic(&mut set)).await;
+        assert!(pending.is_err(), "no task left: waits");
     }
 }

@@ -32,7 +32,7 @@ fn parse(index: usize, t: &str) -> Result<Template, PlanError> {
 /// Where `resources[index]` goes on a route to `sink`.
 fn destination(cluster: &str, sink: &SinkConfig, index: usize, rc: &ResourceConfig, resource: &Resource) -> Result<Route, PlanError> {
     match sink {
-        SinkConfig::Stdout => Ok(Route::topic(cluster, resource, &parse(index, STDOUT_TEMPLATE)?)),
+        SinkConfig::Stdout {} => Ok(Route::topic(cluster, resource, &parse(index, STDOUT_TEMPLATE)?)),
         SinkConfig::Kafka(k) => {
             let route = Route::topic(cluster, resource, &parse(index, rc.topic.as_deref().unwrap_or(&k.topic_template))?);
             check_topic_name(&route.marker_destination()).map_err(|problem| PlanError::Template { index, problem })?;

@@ -37,6 +37,16 @@ pub struct MarkerSlot<'a> {
 }
 
 impl MarkerSlot<'_> {
+    /// The `(mode, phase)` tokens that follow a marker subject, one pair per slot of a watch.
+    pub fn suffixes() -> impl Iterator<Item = (&'static str, &'static str)> {
+        [SyncMode::Full, SyncMode::Diff].into_iter().flat_map(|mode| {
+            [MarkerPhase::Started, MarkerPhase::Completed].map(|phase| {
+                let slot = MarkerSlot { namespace: None, mode, phase };
+                (slot.mode(), slot.phase())
+            })
+        })
+    }
+
     fn mode(&self) -> &'static str {
         match self.mode {
             SyncMode::Full => "full",

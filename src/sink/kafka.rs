@@ -15,7 +15,7 @@ use super::{SendError, read_secret};
 use super::kafka_log::{Cause, QuietContext};
 use super::kafka_recover::{Progress, STATISTICS_INTERVAL_MS, Tracked};
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_content_type, structured_bytes};
-use crate::config::{ContentMode, KafkaConfig, Secret};
+use crate::config::{ContentMode, KafkaConfig, Secret, mask_secrets_in};
 use crate::event::{Envelope, EnvelopeKind};
 use crate::change::ChangeType;
 
@@ -249,9 +249,10 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, OwnedHeaders) {
 /// Creates the missing topics among `topics` with the configured partitions.
 pub async fn create_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), SendError> {
     let Some(tc) = &cfg.create_topics else { return Ok(()) };
-    let admin: AdminClient<QuietContext> = client_config(cfg)?.create_with_context(QuietContext::default()).map_err(|e| SendError::Fatal {
+    let config = client_config(cfg)?;
+    let admin: AdminClient<QuietContext> = config.create_with_context(QuietContext::default()).map_err(|e| SendError::Fatal {
         kind: "config",
-        message: format!("cannot create the Kafka admin client: {e}"),
+        message: format!("cannot create the Kafka admin client: {}", masked(&config, e)),
     })?;
     let new: Vec<NewTopic> = topics
         .iter()
@@ -339,8 +340,14 @@ fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<Futu
     config.set("statistics.interval.ms", STATISTICS_INTERVAL_MS);
     config.create_with_context(context.clone()).map_err(|e| SendError::Fatal {
         kind: "config",
-        message: format!("cannot create the Kafka producer: {e}"),
+        message: format!("cannot create the Kafka producer: {}", masked(&config, e)),
     })
+}
+
+/// A client error with the values of secret options masked: librdkafka echoes the value
+/// of an option it refuses.
+fn masked(config: &ClientConfig, e: KafkaError) -> String {
+    mask_secrets_in(&e.to_string(), config.config_map())
 }
 
 async fn await_delivery(d: Tracked<DeliveryFuture>) -> Result<(), SendError> {

@@ -88,7 +88,7 @@ impl Publisher for Sink {
 impl Sink {
     pub async fn from_config(cfg: &SinkConfig) -> Result<Sink, SendError> {
         Ok(match cfg {
-            SinkConfig::Stdout => Sink::Stdout(StdoutSink::default()),
+            SinkConfig::Stdout {} => Sink::Stdout(StdoutSink::default()),
             SinkConfig::Kafka(k) => Sink::Kafka(KafkaSink::new(k)?),
             SinkConfig::Nats(n) => Sink::Nats(Box::new(NatsSink::connect(n).await?)),
         })
