@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod bridge;
+pub mod chart;
 pub mod churn;
 pub mod kafka;
 pub mod kube;
