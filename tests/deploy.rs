@@ -12,22 +12,16 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 use deltaship::config::{self, SinkConfig};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
-use kube::discovery::Scope;
-use kube::Client;
-use serde::Deserialize;
+use kube::api::{Api, DeleteParams};
 use serde_json::{json, Value};
+use support::bridge::Bridge;
+use support::chart::{allowed, chart, create, dry_run_all, helm, kinds, one, read_grants, render, render_text, rendered_config, root, service_account_kubeconfig, strings};
 
 const MANIFEST: &str = "deploy/kubernetes/deltaship.yaml";
 const REGENERATE: &str = "{ sed '/^---$/,$d' deploy/kubernetes/deltaship.yaml; \
@@ -44,62 +38,6 @@ const TWO_RESOURCES: [&str; 4] = [
 // ---------------------------------------------------------------------------------------
 // helpers
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn chart() -> String {
-    root().join("deploy/helm/deltaship").display().to_string()
-}
-
-fn helm(args: &[&str]) -> std::process::Output {
-    let bin = std::env::var("DELTASHIP_TEST_HELM").unwrap_or_else(|_| {
-        panic!("DELTASHIP_TEST_HELM is not set: build helm with `tests/env/up helm` and `source tests/env/.state/env.sh`, or run the whole suite with `tests/run`")
-    });
-    Command::new(&bin).args(args).output().unwrap_or_else(|e| panic!("run {bin}: {e}"))
-}
-
-/// `helm template RELEASE <chart> --namespace NAMESPACE EXTRA...`, which must succeed.
-fn render_text(release: &str, namespace: &str, extra: &[&str]) -> String {
-    let chart = chart();
-    let mut args = vec!["template", release, &chart, "--namespace", namespace];
-    args.extend_from_slice(extra);
-    let out = helm(&args);
-    assert!(out.status.success(), "helm {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The documents of a multi-document YAML stream, empty ones left out.
-fn docs(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml)
-        .map(|d| Value::deserialize(d).expect("rendered YAML parses"))
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-fn render(release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> {
-    docs(&render_text(release, namespace, extra))
-}
-
-fn kinds(docs: &[Value]) -> Vec<&str> {
-    docs.iter().map(|d| d["kind"].as_str().unwrap()).collect()
-}
-
-/// The one document of `kind`.
-fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
-    let found: Vec<&Value> = docs.iter().filter(|d| d["kind"] == kind).collect();
-    assert_eq!(found.len(), 1, "expected one {kind}, found {} in {:?}", found.len(), kinds(docs));
-    found[0]
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not a list: {v}"))
-        .iter()
-        .map(|s| s.as_str().unwrap().to_owned())
-        .collect()
-}
-
 fn set<const N: usize>(items: [&str; N]) -> BTreeSet<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
@@ -108,21 +46,6 @@ fn set<const N: usize>(items: [&str; N]) -> BTreeSet<String> {
 fn selects(selector: &Value, labels: &Value) -> bool {
     let sel = selector.as_object().expect("a label map");
     !sel.is_empty() && sel.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
-fn scratch_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(support::unique("deltaship-deploy"));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The deltaship.yaml of the rendered ConfigMap, written to a file, loaded as deltaship does.
-fn rendered_config(docs: &[Value]) -> (PathBuf, config::Config) {
-    let text = one(docs, "ConfigMap")["data"]["deltaship.yaml"].as_str().expect("ConfigMap key deltaship.yaml");
-    let path = scratch_dir().join("deltaship.yaml");
-    std::fs::write(&path, text).unwrap();
-    let cfg = config::load(&path).unwrap_or_else(|e| panic!("the rendered config does not load: {e}\n{text}"));
-    (path, cfg)
 }
 
 fn yaml_file(path: &str) -> Value {
@@ -145,93 +68,14 @@ fn default_rbac_resources() -> BTreeSet<(String, String)> {
 /// else but `create` on selfsubjectaccessreviews.
 fn assert_cluster_role(docs: &[Value], expected: &BTreeSet<(String, String)>) {
     let role = one(docs, "ClusterRole");
-    let read = set(["get", "list", "watch"]);
-    let mut granted = BTreeSet::new();
-    let mut ssar = false;
-    for rule in role["rules"].as_array().unwrap() {
-        let groups = strings(&rule["apiGroups"]);
-        let resources = strings(&rule["resources"]);
-        let verbs: BTreeSet<String> = strings(&rule["verbs"]).into_iter().collect();
-        assert!(rule.get("nonResourceURLs").is_none(), "{rule}");
-        assert!(!groups.contains(&"*".into()) && !resources.contains(&"*".into()) && !verbs.contains("*"), "wildcard in {rule}");
-        if resources == ["selfsubjectaccessreviews"] {
-            assert_eq!(groups, ["authorization.k8s.io"], "{rule}");
-            assert_eq!(verbs, set(["create"]), "{rule}");
-            ssar = true;
-            continue;
-        }
-        assert!(verbs.is_subset(&read), "verbs beyond get/list/watch: {rule}");
-        assert_eq!(verbs, read, "{rule}");
-        for g in &groups {
-            for r in &resources {
-                granted.insert((g.clone(), r.clone()));
-            }
-        }
-    }
-    assert!(ssar, "no create on selfsubjectaccessreviews (deltaship checks its access at start-up): {role}");
-    assert_eq!(&granted, expected, "the ClusterRole's resources are not those of rbac.resources");
-}
-
-/// The API of a rendered object, resolved through discovery; None when the server does not
-/// serve its kind (a CRD that is not installed).
-async fn api_for(client: &Client, doc: &Value) -> Option<Api<DynamicObject>> {
-    let api_version = doc["apiVersion"].as_str().unwrap();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let gvk = GroupVersionKind::gvk(group, version, doc["kind"].as_str().unwrap());
-    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.ok()?;
-    Some(match caps.scope {
-        Scope::Namespaced => {
-            let ns = doc["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or_else(|| panic!("namespaced object without a namespace (kubectl apply -f would use the current one): {doc}"));
-            Api::namespaced_with(client.clone(), ns, &ar)
-        }
-        Scope::Cluster => Api::all_with(client.clone(), &ar),
-    })
-}
-
-/// POSTs `doc` with dryRun=All and fieldValidation=Strict, as `kubectl apply
-/// --dry-run=server` does: validation and admission run, nothing is stored, and an unknown
-/// or duplicate field (a typo in a template) is an error. kube's `Api::create` leaves
-/// fieldValidation to the server's default, which only warns, hence the request by hand.
-async fn dry_run_create(client: &Client, api: &Api<DynamicObject>, doc: &Value) -> kube::Result<DynamicObject> {
-    let dry_run = PostParams {
-        dry_run: true,
-        field_manager: None,
-    };
-    let mut req = kube::core::Request::new(api.resource_url())
-        .create(&dry_run, serde_json::to_vec(doc).unwrap())
-        .unwrap();
-    let uri = format!("{}&fieldValidation=Strict", req.uri());
-    assert!(uri.contains("dryRun=All&"), "{uri}");
-    *req.uri_mut() = uri.parse().unwrap();
-    client.request(req).await
-}
-
-fn name_of(doc: &Value) -> String {
-    format!("{}/{}", doc["kind"].as_str().unwrap(), doc["metadata"]["name"].as_str().unwrap())
-}
-
-/// A child process killed when the test ends, also on a failed assertion.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// GET http://ADDR/PATH: (status, body), or None when nothing answers.
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut response = String::new();
-    s.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    Some((status, body))
+    let (ssar, rules): (Vec<Value>, Vec<Value>) =
+        role["rules"].as_array().unwrap().iter().cloned().partition(|r| r["resources"] == json!(["selfsubjectaccessreviews"]));
+    assert_eq!(
+        ssar,
+        [json!({"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews"], "verbs": ["create"]})],
+        "create on selfsubjectaccessreviews only (deltaship checks its access at start-up): {role}"
+    );
+    assert_eq!(&read_grants(&rules), expected, "the ClusterRole's resources are not those of rbac.resources");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -435,22 +279,12 @@ async fn every_rendered_object_passes_a_server_side_dry_run() {
     extras.push(&["--set", "serviceMonitor.enabled=true"]);
     for extra in extras {
         let docs = render("deltaship", &ns, extra);
-        let mut skipped = Vec::new();
         for doc in &docs {
-            let Some(api) = api_for(&client, doc).await else {
-                skipped.push(doc["kind"].as_str().unwrap().to_owned());
-                continue;
-            };
             if let Some(ns_of_doc) = doc["metadata"]["namespace"].as_str() {
-                assert_eq!(ns_of_doc, ns, "{}", name_of(doc));
+                assert_eq!(ns_of_doc, ns, "{}", doc["metadata"]);
             }
-            let created = dry_run_create(&client, &api, doc)
-                .await
-                .unwrap_or_else(|e| panic!("the API server rejects {} ({extra:?}): {e}", name_of(doc)));
-            assert_eq!(created.metadata.name.as_deref(), doc["metadata"]["name"].as_str());
-            // Dry run: nothing was stored.
-            assert!(api.get_opt(doc["metadata"]["name"].as_str().unwrap()).await.unwrap().is_none(), "{} exists", name_of(doc));
         }
+        let skipped = dry_run_all(&client, &docs, &format!("{extra:?}")).await;
         assert!(skipped.iter().all(|k| k == "ServiceMonitor"), "kinds the API server does not serve: {skipped:?}");
     }
     support::kube::delete_namespace(&client, &ns).await;
@@ -466,110 +300,26 @@ async fn deltaship_runs_with_the_charts_rbac() {
     let ns = support::kube::namespace(&client, "deltaship").await;
     // Release name = namespace name: the cluster-scoped names are unique to this run.
     let docs = render(&ns, &ns, &TWO_RESOURCES);
-    let rbac_kinds = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
-    for doc in docs.iter().filter(|d| rbac_kinds.contains(&d["kind"].as_str().unwrap())) {
-        let api = api_for(&client, doc).await.unwrap();
-        let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
-        api.create(&PostParams::default(), &obj).await.unwrap_or_else(|e| panic!("create {}: {e}", name_of(doc)));
-    }
+    create(&client, &docs, &["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]).await;
     let sa_name = one(&docs, "ServiceAccount")["metadata"]["name"].as_str().unwrap().to_owned();
     let cluster_name = one(&docs, "ClusterRole")["metadata"]["name"].as_str().unwrap().to_owned();
-
-    // A kubeconfig for the ServiceAccount: the admin's, with a bound token instead.
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
-        .create_token_request(
-            &sa_name,
-            &PostParams::default(),
-            &TokenRequest {
-                spec: TokenRequestSpec {
-                    expiration_seconds: Some(600),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("a token for the chart's ServiceAccount")
-        .status
-        .unwrap()
-        .token;
-    let admin = std::fs::read_to_string(support::env().kubeconfig).unwrap();
-    let mut kubeconfig: serde_yaml::Value = serde_yaml::from_str(&admin).unwrap();
-    kubeconfig["users"] = serde_yaml::from_str(&format!("[{{name: sa, user: {{token: {token}}}}}]")).unwrap();
-    for ctx in kubeconfig["contexts"].as_sequence_mut().unwrap() {
-        ctx["context"]["user"] = "sa".into();
-    }
-    let dir = scratch_dir();
-    let sa_kubeconfig = dir.join("sa.kubeconfig");
-    std::fs::write(&sa_kubeconfig, serde_yaml::to_string(&kubeconfig).unwrap()).unwrap();
+    let (sa_kubeconfig, sa_client) = service_account_kubeconfig(&client, &ns, &sa_name).await;
 
     // Not more than needed, as the API server sees it.
-    let sa_client = Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(&sa_kubeconfig).unwrap(),
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .unwrap(),
-    )
-    .unwrap();
-    let allowed = |group: &str, resource: &str, verb: &str| {
-        let api: Api<SelfSubjectAccessReview> = Api::all(sa_client.clone());
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(group.into()),
-                    resource: Some(resource.into()),
-                    verb: Some(verb.into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        async move { api.create(&PostParams::default(), &review).await.unwrap().status.unwrap().allowed }
-    };
-    assert!(allowed("", "configmaps", "watch").await);
-    assert!(allowed("apps", "deployments", "list").await);
-    assert!(!allowed("", "secrets", "list").await, "the ServiceAccount may list Secrets");
-    assert!(!allowed("", "configmaps", "update").await, "the ServiceAccount may update ConfigMaps");
-    assert!(!allowed("apps", "replicasets", "list").await, "the ServiceAccount may list ReplicaSets");
+    assert!(allowed(&sa_client, "watch", "", "configmaps", None).await);
+    assert!(allowed(&sa_client, "list", "apps", "deployments", None).await);
+    assert!(!allowed(&sa_client, "list", "", "secrets", None).await, "the ServiceAccount may list Secrets");
+    assert!(!allowed(&sa_client, "update", "", "configmaps", None).await, "the ServiceAccount may update ConfigMaps");
+    assert!(!allowed(&sa_client, "list", "apps", "replicasets", None).await, "the ServiceAccount may list ReplicaSets");
 
     // Enough: deltaship leads and is ready.
     let (config_file, _) = rendered_config(&docs);
-    let addr = format!("127.0.0.1:{}", support::bridge::free_port());
-    let log = dir.join("deltaship.log");
-    let mut child = Running(
-        Command::new(env!("CARGO_BIN_EXE_deltaship"))
-            .args(["run", "--config"])
-            .arg(&config_file)
-            .env("KUBECONFIG", &sa_kubeconfig)
-            .env("POD_NAMESPACE", &ns)
-            .env("DELTASHIP_HTTP__LISTEN", &addr)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            panic!("deltaship exited ({status}) as the chart's ServiceAccount:\n{}", std::fs::read_to_string(&log).unwrap());
-        }
-        let leads = http_get(&addr, "/metrics").is_some_and(|(_, m)| m.lines().any(|l| l == "deltaship_leader 1"));
-        if leads && http_get(&addr, "/readyz").is_some_and(|(s, _)| s == 200) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "deltaship did not lead and become ready within 60 s:\n{}",
-            std::fs::read_to_string(&log).unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    let kubeconfig = sa_kubeconfig.display().to_string();
+    let mut bridge = Bridge::start_file(&config_file, &[("KUBECONFIG", &kubeconfig), ("POD_NAMESPACE", &ns)]);
+    bridge.wait_leading(Duration::from_secs(60));
     let lease = Api::<Lease>::namespaced(client.clone(), &ns).get("deltaship").await.expect("the Lease in the release namespace");
     assert!(lease.spec.and_then(|s| s.holder_identity).is_some_and(|h| !h.is_empty()));
-    drop(child);
+    drop(bridge);
 
     let _ = Api::<ClusterRoleBinding>::all(client.clone()).delete(&cluster_name, &DeleteParams::default()).await;
     let _ = Api::<ClusterRole>::all(client.clone()).delete(&cluster_name, &DeleteParams::default()).await;

@@ -38,10 +38,6 @@ retry_period_secs = 1
     )
 }
 
-fn leads(b: &Bridge) -> bool {
-    b.get("/metrics").is_some_and(|(_, m)| m.lines().any(|l| l == "deltaship_leader 1"))
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_standby_takes_over_within_the_lease_and_consumers_rebuild_cleanly() {
     let env = support::env();
@@ -54,11 +50,11 @@ async fn the_standby_takes_over_within_the_lease_and_consumers_rebuild_cleanly()
     let mut b = Bridge::start(&cfg);
     b.wait_ready(Duration::from_secs(60)); // a standby is ready too
     let started = Instant::now();
-    while !(leads(&a) ^ leads(&b)) {
+    while !(a.leads() ^ b.leads()) {
         assert!(started.elapsed() < Duration::from_secs(30), "no single leader:\nA:\n{}\nB:\n{}", a.log_text(), b.log_text());
         std::thread::sleep(Duration::from_millis(200));
     }
-    let (leader, standby) = if leads(&a) { (a, b) } else { (b, a) };
+    let (leader, standby) = if a.leads() { (a, b) } else { (b, a) };
 
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
     let mut killed_at = None;
@@ -77,7 +73,7 @@ async fn the_standby_takes_over_within_the_lease_and_consumers_rebuild_cleanly()
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let killed_at = killed_at.unwrap();
-    while !leads(&standby) {
+    while !standby.leads() {
         assert!(killed_at.elapsed() < Duration::from_secs(60), "the standby never took over:\n{}", standby.log_text());
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -1,7 +1,7 @@
 //! The deltaship binary as a child process, as users run it.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -61,10 +61,23 @@ impl Bridge {
     /// `start`, with extra environment variables (e.g. a secret as a `DELTASHIP_` override).
     pub fn start_with_env(config_toml: &str, envs: &[(&str, &str)]) -> Bridge {
         let port = free_port();
-        let dir = scratch_dir();
-        let config = dir.join("config.toml");
+        let config = scratch_dir().join("config.toml");
         std::fs::write(&config, format!("{config_toml}\n[http]\nlisten = \"127.0.0.1:{port}\"\n")).unwrap();
-        let log = dir.join("deltaship.log");
+        Bridge::spawn(config, port, envs)
+    }
+
+    /// Starts `deltaship run` with the config file at `config` as it is (TOML or YAML), its
+    /// HTTP server moved to a free port by `DELTASHIP_HTTP__LISTEN`.
+    pub fn start_file(config: &Path, envs: &[(&str, &str)]) -> Bridge {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut all = vec![("DELTASHIP_HTTP__LISTEN", listen.as_str())];
+        all.extend_from_slice(envs);
+        Bridge::spawn(config.to_path_buf(), port, &all)
+    }
+
+    fn spawn(config: PathBuf, port: u16, envs: &[(&str, &str)]) -> Bridge {
+        let log = scratch_dir().join("deltaship.log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_deltaship"))
             .arg("run")
             .arg("--config")
@@ -109,17 +122,35 @@ impl Bridge {
     /// Waits until /readyz answers 200; panics with the log if the process exits or the
     /// timeout passes.
     pub fn wait_ready(&mut self, timeout: Duration) {
+        self.wait_until(timeout, "ready", Bridge::ready);
+    }
+
+    /// `wait_ready`, and leading (with leader election a standby is ready too).
+    pub fn wait_leading(&mut self, timeout: Duration) {
+        self.wait_until(timeout, "leading and ready", |b| b.leads() && b.ready());
+    }
+
+    fn wait_until(&mut self, timeout: Duration, what: &str, done: impl Fn(&Bridge) -> bool) {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("deltaship exited ({status}) before it was ready:\n{}", self.log_text());
+                panic!("deltaship exited ({status}) before it was {what}:\n{}", self.log_text());
             }
-            if matches!(self.get("/readyz"), Some((200, _))) {
+            if done(self) {
                 return;
             }
-            assert!(Instant::now() < deadline, "deltaship not ready within {timeout:?}:\n{}", self.log_text());
+            assert!(Instant::now() < deadline, "deltaship not {what} within {timeout:?}:\n{}", self.log_text());
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    pub fn ready(&self) -> bool {
+        matches!(self.get("/readyz"), Some((200, _)))
+    }
+
+    /// Whether this bridge holds the leader election Lease (`deltaship_leader 1`).
+    pub fn leads(&self) -> bool {
+        self.get("/metrics").is_some_and(|(_, m)| m.lines().any(|l| l == "deltaship_leader 1"))
     }
 
     pub fn signal(&self, signal: &str) {
@@ -130,12 +161,17 @@ impl Bridge {
     /// SIGTERM, then wait for the exit (at most `timeout`).
     pub fn stop(mut self, timeout: Duration) -> ExitStatus {
         self.signal("TERM");
+        self.wait_exit(timeout)
+    }
+
+    /// Waits until the process exits (at most `timeout`: a start-up failure must not hang).
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
                 return s;
             }
-            assert!(Instant::now() < deadline, "deltaship did not exit within {timeout:?} of SIGTERM:\n{}", self.log_text());
+            assert!(Instant::now() < deadline, "deltaship did not exit within {timeout:?}:\n{}", self.log_text());
             std::thread::sleep(Duration::from_millis(100));
         }
     }

@@ -58,3 +58,12 @@ release namespace (deltaship's default is $POD_NAMESPACE, the pod's own). */}}
 {{- define "deltaship.leaseNamespace" -}}
 {{- dig "leader_election" "namespace" "" .Values.config | default .Release.Namespace }}
 {{- end }}
+
+{{/* rbac.scope: "cluster" (the default) or "namespaced"; anything else fails the render. */}}
+{{- define "deltaship.rbacScope" -}}
+{{- $scope := .Values.rbac.scope | default "cluster" }}
+{{- if not (has $scope (list "cluster" "namespaced")) }}
+{{- fail (printf "rbac.scope is %q: use cluster (a ClusterRole, all namespaces) or namespaced (a Role in each namespace of config.resources[].namespaces)" $scope) }}
+{{- end }}
+{{- $scope }}
+{{- end }}
