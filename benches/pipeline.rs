@@ -13,9 +13,10 @@ mod common;
 use std::sync::Arc;
 
 use common::Kind;
-use deltaship::change::{Change, ChangeType, Classifier, Fingerprinter, Object, ObjectChange, Payload, WatchEvent};
+use deltaship::change::{Change, Classifier, Fingerprinter, ObjectChange, Payload};
+use deltaship::model::{ChangeType, Object, Observed};
 use deltaship::event::{self, Envelope};
-use deltaship::watch::Scope;
+use deltaship::plan::Scope;
 use divan::Bencher;
 use divan::counter::BytesCount;
 use serde_json::Value;
@@ -52,13 +53,13 @@ impl Setup {
         let nats = common::nats_scope(CLUSTER, kind, "nats://127.0.0.1:4222");
         let mut classifier = Classifier::new(kafka.resource.label(), Fingerprinter::new(&kafka.ignore_fields), kafka.relist, kafka.keeps_content());
         let mut out = Vec::new();
-        classifier.handle(WatchEvent::Init, &mut out);
+        classifier.handle(Observed::Init, &mut out);
         for i in 0..indexed() {
             let obj = common::decode(&common::wire(&common::variant(&base, i, 1 + i as u64, 0)));
-            classifier.handle(WatchEvent::InitApply(obj), &mut out);
+            classifier.handle(Observed::InitApply(obj), &mut out);
             out.clear();
         }
-        classifier.handle(WatchEvent::InitDone, &mut out);
+        classifier.handle(Observed::InitDone, &mut out);
         Setup {
             kind,
             base,
@@ -133,7 +134,7 @@ fn classify(bencher: Bencher, fixture: &str) {
         .with_inputs(|| s.next_object())
         .bench_local_values(|obj| {
             let mut out = Vec::with_capacity(1);
-            classifier.handle(WatchEvent::Apply(obj), &mut out);
+            classifier.handle(Observed::Apply(obj), &mut out);
             assert_eq!(out.len(), 1, "a visible update");
             out
         });
@@ -180,7 +181,7 @@ fn per_event_kafka(bencher: Bencher, fixture: &str) {
         .with_inputs(|| s.next_wire())
         .bench_local_values(|wire| {
             let mut out = Vec::with_capacity(1);
-            classifier.handle(WatchEvent::Apply(common::decode(&wire)), &mut out);
+            classifier.handle(Observed::Apply(common::decode(&wire)), &mut out);
             let change = out.pop().expect("a visible update");
             let env = event::build(CLUSTER, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
             let encoded = common::encode_kafka(&env);
@@ -199,7 +200,7 @@ fn per_event_nats(bencher: Bencher, fixture: &str) {
         .with_inputs(|| s.next_wire())
         .bench_local_values(|wire| {
             let mut out = Vec::with_capacity(1);
-            classifier.handle(WatchEvent::Apply(common::decode(&wire)), &mut out);
+            classifier.handle(Observed::Apply(common::decode(&wire)), &mut out);
             let change = out.pop().expect("a visible update");
             let env = event::build(CLUSTER, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
             let encoded = common::encode_nats(&env);

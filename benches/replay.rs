@@ -124,7 +124,7 @@ fn main() {
 /// Decodes, classifies and builds the recording's envelopes for `cluster` (a distinct
 /// cluster per run gives distinct event ids, so JetStream never drops one as a
 /// duplicate); returns them with the CPU time spent per event, in µs.
-fn prepare(cluster: &str, scope: &deltaship::watch::Scope, recorded: &[Recorded]) -> (Vec<Envelope>, f64) {
+fn prepare(cluster: &str, scope: &deltaship::plan::Scope, recorded: &[Recorded]) -> (Vec<Envelope>, f64) {
     let cpu = common::process_cpu();
     let envs = common::envelopes(cluster, scope, recorded);
     let per_event = (common::process_cpu() - cpu) * 1e6 / envs.len() as f64;
@@ -155,7 +155,7 @@ async fn through_pipeline(sink: Sink, envs: Vec<Envelope>, health: Arc<Health>) 
 
 /// The watch stage and the pipeline together: a producer task decodes, classifies and
 /// builds the recorded events into the queue while the Dispatcher delivers them.
-async fn end_to_end(sink: Sink, cluster: String, scope: Arc<deltaship::watch::Scope>, recorded: Arc<Vec<Recorded>>, health: Arc<Health>) -> (Measured, usize) {
+async fn end_to_end(sink: Sink, cluster: String, scope: Arc<deltaship::plan::Scope>, recorded: Arc<Vec<Recorded>>, health: Arc<Health>) -> (Measured, usize) {
     let retry = RetryPolicy {
         initial: Duration::from_millis(100),
         max: Duration::from_millis(30_000),
@@ -328,7 +328,7 @@ async fn kafka_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, ru
     let prefix = format!("{run_id}-kafka");
     let sink_toml = kafka_sink_toml(brokers, &prefix);
     let scope = common::scope("warmup", kind, &sink_toml);
-    let topic = scope.outputs[0].destination.marker_destination().to_string();
+    let topic = scope.outputs[0].address.marker_destination().to_string();
     let config = common::load_config(&format!(
         "[[resources]]\nversion = \"v1\"\nkind = \"{}\"\n{sink_toml}",
         kind.resource().kind

@@ -6,7 +6,7 @@ use std::fmt::Display;
 use std::time::Duration;
 
 use crate::config::{Config, DEFAULT_ROUTE, NatsConfig, SinkConfig};
-use crate::pipeline::plan;
+use crate::plan;
 use crate::sink::{KafkaSink, NatsSink};
 use crate::watch::{access, client, discovery};
 

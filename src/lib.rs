@@ -1,15 +1,17 @@
 //! deltaship: Kubernetes changes as CloudEvents on Kafka or stdout, in order per object,
 //! with sync markers so that consumers can rebuild cluster state.
 
+pub mod address;
 pub mod change;
 pub mod check;
 pub mod config;
 pub mod event;
 pub mod leader;
+pub mod model;
 pub mod pipeline;
+pub mod plan;
 pub mod rebuild;
-pub mod resource;
-pub mod route;
+pub mod redact;
 pub mod sink;
 pub mod telemetry;
 pub mod watch;

@@ -75,7 +75,7 @@ async fn deltaship_and_knative_shaped_events_pass_the_official_sdk() {
         .find(|e| e["type"] == "dev.knative.apiserver.resource.add")
         .unwrap();
     assert_eq!(add["source"], server.trim_end_matches('/'), "the source is the API server's URL");
-    assert_eq!(add["data"]["metadata"]["name"], "web", "Resource mode: the object is the data");
+    assert_eq!(add["data"]["metadata"]["name"], "web", "ResourceType mode: the object is the data");
     drop((ours, knative));
     delete_namespace(&kube, &ns).await;
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use cloudevents::event::AttributesWriter;
 use cloudevents::{EventBuilder, EventBuilderV10};
-use deltaship::change::{ChangeType, MarkerPhase};
+use deltaship::model::{ChangeType, MarkerPhase};
 use deltaship::config::KafkaConfig;
 use deltaship::event::{Envelope, EnvelopeKind};
 use deltaship::sink::{KafkaSink, SendError};

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use deltaship::change::{Change, Classifier, Fingerprinter, Object, WatchEvent};
+use deltaship::change::{Change, Classifier, Fingerprinter};
+use deltaship::model::{Object, Observed};
 use deltaship::config::{self, Config};
 use deltaship::config::ContentMode;
 use deltaship::event::{self, Envelope};
-use deltaship::resource::Resource;
-use deltaship::watch::Scope;
+use deltaship::model::ResourceType;
+use deltaship::plan::Scope;
 use rdkafka::message::OwnedHeaders;
 use serde_json::Value;
 
@@ -57,12 +58,12 @@ impl Kind {
         serde_json::to_vec(&self.value()).unwrap().len()
     }
 
-    pub fn resource(self) -> Resource {
+    pub fn resource(self) -> ResourceType {
         let (kind, plural) = match self {
             Kind::Pod => ("Pod", "pods"),
             Kind::ConfigMap => ("ConfigMap", "configmaps"),
         };
-        Resource {
+        ResourceType {
             group: String::new(),
             version: "v1".into(),
             kind: kind.into(),
@@ -96,7 +97,7 @@ pub fn scope(cluster: &str, kind: Kind, sink_toml: &str) -> Arc<Scope> {
         r.kind
     );
     let config = load_config(&toml);
-    let scopes = deltaship::pipeline::plan::scopes(&config, &[r], "https://127.0.0.1:6443").expect("plan");
+    let scopes = deltaship::plan::scopes(&config, &[r], "https://127.0.0.1:6443").expect("plan");
     scopes.into_iter().next().expect("one scope")
 }
 
@@ -134,7 +135,7 @@ pub fn wire(value: &Value) -> Vec<u8> {
 pub fn decode(bytes: &[u8]) -> Object {
     let watched: deltaship::watch::WatchedObject = serde_json::from_slice(bytes).expect("fixture decodes");
     let kind = if watched.value["kind"] == "Pod" { Kind::Pod } else { Kind::ConfigMap };
-    static REDACTOR: std::sync::LazyLock<deltaship::event::redact::Redactor> = std::sync::LazyLock::new(Default::default);
+    static REDACTOR: std::sync::LazyLock<deltaship::redact::Redactor> = std::sync::LazyLock::new(Default::default);
     deltaship::watch::decode_object(watched, &kind.resource(), &REDACTOR).expect("fixture has name, uid, resourceVersion")
 }
 
@@ -191,12 +192,12 @@ pub fn envelopes(cluster: &str, scope: &Scope, recorded: &[Recorded]) -> Vec<Env
 }
 
 /// A recorded event decoded as the watch stage does.
-pub fn watch_event(r: &Recorded) -> WatchEvent {
+pub fn watch_event(r: &Recorded) -> Observed {
     match r {
-        Recorded::Init => WatchEvent::Init,
-        Recorded::InitApply(b) => WatchEvent::InitApply(decode(b)),
-        Recorded::InitDone => WatchEvent::InitDone,
-        Recorded::Apply(b) => WatchEvent::Apply(decode(b)),
+        Recorded::Init => Observed::Init,
+        Recorded::InitApply(b) => Observed::InitApply(decode(b)),
+        Recorded::InitDone => Observed::InitDone,
+        Recorded::Apply(b) => Observed::Apply(decode(b)),
     }
 }
 

@@ -3,10 +3,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{
-    Change, ChangeType, Entry, Fingerprinter, Index, Marker, MarkerPhase, Object, ObjectChange,
-    ObjectRef, Payload, SyncCounts, SyncMode, SyncReason, WatchEvent,
-};
+use super::{Change, Entry, Fingerprinter, Index, Marker, ObjectChange, Payload, SyncCounts};
+use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Observed, SyncMode, SyncReason};
 use crate::telemetry::metrics as m;
 
 /// The classifier of one watch (a resource within one namespace scope). It owns that
@@ -19,12 +17,12 @@ pub struct Classifier {
     relist_mode: SyncMode,
     /// Keep each object's shipped content in the index (for resyncs and patch payloads).
     keep_content: bool,
-    sync: Option<Sync>,
+    sync: Option<SyncInProgress>,
     synced_once: bool,
 }
 
 #[derive(Debug)]
-struct Sync {
+struct SyncInProgress {
     id: Arc<str>,
     reason: SyncReason,
     mode: SyncMode,
@@ -55,7 +53,7 @@ impl Classifier {
         if self.sync.is_some() || !self.synced_once || !self.keep_content {
             return false;
         }
-        let mut sync = Sync::new(SyncReason::Resync, SyncMode::Full);
+        let mut sync = SyncInProgress::new(SyncReason::Resync, SyncMode::Full);
         out.push(Change::Marker(marker(&sync, MarkerPhase::Started)));
         for (key, entry) in self.index.sorted() {
             let Some(content) = &entry.content else { continue };
@@ -84,13 +82,13 @@ impl Classifier {
     }
 
     /// Classifies one watch event, appending what must be shipped to `out`.
-    pub fn handle(&mut self, event: WatchEvent, out: &mut Vec<Change>) {
+    pub fn handle(&mut self, event: Observed, out: &mut Vec<Change>) {
         match event {
-            WatchEvent::Init => self.start_sync(out),
-            WatchEvent::InitApply(obj) => self.listed(obj, out),
-            WatchEvent::InitDone => self.finish_sync(out),
-            WatchEvent::Apply(obj) => self.applied(obj, None, out),
-            WatchEvent::Delete(obj) => self.deleted(obj, out),
+            Observed::Init => self.start_sync(out),
+            Observed::InitApply(obj) => self.listed(obj, out),
+            Observed::InitDone => self.finish_sync(out),
+            Observed::Apply(obj) => self.applied(obj, None, out),
+            Observed::Delete(obj) => self.deleted(obj, out),
         }
     }
 
@@ -100,7 +98,7 @@ impl Classifier {
         } else {
             (SyncReason::Initial, SyncMode::Full)
         };
-        let sync = Sync::new(reason, mode);
+        let sync = SyncInProgress::new(reason, mode);
         out.push(Change::Marker(marker(&sync, MarkerPhase::Started)));
         if reason == SyncReason::Relist {
             metrics::counter!(m::RELISTS, "resource" => self.resource.clone()).increment(1);
@@ -123,7 +121,7 @@ impl Classifier {
                 let fingerprint = serialize(&self.fingerprinter, &mut obj);
                 let id = sync.id.clone();
                 self.replace_if_recreated(&key, &obj.reference, Some(id.clone()), out);
-                self.ship(key, obj, fingerprint, ChangeType::Synced, Some(id), out);
+                self.emit(key, obj, fingerprint, ChangeType::Synced, Some(id), out);
             }
             SyncMode::Diff => {
                 let id = sync.id.clone();
@@ -176,7 +174,7 @@ impl Classifier {
             }
             Some(_) => ChangeType::Updated,
         };
-        self.ship(key, obj, fingerprint, change, sync, out);
+        self.emit(key, obj, fingerprint, change, sync, out);
     }
 
     /// When the indexed object under `key` has another uid than `current`, the old one was
@@ -197,7 +195,7 @@ impl Classifier {
         self.push(ChangeType::Deleted, Payload::Object(obj), None, out);
     }
 
-    fn ship(&mut self, key: String, obj: Object, fingerprint: u128, change: ChangeType, sync: Option<Arc<str>>, out: &mut Vec<Change>) {
+    fn emit(&mut self, key: String, obj: Object, fingerprint: u128, change: ChangeType, sync: Option<Arc<str>>, out: &mut Vec<Change>) {
         let content = self.keep_content.then(|| Arc::new(obj.value.clone()));
         let previous = self
             .index
@@ -238,9 +236,9 @@ impl Classifier {
     }
 }
 
-impl Sync {
-    fn new(reason: SyncReason, mode: SyncMode) -> Sync {
-        Sync {
+impl SyncInProgress {
+    fn new(reason: SyncReason, mode: SyncMode) -> SyncInProgress {
+        SyncInProgress {
             id: uuid::Uuid::new_v4().to_string().into(),
             reason,
             mode,
@@ -268,7 +266,7 @@ fn serialize(fingerprinter: &Fingerprinter, obj: &mut Object) -> u128 {
     s.fingerprint
 }
 
-fn marker(sync: &Sync, phase: MarkerPhase) -> Marker {
+fn marker(sync: &SyncInProgress, phase: MarkerPhase) -> Marker {
     Marker {
         phase,
         sync_id: sync.id.clone(),
@@ -303,13 +301,13 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::change::object::fixtures::configmap;
+    use crate::model::fixtures::configmap;
 
     fn classifier() -> Classifier {
         Classifier::new("configmaps".into(), Fingerprinter::new(&["/status".into()]), SyncMode::Diff, false)
     }
 
-    fn run(c: &mut Classifier, events: Vec<WatchEvent>) -> Vec<Change> {
+    fn run(c: &mut Classifier, events: Vec<Observed>) -> Vec<Change> {
         let mut out = Vec::new();
         for e in events {
             c.handle(e, &mut out);
@@ -341,7 +339,7 @@ mod tests {
     #[test]
     fn initial_sync_ships_every_object_as_synced_between_markers() {
         let mut c = classifier();
-        let out = run(&mut c, vec![WatchEvent::Init, WatchEvent::InitApply(cm("a", "1", "x")), WatchEvent::InitApply(cm("b", "2", "x")), WatchEvent::InitDone]);
+        let out = run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitApply(cm("b", "2", "x")), Observed::InitDone]);
         assert_eq!(summary(&out), ["started:Initial", "synced:ns/a@1", "synced:ns/b@2", "completed:Initial:0/0/0/2"]);
         let ids: Vec<_> = out
             .iter()
@@ -356,17 +354,17 @@ mod tests {
     #[test]
     fn live_changes_are_added_updated_deleted_and_noops_are_skipped() {
         let mut c = classifier();
-        run(&mut c, vec![WatchEvent::Init, WatchEvent::InitDone]);
+        run(&mut c, vec![Observed::Init, Observed::InitDone]);
         let mut status_only = cm("a", "3", "y");
         status_only.value["status"] = json!({"phase": "new"});
         let out = run(
             &mut c,
             vec![
-                WatchEvent::Apply(cm("a", "1", "x")),
-                WatchEvent::Apply(cm("a", "1", "x")),  // same resourceVersion
-                WatchEvent::Apply(cm("a", "2", "y")),
-                WatchEvent::Apply(status_only),       // only an ignored field changed
-                WatchEvent::Delete(cm("a", "4", "y")),
+                Observed::Apply(cm("a", "1", "x")),
+                Observed::Apply(cm("a", "1", "x")),  // same resourceVersion
+                Observed::Apply(cm("a", "2", "y")),
+                Observed::Apply(status_only),       // only an ignored field changed
+                Observed::Delete(cm("a", "4", "y")),
             ],
         );
         assert_eq!(summary(&out), ["added:ns/a@1", "updated:ns/a@2", "deleted:ns/a@4"]);
@@ -378,19 +376,19 @@ mod tests {
         let mut c = classifier();
         run(
             &mut c,
-            vec![WatchEvent::Init, WatchEvent::InitApply(cm("keep", "1", "x")), WatchEvent::InitApply(cm("change", "2", "x")), WatchEvent::InitApply(cm("gone", "3", "x")), WatchEvent::InitDone],
+            vec![Observed::Init, Observed::InitApply(cm("keep", "1", "x")), Observed::InitApply(cm("change", "2", "x")), Observed::InitApply(cm("gone", "3", "x")), Observed::InitDone],
         );
         let recreated = configmap("keep2", "other-uid", "9", json!({}));
-        run(&mut c, vec![WatchEvent::Apply(configmap("keep2", "first-uid", "4", json!({})))]);
+        run(&mut c, vec![Observed::Apply(configmap("keep2", "first-uid", "4", json!({})))]);
         let out = run(
             &mut c,
             vec![
-                WatchEvent::Init,
-                WatchEvent::InitApply(cm("keep", "1", "x")),
-                WatchEvent::InitApply(cm("change", "5", "y")),
-                WatchEvent::InitApply(cm("new", "6", "x")),
-                WatchEvent::InitApply(recreated),
-                WatchEvent::InitDone,
+                Observed::Init,
+                Observed::InitApply(cm("keep", "1", "x")),
+                Observed::InitApply(cm("change", "5", "y")),
+                Observed::InitApply(cm("new", "6", "x")),
+                Observed::InitApply(recreated),
+                Observed::InitDone,
             ],
         );
         assert_eq!(
@@ -402,8 +400,8 @@ mod tests {
     #[test]
     fn an_inferred_delete_carries_the_last_known_reference() {
         let mut c = classifier();
-        run(&mut c, vec![WatchEvent::Init, WatchEvent::InitApply(cm("a", "7", "x")), WatchEvent::InitDone]);
-        let out = run(&mut c, vec![WatchEvent::Init, WatchEvent::InitDone]);
+        run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "7", "x")), Observed::InitDone]);
+        let out = run(&mut c, vec![Observed::Init, Observed::InitDone]);
         let Change::Object(o) = &out[1] else { panic!("expected a delete") };
         assert!(matches!(&o.payload, Payload::Reference(r) if r.uid == "uid-a" && r.resource_version == "7" && r.namespace.as_deref() == Some("ns")));
     }
@@ -413,8 +411,8 @@ mod tests {
         let mut c = Classifier::new("configmaps".into(), Fingerprinter::new(&[]), SyncMode::Diff, true);
         let mut out = Vec::new();
         assert!(!c.resync(&mut out), "no resync before the initial sync completed");
-        run(&mut c, vec![WatchEvent::Init, WatchEvent::InitApply(cm("a", "1", "x")), WatchEvent::InitDone]);
-        run(&mut c, vec![WatchEvent::Apply(cm("b", "2", "x")), WatchEvent::Apply(cm("a", "3", "y"))]);
+        run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone]);
+        run(&mut c, vec![Observed::Apply(cm("b", "2", "x")), Observed::Apply(cm("a", "3", "y"))]);
         assert!(c.resync(&mut out));
         assert_eq!(summary(&out), ["started:Resync", "synced:ns/a@3", "synced:ns/b@2", "completed:Resync:0/0/0/2"]);
         let Change::Object(a) = &out[1] else { panic!() };
@@ -433,17 +431,17 @@ mod tests {
     #[test]
     fn no_resync_during_a_sync_or_without_kept_content() {
         let mut c = Classifier::new("configmaps".into(), Fingerprinter::new(&[]), SyncMode::Diff, true);
-        run(&mut c, vec![WatchEvent::Init, WatchEvent::InitDone, WatchEvent::Init]);
+        run(&mut c, vec![Observed::Init, Observed::InitDone, Observed::Init]);
         assert!(!c.resync(&mut Vec::new()), "a relist is under way");
         let mut lean = classifier();
-        run(&mut lean, vec![WatchEvent::Init, WatchEvent::InitDone]);
+        run(&mut lean, vec![Observed::Init, Observed::InitDone]);
         assert!(!lean.resync(&mut Vec::new()));
     }
 
     #[test]
     fn updates_carry_the_previously_shipped_content_when_kept() {
         let mut c = Classifier::new("configmaps".into(), Fingerprinter::new(&[]), SyncMode::Diff, true);
-        let out = run(&mut c, vec![WatchEvent::Apply(cm("a", "1", "x")), WatchEvent::Apply(cm("a", "2", "y"))]);
+        let out = run(&mut c, vec![Observed::Apply(cm("a", "1", "x")), Observed::Apply(cm("a", "2", "y"))]);
         let Change::Object(u) = &out[1] else { panic!() };
         assert_eq!(u.change, ChangeType::Updated);
         assert_eq!(u.previous.as_ref().unwrap()["data"]["v"], "x");
@@ -454,8 +452,8 @@ mod tests {
     #[test]
     fn a_full_relist_ships_every_object_as_synced_and_infers_deletes() {
         let mut c = Classifier::new("configmaps".into(), Fingerprinter::new(&[]), SyncMode::Full, false);
-        run(&mut c, vec![WatchEvent::Init, WatchEvent::InitApply(cm("a", "1", "x")), WatchEvent::InitApply(cm("b", "2", "x")), WatchEvent::InitDone]);
-        let out = run(&mut c, vec![WatchEvent::Init, WatchEvent::InitApply(cm("a", "1", "x")), WatchEvent::InitDone]);
+        run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitApply(cm("b", "2", "x")), Observed::InitDone]);
+        let out = run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone]);
         assert_eq!(summary(&out), ["started:Relist", "synced:ns/a@1", "deleted:ns/b@2", "completed:Relist:0/0/1/1"]);
     }
 
@@ -476,18 +474,18 @@ mod tests {
 
     proptest! {
         /// Model check: a consumer following the protocol over the classifier's output
-        /// holds exactly the cluster's state after every relist, whatever changes the
-        /// watch missed in between.
+        /// holds exactly the cluster's state (every key with its uid and content) after every
+        /// relist, whatever changes the watch missed in between.
         #[test]
         fn consumer_state_matches_the_cluster_after_each_relist(ops in prop::collection::vec((op(), any::<bool>()), 1..60)) {
             let mut c = classifier();
             let mut cluster: HashMap<String, (String, String, u8)> = HashMap::new(); // name -> (uid, rv, value)
-            let mut consumer: HashMap<String, String> = HashMap::new(); // key -> rv
+            let mut consumer: HashMap<String, (String, serde_json::Value)> = HashMap::new(); // key -> (uid, content)
             let mut rv = 0u64;
             let mut uids = 0u64;
             let mut out = Vec::new();
-            c.handle(WatchEvent::Init, &mut out);
-            c.handle(WatchEvent::InitDone, &mut out);
+            c.handle(Observed::Init, &mut out);
+            c.handle(Observed::InitDone, &mut out);
             for (op, seen) in ops {
                 match op {
                     Op::Put(k, v) => {
@@ -496,7 +494,7 @@ mod tests {
                         let uid = cluster.get(&name).map(|e| e.0.clone()).unwrap_or_else(|| { uids += 1; format!("u{uids}") });
                         cluster.insert(name.clone(), (uid.clone(), rv.to_string(), v));
                         if seen {
-                            c.handle(WatchEvent::Apply(configmap(&name, &uid, &rv.to_string(), json!({"v": v}))), &mut out);
+                            c.handle(Observed::Apply(configmap(&name, &uid, &rv.to_string(), json!({"v": v}))), &mut out);
                         }
                     }
                     Op::Del(k) => {
@@ -504,33 +502,33 @@ mod tests {
                         if let Some((uid, _, v)) = cluster.remove(&name) {
                             rv += 1;
                             if seen {
-                                c.handle(WatchEvent::Delete(configmap(&name, &uid, &rv.to_string(), json!({"v": v}))), &mut out);
+                                c.handle(Observed::Delete(configmap(&name, &uid, &rv.to_string(), json!({"v": v}))), &mut out);
                             }
                         }
                     }
                     Op::Relist => {
-                        c.handle(WatchEvent::Init, &mut out);
+                        c.handle(Observed::Init, &mut out);
                         let mut names: Vec<_> = cluster.keys().cloned().collect();
                         names.sort();
                         for name in names {
                             let (uid, r, v) = cluster[&name].clone();
-                            c.handle(WatchEvent::InitApply(configmap(&name, &uid, &r, json!({"v": v}))), &mut out);
+                            c.handle(Observed::InitApply(configmap(&name, &uid, &r, json!({"v": v}))), &mut out);
                         }
-                        c.handle(WatchEvent::InitDone, &mut out);
+                        c.handle(Observed::InitDone, &mut out);
                         for change in out.drain(..) {
                             if let Change::Object(o) = change {
-                                let r = o.payload.reference();
-                                match o.change {
-                                    ChangeType::Deleted => { consumer.remove(&r.key()); }
-                                    _ => { consumer.insert(r.key(), r.resource_version.clone()); }
+                                let key = o.payload.reference().key();
+                                match (o.change, o.payload) {
+                                    (ChangeType::Deleted, _) => { consumer.remove(&key); }
+                                    (_, Payload::Object(obj)) => { consumer.insert(key, (obj.reference.uid.clone(), obj.value["data"]["v"].clone())); }
+                                    (t, Payload::Reference(_)) => prop_assert!(false, "a {} change without its object", t.as_str()),
                                 }
                             }
                         }
-                        // Unchanged objects keep the version the consumer already has;
-                        // compare content identity through uid+rv of changed ones.
-                        let keys: std::collections::BTreeSet<_> = consumer.keys().cloned().collect();
-                        let want: std::collections::BTreeSet<_> = cluster.keys().map(|n| format!("ns/{n}")).collect();
-                        prop_assert_eq!(keys, want);
+                        // Objects a relist found unchanged are not shipped again: the
+                        // consumer's copy (uid and content) must already be the cluster's.
+                        let want: HashMap<String, (String, serde_json::Value)> = cluster.iter().map(|(n, (uid, _, v))| (format!("ns/{n}"), (uid.clone(), json!(v)))).collect();
+                        prop_assert_eq!(&consumer, &want);
                     }
                 }
             }

@@ -1,57 +1,19 @@
 //! The change stage: watch events classified against the index into changes and markers.
 
 mod classify;
-mod filter;
 mod fingerprint;
 mod index;
-mod object;
 
 use std::sync::Arc;
 
 use serde::Serialize;
 
 pub use classify::Classifier;
-pub use filter::Filter;
 pub use fingerprint::{Fingerprinter, Serialized};
 pub use index::{Entry, Index};
-pub use object::{Object, ObjectError, ObjectRef};
-#[cfg(test)]
-pub(crate) use object::fixtures;
 
-/// A watch event with the object already decoded (kube-runtime's `watcher::Event`).
-#[derive(Debug)]
-pub enum WatchEvent {
-    /// A (re)list starts.
-    Init,
-    /// One object of the list.
-    InitApply(Object),
-    /// The list is complete: indexed objects it did not contain are gone.
-    InitDone,
-    /// ADDED or MODIFIED.
-    Apply(Object),
-    /// DELETED, with the object's final state.
-    Delete(Object),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChangeType {
-    Added,
-    Updated,
-    Deleted,
-    Synced,
-}
-
-impl ChangeType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ChangeType::Added => "added",
-            ChangeType::Updated => "updated",
-            ChangeType::Deleted => "deleted",
-            ChangeType::Synced => "synced",
-        }
-    }
-}
+use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, SyncMode, SyncReason};
+use crate::plan::Candidate;
 
 /// What an object change carries: the object, or only its reference when nothing more is
 /// known (a delete inferred from a relist: the index keeps fingerprints, not objects).
@@ -80,38 +42,18 @@ pub struct ObjectChange {
     pub previous: Option<Arc<serde_json::Value>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SyncReason {
-    Initial,
-    Relist,
-    /// A periodic resync, from the index.
-    Resync,
-}
-
-impl SyncReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SyncReason::Initial => "initial",
-            SyncReason::Relist => "relist",
-            SyncReason::Resync => "resync",
+impl ObjectChange {
+    /// What the routes' filters look at.
+    pub fn candidate(&self) -> Candidate<'_> {
+        Candidate {
+            change: self.change,
+            previous: self.previous.as_deref(),
+            now: match &self.payload {
+                Payload::Object(o) => Some(&o.value),
+                Payload::Reference(_) => None,
+            },
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SyncMode {
-    /// Every object delivered as `synced`.
-    Full,
-    /// Only differences against the index.
-    Diff,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MarkerPhase {
-    Started,
-    Completed,
 }
 
 /// Counts of the object events a sync produced, by type.

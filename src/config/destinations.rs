@@ -6,8 +6,8 @@ use std::collections::HashSet;
 
 use super::validate::{Problem, problem};
 use super::{Config, NatsConfig, NatsMode, ResourceConfig, SinkConfig};
-use crate::route::subject::encode_token;
-use crate::route::{MarkerSlot, Template};
+use crate::address::subject::encode_token;
+use crate::address::{MarkerSlot, Template};
 
 pub(super) fn validate(c: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
@@ -97,7 +97,7 @@ fn route_sink_key(c: &Config, position: usize) -> String {
 /// Per route: a created JetStream stream's subjects cover every subject the route
 /// publishes (JetStream stores nothing outside them, and the publish would fail): each
 /// object's, and each marker's, `<marker subject>.<namespace>.<full|diff>.<started|completed>`
-/// (see `Route::marker_destination_of`).
+/// (see `Address::marker_destination_of`).
 fn check_stream_subjects(out: &mut Vec<Problem>, c: &Config) {
     let mut reported = HashSet::new();
     for (position, route) in c.effective_routes().iter().enumerate() {

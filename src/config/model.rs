@@ -199,7 +199,7 @@ pub struct ResourceConfig {
     /// Subject (NATS) of this resource's objects, overriding `sink.subject_template`.
     pub subject: Option<String>,
     /// The shape of object events: `deltaship` (default) or `knative` (as Knative's
-    /// ApiServerSource in Resource mode: types `dev.knative.apiserver.resource.add|update|delete`,
+    /// ApiServerSource in ResourceType mode: types `dev.knative.apiserver.resource.add|update|delete`,
     /// `source` = the API server URL, `subject` = the object's API path), so existing
     /// Knative Triggers and functions work unchanged. Markers keep deltaship's shape.
     #[serde(default)]
@@ -241,7 +241,7 @@ pub enum EventFormat {
 pub struct FilterConfig {
     /// Ship only these object event types (`added`, `updated`, `deleted`, `synced`).
     /// Markers are always shipped. Default: all.
-    pub types: Option<Vec<crate::change::ChangeType>>,
+    pub types: Option<Vec<crate::model::ChangeType>>,
     /// Ship an `updated` only when one of these JSON pointers changed, e.g.
     /// `/spec/template` of a Deployment (so status churn never wakes a function).
     #[serde(default)]

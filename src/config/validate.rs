@@ -7,7 +7,7 @@ use std::ops::RangeInclusive;
 use std::path::Path;
 
 use super::{Config, KafkaConfig, NatsConfig, SinkConfig, selector_matches};
-use crate::route::Template;
+use crate::address::Template;
 
 /// One thing wrong with the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,16 +1,16 @@
-//! The attributes of Knative's ApiServerSource (Resource mode), for resources with
+//! The attributes of Knative's ApiServerSource (ResourceType mode), for resources with
 //! `format = "knative"`: existing Knative Triggers filter on these.
 
 use std::sync::Arc;
 
-use crate::change::{ChangeType, ObjectRef};
-use crate::resource::Resource;
+use crate::model::{ChangeType, ObjectRef};
+use crate::model::ResourceType;
 
 /// (type, source, subject): `dev.knative.apiserver.resource.add|update|delete`, the API
 /// server's URL, and the object's API path `/apis/<apiVersion>/namespaces/<ns>/<plural>/<name>`
 /// as ApiServerSource writes it (with `/apis/` for the core group too). `synced` maps to
 /// `add`: Knative has no sync events.
-pub fn attributes(change: ChangeType, api_server: &Arc<str>, resource: &Resource, r: &ObjectRef) -> (String, String, String) {
+pub fn attributes(change: ChangeType, api_server: &Arc<str>, resource: &ResourceType, r: &ObjectRef) -> (String, String, String) {
     let verb = match change {
         ChangeType::Added | ChangeType::Synced => "add",
         ChangeType::Updated => "update",
@@ -26,7 +26,7 @@ pub fn attributes(change: ChangeType, api_server: &Arc<str>, resource: &Resource
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resource::fixtures::deployments;
+    use crate::model::fixtures::deployments;
 
     #[test]
     fn knative_types_sources_and_subjects() {

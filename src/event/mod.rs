@@ -2,7 +2,6 @@
 
 mod id;
 mod knative;
-pub mod redact;
 
 use std::sync::Arc;
 
@@ -13,10 +12,12 @@ use cloudevents::{Event, EventBuilder, EventBuilderV10};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::change::{Change, ChangeType, Marker, MarkerPhase, ObjectChange, ObjectRef, Payload, SyncReason};
+use crate::change::{Change, Marker, ObjectChange, Payload};
+
+use crate::model::{ChangeType, MarkerPhase, ObjectRef, SyncReason};
 use crate::config::PayloadMode;
-use crate::route::MarkerSlot;
-use crate::watch::{Output, Scope};
+use crate::address::MarkerSlot;
+use crate::plan::{Output, Scope};
 
 pub use id::event_id;
 
@@ -94,9 +95,9 @@ fn object_event(cluster: &str, scope: &Scope, output: &Output, c: ObjectChange, 
         None => (kind.event_type(), scope.resource.source(cluster), r.key()),
         Some(api_server) => knative::attributes(c.change, api_server, &scope.resource, &r),
     };
-    let destination = output.destination.object_destination(&r);
+    let destination = output.address.object_destination(&r);
     let key = r.key();
-    let partition_key = output.destination.key(&key);
+    let partition_key = output.address.key(&key);
     let resource = scope.resource.label();
     let sync_id = c.sync_id.as_deref().unwrap_or("");
     let id = event_id(&[cluster, &resource, &r.uid, &r.resource_version, &ty, sync_id]);
@@ -223,7 +224,7 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
         mode: m.mode,
         phase: m.phase,
     };
-    let key = output.destination.marker_key(slot);
+    let key = output.address.marker_key(slot);
     let mut event = EventBuilderV10::new()
         .id(id)
         .ty(ty)
@@ -240,7 +241,7 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
     Ok(Envelope {
         event,
         data: to_bytes(&data),
-        destination: output.destination.marker_destination_of(slot),
+        destination: output.address.marker_destination_of(slot),
         key,
         kind,
         resource: resource.into(),
@@ -253,10 +254,10 @@ mod tests {
     use cloudevents::AttributesReader;
 
     use super::*;
-    use crate::change::fixtures::configmap;
-    use crate::change::SyncMode;
-    use crate::resource::fixtures::configmaps;
-    use crate::route::{Route, Template};
+    use crate::model::fixtures::configmap;
+    use crate::model::SyncMode;
+    use crate::model::fixtures::configmaps;
+    use crate::address::{Address, Template};
 
     fn scope() -> Scope {
         Scope {
@@ -280,7 +281,7 @@ mod tests {
             payload,
             filters: Default::default(),
             knative_source: None,
-            destination: Route::topic("c", &configmaps(), &Template::parse("t.{plural}").unwrap()),
+            address: Address::topic("c", &configmaps(), &Template::parse("t.{plural}").unwrap()),
         }
     }
 

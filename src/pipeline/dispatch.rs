@@ -249,7 +249,7 @@ mod tests {
     use cloudevents::{AttributesReader, EventBuilder, EventBuilderV10};
 
     use super::*;
-    use crate::change::{ChangeType, MarkerPhase};
+    use crate::model::{ChangeType, MarkerPhase};
     use crate::telemetry::Health;
 
     /// A sink that acknowledges after a delay derived from the event id (so that events

@@ -3,8 +3,8 @@
 
 mod dispatch;
 mod meters;
-pub mod plan;
 mod retry;
+mod worker;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -19,10 +19,12 @@ use crate::config::{Config, SinkConfig};
 use crate::leader::{Elector, LeaderError};
 use crate::sink::{Publisher, SendError, Sink};
 use crate::telemetry::{self, Health, RouteHealth};
-use crate::watch::{self, Watch, access::AccessError, client::ClientError, discovery::DiscoveryError};
+use crate::plan;
+use crate::watch::{self, access::AccessError, client::ClientError, discovery::DiscoveryError};
 
 pub use dispatch::{DispatchError, Dispatcher};
 pub use retry::RetryPolicy;
+pub use worker::Worker;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -178,14 +180,15 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     let cluster: Arc<str> = config.cluster.as_str().into();
     let mut watches = JoinSet::new();
     for scope in scopes {
-        let w = Watch {
-            client: client.clone(),
+        let observed = watch::observe(client.clone(), &scope, &config.kubernetes);
+        let name = format!("watch of {}", scope.describe());
+        let worker = Worker {
             cluster: cluster.clone(),
-            kubernetes: config.kubernetes.clone(),
             health: health.watch(scope.describe()),
+            queues: queues.clone(),
             scope,
         };
-        names.spawn(&mut watches, format!("watch of {}", w.scope.describe()), w.run(queues.clone(), watch_stop.clone()));
+        names.spawn(&mut watches, name, worker.run(observed, watch_stop.clone()));
     }
     // The watches hold the only senders: a route's queue closes when they end.
     drop(queues);

@@ -17,7 +17,7 @@ use super::kafka_recover::{Progress, STATISTICS_INTERVAL_MS, Tracked};
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_content_type, structured_bytes};
 use crate::config::{ContentMode, KafkaConfig, Secret, mask_secrets_in};
 use crate::event::{Envelope, EnvelopeKind};
-use crate::change::ChangeType;
+use crate::model::ChangeType;
 
 /// librdkafka's own queue would buffer up to 1 GiB by default; deltaship bounds what is in
 /// flight itself (delivery.max_in_flight), so a small cap here keeps memory bounded even

@@ -4,7 +4,7 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessR
 use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
 
-use super::Scope;
+use crate::plan::Scope;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AccessError {

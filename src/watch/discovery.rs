@@ -4,7 +4,7 @@ use kube::Client;
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope as ApiScope, verbs};
 
 use crate::config::ResourceConfig;
-use crate::resource::Resource;
+use crate::model::ResourceType;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
@@ -41,19 +41,19 @@ pub async fn discover(client: Client) -> Result<Served, DiscoveryError> {
 
 impl Served {
     /// Resolves `resources[index]`, or explains why it cannot be watched.
-    pub fn resolve(&self, index: usize, rc: &ResourceConfig) -> Result<Resource, DiscoveryError> {
+    pub fn resolve(&self, index: usize, rc: &ResourceConfig) -> Result<ResourceType, DiscoveryError> {
         resolve_one(index, rc, &self.0)
     }
 }
 
 /// Runs discovery once and resolves every configured resource, or fails naming the first
 /// that cannot be watched, with close matches.
-pub async fn resolve(client: Client, resources: &[ResourceConfig]) -> Result<Vec<Resource>, DiscoveryError> {
+pub async fn resolve(client: Client, resources: &[ResourceConfig]) -> Result<Vec<ResourceType>, DiscoveryError> {
     let served = discover(client).await?;
     resources.iter().enumerate().map(|(i, rc)| served.resolve(i, rc)).collect()
 }
 
-fn resolve_one(index: usize, rc: &ResourceConfig, served: &[(ApiResource, ApiCapabilities)]) -> Result<Resource, DiscoveryError> {
+fn resolve_one(index: usize, rc: &ResourceConfig, served: &[(ApiResource, ApiCapabilities)]) -> Result<ResourceType, DiscoveryError> {
     let wanted = describe(&rc.group, &rc.version, &rc.kind);
     let Some((ar, caps)) = served
         .iter()
@@ -74,7 +74,7 @@ fn resolve_one(index: usize, rc: &ResourceConfig, served: &[(ApiResource, ApiCap
     if !namespaced && !rc.namespaces.is_empty() {
         return Err(DiscoveryError::NamespacesOnClusterScoped { index, wanted });
     }
-    Ok(Resource {
+    Ok(ResourceType {
         group: ar.group.clone(),
         version: ar.version.clone(),
         kind: ar.kind.clone(),

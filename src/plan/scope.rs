@@ -4,9 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Output;
-use crate::change::SyncMode;
-use crate::event::redact::Redaction;
-use crate::resource::Resource;
+use crate::model::{ResourceType, SyncMode};
+use crate::redact::Redaction;
 
 /// One watch and everything the later stages need to know about it. Shared (`Arc`) by
 /// all events of the watch.
@@ -14,7 +13,7 @@ use crate::resource::Resource;
 pub struct Scope {
     /// Position of the resource in the config's `resources`, for error messages.
     pub index: usize,
-    pub resource: Resource,
+    pub resource: ResourceType,
     /// The watched namespace; `None` for all namespaces or a cluster-scoped kind.
     pub namespace: Option<String>,
     pub label_selector: Option<String>,

@@ -1,6 +1,6 @@
 //! Name templates for topics and subjects, such as `deltaship.{cluster}.{group}.{plural}`.
 
-use crate::resource::Resource;
+use crate::model::ResourceType;
 
 use super::subject::encode_token;
 
@@ -36,7 +36,7 @@ pub enum Style {
 #[derive(Debug, Clone, Copy)]
 pub struct Names<'a> {
     pub cluster: &'a str,
-    pub resource: &'a Resource,
+    pub resource: &'a ResourceType,
     pub namespace: Option<&'a str>,
     pub name: Option<&'a str>,
 }

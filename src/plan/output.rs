@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::change::{Change, Filter};
+use super::{Candidate, Filter};
+use crate::address::Address;
 use crate::config::PayloadMode;
-use crate::route::Route;
 
 #[derive(Debug, Clone)]
 pub struct Output {
@@ -18,12 +18,12 @@ pub struct Output {
     /// Set when object events are shaped as Knative's ApiServerSource emits them: the
     /// API server's URL, their `source`.
     pub knative_source: Option<Arc<str>>,
-    pub destination: Route,
+    pub address: Address,
 }
 
 impl Output {
-    pub fn passes(&self, change: &Change) -> bool {
-        self.filters.iter().all(|f| f.passes(change))
+    pub fn passes(&self, candidate: Candidate) -> bool {
+        self.filters.iter().all(|f| f.passes(candidate))
     }
 
     /// Whether shaping or filtering needs each object's previously shipped content.

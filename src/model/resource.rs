@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-pub struct Resource {
+pub struct ResourceType {
     /// API group, empty for the core group.
     pub group: String,
     pub version: String,
@@ -12,7 +12,7 @@ pub struct Resource {
     pub namespaced: bool,
 }
 
-impl Resource {
+impl ResourceType {
     /// `v1` for the core group, else `group/version`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -50,10 +50,10 @@ impl Resource {
 
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use super::Resource;
+    use super::ResourceType;
 
-    pub fn configmaps() -> Resource {
-        Resource {
+    pub fn configmaps() -> ResourceType {
+        ResourceType {
             group: String::new(),
             version: "v1".into(),
             kind: "ConfigMap".into(),
@@ -62,8 +62,8 @@ pub(crate) mod fixtures {
         }
     }
 
-    pub fn deployments() -> Resource {
-        Resource {
+    pub fn deployments() -> ResourceType {
+        ResourceType {
             group: "apps".into(),
             version: "v1".into(),
             kind: "Deployment".into(),

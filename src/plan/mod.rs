@@ -1,16 +1,22 @@
 //! The plan: configured resources, as discovery resolved them, expanded into watch scopes,
-//! each with the outputs of the routes that ship it. `run` and `check` share it.
+//! each with the outputs of the routes that ship it. Plain data below the stages: the
+//! watch, change and event stages read it, `run` and `check` build it.
+
+mod filter;
+mod output;
+mod scope;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-
 use std::time::Duration;
 
-use crate::change::{Filter, SyncMode};
+use crate::address::{Address, Template, check_topic_name};
 use crate::config::{Config, EventFormat, RelistMode, ResourceConfig, RouteConfig, SinkConfig};
-use crate::resource::Resource;
-use crate::route::{Route, Template, check_topic_name};
-use crate::watch::{Output, Scope};
+use crate::model::{ResourceType, SyncMode};
+
+pub use filter::{Candidate, Filter};
+pub use output::Output;
+pub use scope::Scope;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -19,7 +25,7 @@ pub enum PlanError {
     #[error("topic {topic} would hold both {a} and {b} with the same keys; put {{plural}} and {{group}} in the template or give each resource its own `topic`")]
     SharedTopic { topic: String, a: String, b: String },
     #[error(transparent)]
-    Redaction(#[from] crate::event::redact::RedactError),
+    Redaction(#[from] crate::redact::RedactError),
 }
 
 /// The stdout sink has no topics; the default template only names an object's lane.
@@ -30,23 +36,23 @@ fn parse(index: usize, t: &str) -> Result<Template, PlanError> {
 }
 
 /// Where `resources[index]` goes on a route to `sink`.
-fn destination(cluster: &str, sink: &SinkConfig, index: usize, rc: &ResourceConfig, resource: &Resource) -> Result<Route, PlanError> {
+fn address(cluster: &str, sink: &SinkConfig, index: usize, rc: &ResourceConfig, resource: &ResourceType) -> Result<Address, PlanError> {
     match sink {
-        SinkConfig::Stdout {} => Ok(Route::topic(cluster, resource, &parse(index, STDOUT_TEMPLATE)?)),
+        SinkConfig::Stdout {} => Ok(Address::topic(cluster, resource, &parse(index, STDOUT_TEMPLATE)?)),
         SinkConfig::Kafka(k) => {
-            let route = Route::topic(cluster, resource, &parse(index, rc.topic.as_deref().unwrap_or(&k.topic_template))?);
+            let route = Address::topic(cluster, resource, &parse(index, rc.topic.as_deref().unwrap_or(&k.topic_template))?);
             check_topic_name(&route.marker_destination()).map_err(|problem| PlanError::Template { index, problem })?;
             Ok(route)
         }
         SinkConfig::Nats(n) => {
             let objects = parse(index, rc.subject.as_deref().unwrap_or(&n.subject_template))?;
-            Ok(Route::subject(cluster, resource, &objects, &parse(index, &n.marker_subject_template)?))
+            Ok(Address::subject(cluster, resource, &objects, &parse(index, &n.marker_subject_template)?))
         }
     }
 }
 
 /// The outputs of `resources[index]`: one per route that ships it.
-fn outputs(config: &Config, routes: &[RouteConfig], index: usize, rc: &ResourceConfig, resource: &Resource, api_server: &str) -> Result<Vec<Output>, PlanError> {
+fn outputs(config: &Config, routes: &[RouteConfig], index: usize, rc: &ResourceConfig, resource: &ResourceType, api_server: &str) -> Result<Vec<Output>, PlanError> {
     let mut out = Vec::new();
     for (position, route) in routes.iter().enumerate().filter(|(_, r)| r.selects(rc)) {
         out.push(Output {
@@ -55,7 +61,7 @@ fn outputs(config: &Config, routes: &[RouteConfig], index: usize, rc: &ResourceC
             payload: route.payload.unwrap_or(rc.payload),
             filters: [Filter::new(&rc.filter), Filter::new(&route.filter)],
             knative_source: (route.format.unwrap_or(rc.format) == EventFormat::Knative).then(|| api_server.into()),
-            destination: destination(&config.cluster, &route.sink, index, rc, resource)?,
+            address: address(&config.cluster, &route.sink, index, rc, resource)?,
         });
     }
     Ok(out)
@@ -63,9 +69,9 @@ fn outputs(config: &Config, routes: &[RouteConfig], index: usize, rc: &ResourceC
 
 /// The watch scopes of `config`; `api_server` is the API server's URL (the `source` of
 /// Knative-shaped events).
-pub fn scopes(config: &Config, resources: &[Resource], api_server: &str) -> Result<Vec<Arc<Scope>>, PlanError> {
+pub fn scopes(config: &Config, resources: &[ResourceType], api_server: &str) -> Result<Vec<Arc<Scope>>, PlanError> {
     let routes = config.effective_routes();
-    let redactions = crate::event::redact::for_resources(config)?;
+    let redactions = crate::redact::for_resources(config)?;
     let mut out = Vec::new();
     // Per route and marker destination: the resource there, and its key prefix.
     let mut owners: HashMap<(usize, Arc<str>), (String, String)> = HashMap::new();
@@ -74,7 +80,7 @@ pub fn scopes(config: &Config, resources: &[Resource], api_server: &str) -> Resu
         for o in &outputs {
             // Two resources in one topic are fine when their keys are prefixed; two
             // resources whose markers would share a destination with unprefixed keys are not.
-            let shared = (o.route, o.destination.marker_destination());
+            let shared = (o.route, o.address.marker_destination());
             if let Some((other, prefix)) = owners.get(&shared)
                 && *other != resource.label()
                 && prefix.is_empty()
@@ -85,7 +91,7 @@ pub fn scopes(config: &Config, resources: &[Resource], api_server: &str) -> Resu
                     b: resource.label(),
                 });
             }
-            owners.insert(shared, (resource.label(), o.destination.key_prefix.clone()));
+            owners.insert(shared, (resource.label(), o.address.key_prefix.clone()));
         }
         let namespaces: Vec<Option<String>> = if rc.namespaces.is_empty() {
             vec![None]
@@ -120,7 +126,7 @@ pub fn scopes(config: &Config, resources: &[Resource], api_server: &str) -> Resu
 pub fn topics(scopes: &[Arc<Scope>], route: usize) -> Vec<String> {
     let mut t: Vec<String> = scopes
         .iter()
-        .flat_map(|s| s.outputs.iter().filter(|o| o.route == route).map(|o| o.destination.marker_destination().to_string()))
+        .flat_map(|s| s.outputs.iter().filter(|o| o.route == route).map(|o| o.address.marker_destination().to_string()))
         .collect();
     t.sort();
     t.dedup();

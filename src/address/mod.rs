@@ -5,20 +5,20 @@ mod template;
 
 use std::sync::Arc;
 
-use crate::change::{MarkerPhase, ObjectRef, SyncMode};
-use crate::resource::Resource;
+use crate::model::{MarkerPhase, ObjectRef, SyncMode};
+use crate::model::ResourceType;
 
 pub use template::{Names, Style, Template};
 
 /// Where the events of one watched resource go and how they are keyed.
 #[derive(Debug, Clone)]
-pub struct Route {
+pub struct Address {
     destination: Destination,
     /// Prepended to object keys when several resources may share a destination, so that a
     /// ConfigMap and a Secret of the same name never share a key (compaction would merge
     /// them): `<plural>.<group>/`, empty otherwise.
     pub key_prefix: String,
-    /// The start of marker keys, `/deltaship/sync/<resource>` (see `Route::marker_key`): it starts
+    /// The start of marker keys, `/deltaship/sync/<resource>` (see `Address::marker_key`): it starts
     /// with `/`, which no object key can (namespace and object names never contain `/` and
     /// are never empty).
     marker_key_base: String,
@@ -69,17 +69,17 @@ enum Destination {
     /// A NATS subject per object, rendered from the template, and one marker subject.
     Subject {
         cluster: Arc<str>,
-        resource: Resource,
+        resource: ResourceType,
         template: Template,
         marker: Arc<str>,
     },
 }
 
-impl Route {
+impl Address {
     /// A Kafka route: the template names the topic.
-    pub fn topic(cluster: &str, resource: &Resource, template: &Template) -> Route {
+    pub fn topic(cluster: &str, resource: &ResourceType, template: &Template) -> Address {
         let names = Names { cluster, resource, namespace: None, name: None };
-        Route {
+        Address {
             destination: Destination::Topic(template.render(Style::Topic, &names).into()),
             key_prefix: key_prefix(resource, template),
             marker_key_base: marker_key_base(resource),
@@ -88,9 +88,9 @@ impl Route {
 
     /// A NATS route: `template` names each object's subject, `marker` the subject of the
     /// resource's sync markers.
-    pub fn subject(cluster: &str, resource: &Resource, template: &Template, marker: &Template) -> Route {
+    pub fn subject(cluster: &str, resource: &ResourceType, template: &Template, marker: &Template) -> Address {
         let names = Names { cluster, resource, namespace: None, name: None };
-        Route {
+        Address {
             destination: Destination::Subject {
                 cluster: cluster.into(),
                 resource: resource.clone(),
@@ -148,7 +148,7 @@ impl Route {
     }
 }
 
-fn key_prefix(resource: &Resource, template: &Template) -> String {
+fn key_prefix(resource: &ResourceType, template: &Template) -> String {
     if template.names_resource() {
         String::new()
     } else {
@@ -156,7 +156,7 @@ fn key_prefix(resource: &Resource, template: &Template) -> String {
     }
 }
 
-fn marker_key_base(resource: &Resource) -> String {
+fn marker_key_base(resource: &ResourceType) -> String {
     format!("/deltaship/sync/{}", resource.label())
 }
 
@@ -180,7 +180,7 @@ pub fn check_topic_name(name: &str) -> Result<(), String> {
 mod tests {
     use super::subject::decode_token;
     use super::*;
-    use crate::resource::fixtures::*;
+    use crate::model::fixtures::*;
 
     fn object(ns: Option<&str>, name: &str) -> ObjectRef {
         ObjectRef {
@@ -194,9 +194,9 @@ mod tests {
     #[test]
     fn default_topic_template_gives_one_topic_per_resource() {
         let t = Template::parse("deltaship.{cluster}.{group}.{plural}").unwrap();
-        let r = Route::topic("prod", &configmaps(), &t);
+        let r = Address::topic("prod", &configmaps(), &t);
         assert_eq!(&*r.object_destination(&object(Some("ns"), "a")), "deltaship.prod.core.configmaps");
-        let r = Route::topic("prod", &deployments(), &t);
+        let r = Address::topic("prod", &deployments(), &t);
         assert_eq!(&*r.marker_destination(), "deltaship.prod.apps.deployments");
         assert_eq!(r.key("ns/web"), "ns/web");
         let slot = MarkerSlot { namespace: Some("ns"), mode: SyncMode::Full, phase: MarkerPhase::Started };
@@ -209,7 +209,7 @@ mod tests {
     fn shared_topic_prefixes_keys_with_the_resource() {
         let t = Template::parse("k8s-{cluster}").unwrap();
         assert!(!t.names_resource());
-        let r = Route::topic("c", &configmaps(), &t);
+        let r = Address::topic("c", &configmaps(), &t);
         assert_eq!(&*r.marker_destination(), "k8s-c");
         assert_eq!(r.key("ns/a"), "configmaps/ns/a");
     }
@@ -218,7 +218,7 @@ mod tests {
     fn subjects_encode_each_field_as_one_reversible_token() {
         let t = Template::parse("deltaship.{cluster}.{group}.{kind}.{namespace}.{name}").unwrap();
         let m = Template::parse("deltaship.{cluster}.{group}.{kind}._sync").unwrap();
-        let r = Route::subject("prod", &configmaps(), &t, &m);
+        let r = Address::subject("prod", &configmaps(), &t, &m);
         let s = r.object_destination(&object(Some("ns"), "app.settings"));
         assert_eq!(&*s, "deltaship.prod._.configmap.ns.app%2Esettings");
         let tokens: Vec<&str> = s.split('.').collect();
@@ -226,8 +226,8 @@ mod tests {
         assert_eq!(decode_token(tokens[5]).unwrap().as_deref(), Some("app.settings"));
         assert_eq!(decode_token(tokens[2]).unwrap(), None, "core group");
         assert_eq!(&*r.marker_destination(), "deltaship.prod._.configmap._sync");
-        let ns = crate::resource::Resource { namespaced: false, kind: "Namespace".into(), plural: "namespaces".into(), ..configmaps() };
-        let r = Route::subject("prod", &ns, &t, &m);
+        let ns = crate::model::ResourceType { namespaced: false, kind: "Namespace".into(), plural: "namespaces".into(), ..configmaps() };
+        let r = Address::subject("prod", &ns, &t, &m);
         assert_eq!(&*r.object_destination(&object(None, "kube-system")), "deltaship.prod._.namespace._.kube-system");
     }
 

@@ -1,0 +1,134 @@
+//! The per-watch worker: what one watch observed, classified against that watch's index,
+//! built into each route's CloudEvents and put into the routes' queues. It takes any
+//! stream of observations (kube-runtime's `reflector(writer, stream)` is the model), so
+//! the watch stage, the benches and the tests below feed it alike.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use kube::runtime::watcher;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::change::{Change, Classifier, Fingerprinter};
+use crate::event::{self, Envelope};
+use crate::model::Observed;
+use crate::plan::Scope;
+use crate::telemetry::{WatchHealth, metrics as m};
+use crate::watch::FailureKind;
+
+/// Everything one watch's worker needs besides its observations.
+pub struct Worker {
+    pub cluster: Arc<str>,
+    pub scope: Arc<Scope>,
+    /// Where the worker reports the watch's errors and recoveries (for /readyz).
+    pub health: WatchHealth,
+    /// Each route's queue, by route position.
+    pub queues: Vec<mpsc::Sender<Envelope>>,
+}
+
+impl Worker {
+    /// Runs until `stop` is cancelled, the observations end or a route's queue is closed.
+    /// Watch errors never end it: they are logged and counted, and the watch stage resumes
+    /// (or relists) after a backoff.
+    pub async fn run(self, observed: impl Stream<Item = Result<Observed, watcher::Error>>, stop: CancellationToken) {
+        let scope = self.scope.clone();
+        let label = scope.resource.label();
+        let mut observed = std::pin::pin!(observed);
+        let mut classifier = Classifier::new(label.clone(), Fingerprinter::new(&scope.ignore_fields), scope.relist, scope.keeps_content());
+        // Resyncs run in this task, between watch events: each object's resync event
+        // carries its state at emission time, in order with its live events.
+        let mut resync = scope.resync.map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
+        let mut changes = Vec::new();
+        // Per-event gauges, registered once (a lookup by labels allocates them).
+        let indexed = metrics::gauge!(m::INDEXED, "resource" => label.clone());
+        let queued: Vec<metrics::Gauge> = scope.outputs.iter().map(|o| metrics::gauge!(m::QUEUED, "route" => o.route_name.to_string())).collect();
+        tracing::info!(watch = %scope.describe(), "Watch started");
+        loop {
+            let item = tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick(&mut resync) => {
+                    if !classifier.resync(&mut changes) {
+                        tracing::debug!(watch = %scope.describe(), "Resync skipped: a sync is under way");
+                    }
+                    if !self.enqueue(&label, &mut changes, &queued, &stop).await {
+                        return;
+                    }
+                    continue;
+                }
+                item = observed.next() => item,
+            };
+            let Some(item) = item else { return };
+            let event = match item {
+                Ok(e) => e,
+                Err(e) => {
+                    let kind = FailureKind::of(&e).as_str();
+                    metrics::counter!(m::WATCH_ERRORS, "resource" => label.clone(), "error_kind" => kind).increment(1);
+                    self.health.failed(kind);
+                    tracing::warn!(watch = %scope.describe(), error_kind = kind, error = %e, "Watch failed; backing off");
+                    continue;
+                }
+            };
+            // `Init` comes before each list is even tried; anything else proves the watch
+            // works (an object, a completed list, a live event).
+            if !matches!(event, Observed::Init) {
+                self.health.worked();
+            }
+            classifier.handle(event, &mut changes);
+            indexed.set(classifier.index_len() as f64);
+            if !self.enqueue(&label, &mut changes, &queued, &stop).await {
+                return;
+            }
+        }
+    }
+
+    /// Builds and queues the events of `changes` for each route that ships them; false
+    /// when stopping. A full route queue pauses this watch (and with it every route it
+    /// feeds) until that route catches up: nothing is dropped. `queued` holds the queue
+    /// gauge of each of the scope's outputs.
+    async fn enqueue(&self, label: &str, changes: &mut Vec<Change>, queued: &[metrics::Gauge], stop: &CancellationToken) -> bool {
+        let scope = &self.scope;
+        for change in changes.drain(..) {
+            let last = scope.outputs.len().saturating_sub(1);
+            let mut change = Some(change);
+            for (i, output) in scope.outputs.iter().enumerate() {
+                let c = change.as_ref().expect("taken only by the last output");
+                if let Change::Object(o) = c
+                    && !output.passes(o.candidate())
+                {
+                    metrics::counter!(m::FILTERED, "resource" => label.to_string(), "type" => o.change.as_str(), "route" => output.route_name.to_string())
+                        .increment(1);
+                    continue;
+                }
+                // The last output takes the change; the others build from a copy.
+                let c = if i == last { change.take().expect("not taken yet") } else { c.clone() };
+                let env = match event::build(&self.cluster, scope, output, c, chrono::Utc::now()) {
+                    Ok(env) => env,
+                    Err(e) => {
+                        metrics::counter!(m::BAD_OBJECTS, "resource" => label.to_string(), "reason" => "encode").increment(1);
+                        tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be encoded");
+                        continue;
+                    }
+                };
+                let tx = &self.queues[output.route];
+                tokio::select! {
+                    _ = stop.cancelled() => return false,
+                    sent = tx.send(env) => if sent.is_err() { return false },
+                }
+                // Set where the queue fills (here) and where it drains (the dispatcher).
+                queued[i].set((tx.max_capacity() - tx.capacity()) as f64);
+            }
+        }
+        true
+    }
+}
+
+/// The next tick of an optional timer; never, without one.
+async fn tick(timer: &mut Option<tokio::time::Interval>) {
+    match timer {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
