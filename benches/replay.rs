@@ -35,7 +35,6 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, message::PublishMessage};
 use common::{Kind, Recorded};
-use deltaship::change::{Classifier, Fingerprinter};
 use deltaship::config::OversizePolicy;
 use deltaship::event::{Envelope, EnvelopeKind};
 use deltaship::pipeline::{Dispatcher, RetryPolicy};
@@ -124,9 +123,9 @@ fn main() {
 /// Decodes, classifies and builds the recording's envelopes for `cluster` (a distinct
 /// cluster per run gives distinct event ids, so JetStream never drops one as a
 /// duplicate); returns them with the CPU time spent per event, in µs.
-fn prepare(cluster: &str, scope: &deltaship::plan::Scope, recorded: &[Recorded]) -> (Vec<Envelope>, f64) {
+async fn prepare(cluster: &str, scope: &Arc<deltaship::plan::Scope>, recorded: &Arc<Vec<Recorded>>) -> (Vec<Envelope>, f64) {
     let cpu = common::process_cpu();
-    let envs = common::envelopes(cluster, scope, recorded);
+    let envs = common::envelopes(cluster, scope, recorded).await;
     let per_event = (common::process_cpu() - cpu) * 1e6 / envs.len() as f64;
     (envs, per_event)
 }
@@ -153,8 +152,8 @@ async fn through_pipeline(sink: Sink, envs: Vec<Envelope>, health: Arc<Health>) 
     }
 }
 
-/// The watch stage and the pipeline together: a producer task decodes, classifies and
-/// builds the recorded events into the queue while the Dispatcher delivers them.
+/// The watch stage and the pipeline together: the pipeline's worker decodes, classifies
+/// and builds the recorded events into the queue while the Dispatcher delivers them.
 async fn end_to_end(sink: Sink, cluster: String, scope: Arc<deltaship::plan::Scope>, recorded: Arc<Vec<Recorded>>, health: Arc<Health>) -> (Measured, usize) {
     let retry = RetryPolicy {
         initial: Duration::from_millis(100),
@@ -165,27 +164,17 @@ async fn end_to_end(sink: Sink, cluster: String, scope: Arc<deltaship::plan::Sco
     let cpu = common::process_cpu();
     let started = Instant::now();
     let delivery = tokio::spawn(dispatcher.run(rx));
-    let producer = tokio::spawn(async move {
-        let mut classifier = Classifier::new(scope.resource.label(), Fingerprinter::new(&scope.ignore_fields), scope.relist, scope.keeps_content());
-        let mut changes = Vec::new();
-        let mut sent = 0;
-        for r in recorded.iter() {
-            classifier.handle(common::watch_event(r), &mut changes);
-            for c in changes.drain(..) {
-                let env = deltaship::event::build(&cluster, &scope, &scope.outputs[0], c, chrono::Utc::now()).expect("builds");
-                tx.send(env).await.expect("dispatcher running");
-                sent += 1;
-            }
-        }
-        sent
-    });
-    let sent = producer.await.unwrap();
+    let events = recorded.len();
+    let worker = common::worker(&cluster, scope, tx);
+    let producer = tokio::spawn(worker.run(common::observations(recorded), CancellationToken::new()));
+    producer.await.unwrap();
     delivery.await.unwrap().expect("every event delivered");
     let m = Measured {
         seconds: started.elapsed().as_secs_f64(),
         cpu_seconds: common::process_cpu() - cpu,
     };
-    (m, sent)
+    // `recording` makes every recorded event one shipped event.
+    (m, events)
 }
 
 struct Report<'a> {
@@ -384,7 +373,7 @@ async fn run_kafka_variant(
         let (m, events) = end_to_end(sink.clone(), cluster.to_string(), scope, recorded.clone(), health).await;
         return (m, events, 0.0);
     }
-    let (envs, prepare_us) = prepare(cluster, &scope, recorded);
+    let (envs, prepare_us) = prepare(cluster, &scope, recorded).await;
     let events = envs.len();
     let m = match v {
         Variant::Pipeline => through_pipeline(sink.clone(), envs, health).await,
@@ -537,7 +526,7 @@ async fn run_nats_variant(
         let (m, events) = end_to_end(sink.clone(), cluster.to_string(), scope, recorded.clone(), health).await;
         return (m, events, 0.0);
     }
-    let (envs, prepare_us) = prepare(cluster, &scope, recorded);
+    let (envs, prepare_us) = prepare(cluster, &scope, recorded).await;
     let events = envs.len();
     let m = match v {
         Variant::Pipeline => through_pipeline(sink.clone(), envs, health).await,

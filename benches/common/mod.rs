@@ -7,11 +7,16 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use deltaship::change::{Change, Classifier, Fingerprinter};
 use deltaship::model::{Object, Observed};
+use deltaship::pipeline::Worker;
+use deltaship::telemetry::Health;
+use futures::{Stream, StreamExt, stream};
+use kube::runtime::watcher;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use deltaship::config::{self, Config};
 use deltaship::config::ContentMode;
-use deltaship::event::{self, Envelope};
+use deltaship::event::Envelope;
 use deltaship::model::ResourceType;
 use deltaship::plan::Scope;
 use rdkafka::message::OwnedHeaders;
@@ -176,18 +181,33 @@ pub fn recording(kind: Kind, n: usize, objects: usize) -> Vec<Recorded> {
     out
 }
 
-/// The bridge's per-event path up to the sink: decode, classify against the index, build
-/// the CloudEvent. Returns the envelopes in order.
-pub fn envelopes(cluster: &str, scope: &Scope, recorded: &[Recorded]) -> Vec<Envelope> {
-    let mut classifier = Classifier::new(scope.resource.label(), Fingerprinter::new(&scope.ignore_fields), scope.relist, scope.keeps_content());
-    let mut changes: Vec<Change> = Vec::new();
-    let mut out = Vec::with_capacity(recorded.len());
-    for r in recorded {
-        classifier.handle(watch_event(r), &mut changes);
-        for c in changes.drain(..) {
-            out.push(event::build(cluster, scope, &scope.outputs[0], c, chrono::Utc::now()).expect("builds"));
-        }
+/// The bridge's per-event path up to the sink, as `deltaship run` takes it: the pipeline's
+/// worker over the recorded watch (decoded as the watch stage does, classified against the
+/// index, built into CloudEvents), its events put into `queue`.
+pub fn worker(cluster: &str, scope: Arc<Scope>, queue: mpsc::Sender<Envelope>) -> Worker {
+    Worker {
+        cluster: cluster.into(),
+        health: Health::single(1).watch(scope.describe()),
+        scope,
+        queues: vec![queue],
     }
+}
+
+/// What the watch stage hands the worker for a recording.
+pub fn observations(recorded: Arc<Vec<Recorded>>) -> impl Stream<Item = Result<Observed, watcher::Error>> + Send + 'static {
+    stream::iter(0..recorded.len()).map(move |i| Ok(watch_event(&recorded[i])))
+}
+
+/// The envelopes the worker builds from the recording, in order: one per recorded event
+/// (`recording` makes every event a visible change).
+pub async fn envelopes(cluster: &str, scope: &Arc<Scope>, recorded: &Arc<Vec<Recorded>>) -> Vec<Envelope> {
+    let (tx, mut rx) = mpsc::channel(recorded.len().max(1));
+    worker(cluster, scope.clone(), tx).run(observations(recorded.clone()), CancellationToken::new()).await;
+    let mut out = Vec::with_capacity(recorded.len());
+    while let Ok(env) = rx.try_recv() {
+        out.push(env);
+    }
+    assert_eq!(out.len(), recorded.len(), "one event per recorded watch event");
     out
 }
 

@@ -132,3 +132,110 @@ async fn tick(timer: &mut Option<tokio::time::Interval>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::stream;
+    use serde_json::json;
+
+    use super::*;
+    use crate::event::EnvelopeKind;
+    use crate::model::fixtures::{configmap, configmaps};
+    use crate::telemetry::Health;
+
+    /// The scopes of ConfigMaps as `run` plans them from `routes` (TOML route tables).
+    fn scope(extra: &str) -> Arc<Scope> {
+        let dir = std::env::temp_dir().join(format!("deltaship-worker-{}-{:?}", std::process::id(), std::thread::current().id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("config.toml");
+        std::fs::write(&file, format!("cluster = \"c\"\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n{extra}\n")).unwrap();
+        let config = crate::config::load(&file).unwrap();
+        let mut scopes = crate::plan::scopes(&config, &[configmaps()], "https://api").unwrap();
+        scopes.remove(0)
+    }
+
+    const TWO_ROUTES: &str = "[[routes]]\nname = \"all\"\nsink = { type = \"stdout\" }\n[[routes]]\nname = \"updates\"\nsink = { type = \"stdout\" }\nfilter = { types = [\"updated\"] }\n";
+
+    /// A worker for `scope` with one queue per route; the receivers, by route.
+    fn worker(scope: Arc<Scope>, routes: usize) -> (Worker, Vec<mpsc::Receiver<Envelope>>) {
+        let (queues, receivers) = (0..routes).map(|_| mpsc::channel(64)).unzip();
+        let health = Health::single(1).watch("configmaps".into());
+        (Worker { cluster: "c".into(), scope, health, queues }, receivers)
+    }
+
+    fn cm(name: &str, rv: &str, v: &str) -> crate::model::Object {
+        configmap(name, &format!("uid-{name}"), rv, json!({"v": v}))
+    }
+
+    /// What a route received: `type key` per event, in order.
+    async fn received(rx: &mut mpsc::Receiver<Envelope>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(e) = rx.recv().await {
+            out.push(match e.kind {
+                EnvelopeKind::Object(_) => format!("{} {}", e.kind.label(), e.key),
+                EnvelopeKind::Marker(_) => e.kind.label().to_string(),
+            });
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn each_route_gets_the_watch_in_order_through_its_own_filter() {
+        let (w, mut rx) = worker(scope(TWO_ROUTES), 2);
+        let observed = stream::iter([
+            Observed::Init,
+            Observed::InitApply(cm("a", "1", "x")),
+            Observed::InitApply(cm("b", "2", "x")),
+            Observed::InitDone,
+            Observed::Apply(cm("a", "3", "y")),
+            Observed::Apply(cm("c", "4", "x")),
+            Observed::Delete(cm("b", "5", "x")),
+        ])
+        .map(Ok);
+        w.run(observed, CancellationToken::new()).await;
+        let all = received(&mut rx[0]).await;
+        assert_eq!(all, ["sync.started", "synced ns/a", "synced ns/b", "sync.completed", "updated ns/a", "added ns/c", "deleted ns/b"]);
+        let updates = received(&mut rx[1]).await;
+        assert_eq!(updates, ["sync.started", "sync.completed", "updated ns/a"], "markers pass every filter");
+    }
+
+    #[tokio::test]
+    async fn watch_errors_are_counted_and_the_watch_goes_on() {
+        let (w, mut rx) = worker(scope(TWO_ROUTES), 2);
+        let observed = stream::iter([Err(watcher::Error::NoResourceVersion), Ok(Observed::Init), Ok(Observed::InitApply(cm("a", "1", "x"))), Ok(Observed::InitDone)]);
+        w.run(observed, CancellationToken::new()).await;
+        assert_eq!(received(&mut rx[0]).await, ["sync.started", "synced ns/a", "sync.completed"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resyncs_ship_the_index_between_observations_on_the_period() {
+        let (w, rx) = worker(scope("resync_secs = 60\n[sink]\ntype = \"stdout\"\n"), 1);
+        let mut rx = rx.into_iter().next().unwrap();
+        let observed = stream::iter([Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone]).map(Ok).chain(stream::pending());
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(w.run(observed, stop.clone()));
+                for want in ["sync.started", "synced", "sync.completed"] {
+            assert_eq!(rx.recv().await.map(|e| e.kind.label()), Some(want));
+        }
+        tokio::time::advance(Duration::from_secs(59)).await;
+        tokio::task::yield_now().await;
+        assert!(rx.is_empty(), "no resync before its period");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        for want in ["sync.started", "synced", "sync.completed"] {
+            assert_eq!(rx.recv().await.map(|e| e.kind.label()), Some(want), "the resync at 60 s");
+        }
+        stop.cancel();
+        task.await.unwrap();
+        assert!(rx.recv().await.is_none(), "stopping ends the worker and closes its queues");
+    }
+
+    #[tokio::test]
+    async fn a_closed_queue_ends_the_worker() {
+        let (w, rx) = worker(scope(TWO_ROUTES), 2);
+        drop(rx);
+        let observed = stream::iter([Observed::Init, Observed::InitDone]).map(Ok).chain(stream::pending());
+        tokio::time::timeout(Duration::from_secs(5), w.run(observed, CancellationToken::new())).await.expect("ends without waiting for more observations");
+    }
+}
