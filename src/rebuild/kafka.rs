@@ -9,8 +9,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::decode::{Binding, decode};
 use super::{Consumer, Position, RebuildError};
-use crate::config::KafkaConfig;
-use crate::sink::kafka::connection_settings;
+use crate::config::{ClientRole, KafkaConfig};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -25,7 +24,11 @@ pub fn read(brokers: &str, topics: &[String], connection: Option<&KafkaConfig>, 
         .set("group.id", "deltaship-rebuild")
         .set("enable.auto.commit", "false");
     if let Some(k) = connection {
-        connection_settings(&mut config, k).map_err(|e| RebuildError::Source(e.to_string()))?;
+        // The sink's settings apply last, as they do to its producer.
+        let sink = k.client_config(ClientRole::Consumer).map_err(|e| RebuildError::Source(e.to_string()))?;
+        for (key, value) in sink.config_map() {
+            config.set(key, value);
+        }
     }
     let kafka: BaseConsumer = config
         .create()
