@@ -299,7 +299,7 @@ mod tests {
 
     /// What a Kafka sink's send fails with when the broker answers `code`.
     fn kafka_error(code: RDKafkaErrorCode) -> Failure {
-        Failure::Kafka(KafkaError::MessageProduction(code))
+        Failure::Kafka(Box::new(KafkaError::MessageProduction(code)))
     }
 
     fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {

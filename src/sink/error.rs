@@ -137,24 +137,25 @@ impl SendError {
     }
 }
 
-/// What a send, or a request of the sink's client, failed on.
+/// What a send, or a request of the sink's client, failed on. librdkafka's errors are
+/// boxed: they are large, and every event's outcome carries a `Result` of this.
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
     /// librdkafka failed or refused a record or a request.
     #[error("{0}")]
-    Kafka(#[source] KafkaError),
+    Kafka(#[source] Box<KafkaError>),
     /// A Kafka request found no broker; `cause` is the client's latest connection error.
     #[error("{source}; the client reports: {cause}")]
     KafkaUnreachable {
         #[source]
-        source: KafkaError,
+        source: Box<KafkaError>,
         cause: String,
     },
     /// A Kafka request found no broker while SASL refused the credentials.
     #[error("{cause}; the brokers refused the credentials: check the sink's sasl settings (mechanism, username, password)")]
     KafkaCredentialsRefused {
         #[source]
-        source: KafkaError,
+        source: Box<KafkaError>,
         cause: String,
     },
     /// A Kafka request found no broker while the TLS handshake failed.
@@ -163,7 +164,7 @@ pub enum Failure {
     )]
     KafkaTlsFailed {
         #[source]
-        source: KafkaError,
+        source: Box<KafkaError>,
         cause: String,
     },
     /// The metadata of a marker's topic lists no partition.
@@ -281,11 +282,19 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_lists_every_error_kind_of_failed_sends() {
+        let readme = include_str!("../../README.md");
+        let row = readme.lines().find(|l| l.starts_with("| `deltaship_sink_errors_total`")).expect("the metric's row");
+        let listed: Vec<&str> = row.split('`').skip(3).step_by(2).collect();
+        assert_eq!(listed, ErrorKind::ALL.map(ErrorKind::as_str), "{row}");
+    }
+
+    #[test]
     fn a_send_error_says_its_kind_then_what_failed_and_keeps_the_cause() {
         use std::error::Error;
         let e = SendError::Fatal {
             kind: ErrorKind::Authorization,
-            source: Failure::Kafka(KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed)),
+            source: Failure::Kafka(Box::new(KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed))),
         };
         assert!(e.to_string().starts_with("authorization: Message production error: TopicAuthorizationFailed"), "{e}");
         assert!(e.source().and_then(|f| f.source()).is_some_and(|k| k.is::<KafkaError>()));

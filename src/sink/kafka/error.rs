@@ -17,7 +17,7 @@ const RECENT_CAUSE: Duration = Duration::from_secs(60);
 pub(super) fn classify(e: KafkaError) -> SendError {
     use RDKafkaErrorCode as C;
     let (kind, retryable) = match e.rdkafka_error_code() {
-        Some(C::MessageSizeTooLarge | C::InvalidMessageSize) => return SendError::TooLarge { source: Failure::Kafka(e) },
+        Some(C::MessageSizeTooLarge | C::InvalidMessageSize) => return SendError::TooLarge { source: Failure::Kafka(Box::new(e)) },
         Some(C::TopicAuthorizationFailed | C::ClusterAuthorizationFailed) => (ErrorKind::Authorization, false),
         Some(C::SaslAuthenticationFailed | C::Authentication) => (ErrorKind::Authentication, false),
         Some(C::InvalidTopic) => (ErrorKind::Topic, false),
@@ -31,7 +31,7 @@ pub(super) fn classify(e: KafkaError) -> SendError {
         Some(C::MessageTimedOut | C::RequestTimedOut) => (ErrorKind::Timeout, true),
         _ => (ErrorKind::Broker, true),
     };
-    let source = Failure::Kafka(e);
+    let source = Failure::Kafka(Box::new(e));
     if retryable { SendError::Retryable { kind, source } } else { SendError::Fatal { kind, source } }
 }
 
