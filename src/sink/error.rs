@@ -297,7 +297,8 @@ mod tests {
             source: Failure::Kafka(Box::new(KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed))),
         };
         assert!(e.to_string().starts_with("authorization: Message production error: TopicAuthorizationFailed"), "{e}");
-        assert!(e.source().and_then(|f| f.source()).is_some_and(|k| k.is::<KafkaError>()));
+        let kafka = e.source().and_then(|f| f.source()).and_then(|k| k.downcast_ref::<Box<KafkaError>>());
+        assert_eq!(kafka.and_then(|k| k.rdkafka_error_code()), Some(RDKafkaErrorCode::TopicAuthorizationFailed));
         let big = SendError::TooLarge { source: Failure::NoPartitions };
         assert_eq!(big.kind(), ErrorKind::TooLarge);
         assert!(!big.is_retryable() && SinkError::Request(big).to_string().starts_with("event too large: "));
