@@ -250,7 +250,7 @@ fn selected(v: Variant) -> bool {
 /// zstd, 64 MiB queue, linger 5 ms), for the raw client.
 fn raw_producer(brokers: &str) -> FutureProducer {
     let cfg: deltaship::config::KafkaConfig = serde_json::from_value(serde_json::json!({"brokers": brokers})).expect("a Kafka config");
-    deltaship::sink::kafka::client_config(&cfg).expect("no secret files to read").create().expect("raw producer")
+    cfg.client_config(deltaship::config::ClientRole::Producer).expect("no secret files to read").create().expect("raw producer")
 }
 
 struct KafkaRecord {

@@ -140,6 +140,17 @@ fn a_stdout_sink_refuses_unknown_keys_from_the_file_and_the_environment() {
 }
 
 #[test]
+fn an_unknown_compression_codec_exits_2_naming_the_key_and_the_codecs() {
+    let codecs = "`none`, `gzip`, `snappy`, `lz4`, `zstd`";
+    refused(&format!("{CM}[sink]\ntype = \"kafka\"\nbrokers = \"b:1\"\ncompression = \"brotli\"\n"), &["`sink.compression`", "`brotli`", codecs]);
+    refused(
+        &format!("{CM}[[routes]]\nname = \"r\"\nsink = {{ type = \"kafka\", brokers = \"b:1\", compression = \"zip\" }}\n"),
+        &["`routes.0.sink.compression`", "`zip`", codecs],
+    );
+    accepted(&format!("{CM}[sink]\ntype = \"kafka\"\nbrokers = \"b:1\"\ncompression = \"lz4\"\n"));
+}
+
+#[test]
 fn an_invalid_log_level_exits_2() {
     refused(&format!("{CM}[log]\nlevel = \"deltaship=loud\"\n"), &["`log.level`", "not a log filter"]);
 }

@@ -157,7 +157,7 @@ fn diagnose(bridge: &Bridge, a: &Audit) {
 /// Restarts in a row for the restart tests, and the bound on each recovery: the time from
 /// the server answering a new client again to the bridge's next acknowledgement. A Kafka
 /// producer left without brokers is replaced within about 2 s, any other stuck producer
-/// after 15 s of no report while the broker answers (src/sink/kafka_recover.rs); 45 s
+/// after 15 s of no report while the broker answers (src/sink/kafka/recover.rs); 45 s
 /// leaves room for a busy machine and is still seconds, where the liveness probe alone
 /// would take delivery.stall_timeout_secs (300 s).
 const RESTARTS: usize = 20;

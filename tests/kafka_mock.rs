@@ -1,7 +1,7 @@
 //! The Kafka sink against librdkafka's mock cluster (three brokers in this process, no real
 //! broker): broker errors are injected on Produce requests to see which of them deltaship's
 //! producer settings (idempotence, acks=all, message.timeout.ms=0) ride out and which reach
-//! the dispatcher, classified as `SendError` (src/sink/kafka.rs `classify`).
+//! the dispatcher, classified as `SendError` (src/sink/kafka/error.rs `classify`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -11,7 +11,7 @@ use cloudevents::{EventBuilder, EventBuilderV10};
 use deltaship::model::{ChangeType, MarkerPhase};
 use deltaship::config::KafkaConfig;
 use deltaship::event::{Envelope, EnvelopeKind};
-use deltaship::sink::{KafkaSink, SendError};
+use deltaship::sink::{ErrorKind, KafkaSink, SendError};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -179,7 +179,7 @@ async fn a_topic_authorization_failure_surfaces_as_fatal_authorization() {
     mock.request_errors(RDKafkaApiKey::Produce, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED]);
     let result = send(&sink, &added("ns/a", "a-1")).await;
     match result {
-        Err(SendError::Fatal { kind, message }) => assert_eq!(kind, "authorization", "{message}"),
+        Err(SendError::Fatal { kind, source }) => assert_eq!(kind, ErrorKind::Authorization, "{source}"),
         other => panic!("expected a fatal authorization error, got {other:?}"),
     }
 }

@@ -20,7 +20,7 @@ pub use model::*;
 pub use nats::*;
 pub use redact::{FieldPath, KEY_FIX, RedactAction, RedactField, RedactionConfig, Segment, read_digest_key};
 pub use route::*;
-pub use secret::Secret;
+pub use secret::{Secret, SecretFileError};
 pub use validate::Problem;
 
 /// Environment variables with this prefix override file settings; `__` separates levels,
@@ -113,6 +113,12 @@ fn describe_figment_error(mut e: figment::Error) -> String {
         && e.path.last() != Some(field)
     {
         e.path.push(field.clone());
+    }
+    // A wrong codec likewise: serde's list of the codecs names the key.
+    if let Kind::UnknownVariant(_, expected) = &e.kind
+        && expected[..] == Compression::NAMES[..]
+    {
+        e.path.push("compression".into());
     }
     let from = match &e.metadata {
         Some(m) if m.name.contains("environment") => {
@@ -278,6 +284,21 @@ mod tests {
             jail.set_env("DELTASHIP_SINK__BROKERS", "b:1");
             let e = load_in_jail(jail, "e.toml").unwrap_err().to_string();
             assert!(e.contains("`sink.brokers`: unknown field: found `brokers`") && e.contains("DELTASHIP_SINK__BROKERS") && e.contains("no keys besides `type`"), "{e}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn an_unknown_codec_names_its_key_and_the_codecs_from_the_file_and_the_environment() {
+        Jail::expect_with(|jail| {
+            let kafka = "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"kafka\"\nbrokers = \"b:1\"\n";
+            jail.create_file("c.toml", &format!("{kafka}compression = \"brotli\"\n"))?;
+            let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("`sink.compression`: unknown variant: found `brotli`") && e.contains("`lz4`, `zstd`") && e.contains("c.toml"), "{e}");
+            jail.create_file("e.toml", kafka)?;
+            jail.set_env("DELTASHIP_SINK__COMPRESSION", "LZ4");
+            let e = load_in_jail(jail, "e.toml").unwrap_err().to_string();
+            assert!(e.contains("`sink.compression`") && e.contains("DELTASHIP_SINK__COMPRESSION") && e.contains("fix: use one of the listed values"), "{e}");
             Ok(())
         });
     }

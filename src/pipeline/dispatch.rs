@@ -14,16 +14,17 @@ use super::meters::Meters;
 use super::retry::RetryPolicy;
 use crate::config::OversizePolicy;
 use crate::event::{self, Envelope, EnvelopeKind};
-use crate::sink::{Publisher, SendError};
+use crate::sink::{ErrorKind, Failure, Publisher, SendError};
 use crate::telemetry::{RouteHealth, metrics as m};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {
-    #[error("the sink refused an event of {resource} for good ({kind}): {message}; fix the cause and restart (the initial sync re-delivers current state)")]
+    #[error("the sink refused an event of {resource} for good ({kind}): {source}; fix the cause and restart (the initial sync re-delivers current state)")]
     SinkFatal {
         resource: String,
-        kind: &'static str,
-        message: String,
+        kind: ErrorKind,
+        #[source]
+        source: Failure,
     },
 }
 
@@ -181,25 +182,25 @@ impl<P: Publisher> Dispatcher<P> {
                 Settled::Done(env)
             }
             Err(e) => {
-                metrics::counter!(m::SINK_ERRORS, "sink" => sink, "route" => self.route.clone(), "error_kind" => e.kind()).increment(1);
+                metrics::counter!(m::SINK_ERRORS, "sink" => sink, "route" => self.route.clone(), "error_kind" => e.kind().as_str()).increment(1);
                 match e {
-                    SendError::Retryable { kind, message } => {
+                    SendError::Retryable { kind, source } => {
                         let delay = self.retry.delay(done.attempt);
                         // A purge (a replaced producer) was logged once by the sink.
-                        if done.attempt == 0 && kind != "purged" {
-                            tracing::warn!(sink, route = %self.route, resource = %env.resource, error_kind = kind, error = %message, "Send failed; retrying with backoff");
+                        if done.attempt == 0 && kind != ErrorKind::Purged {
+                            tracing::warn!(sink, route = %self.route, resource = %env.resource, error_kind = kind.as_str(), error = %source, "Send failed; retrying with backoff");
                         } else {
-                            tracing::debug!(sink, resource = %env.resource, attempt = done.attempt, error = %message, "Send failed again; retrying");
+                            tracing::debug!(sink, resource = %env.resource, attempt = done.attempt, error = %source, "Send failed again; retrying");
                         }
                         Settled::Retry(env, done.attempt + 1, delay)
                     }
-                    SendError::TooLarge { message } => self.oversized(env, message),
-                    SendError::Fatal { kind, message } => {
-                        tracing::error!(sink, route = %self.route, resource = %env.resource, error_kind = kind, error = %message, "Sink refused an event for good; stopping");
+                    SendError::TooLarge { source } => self.oversized(env, source),
+                    SendError::Fatal { kind, source } => {
+                        tracing::error!(sink, route = %self.route, resource = %env.resource, error_kind = kind.as_str(), error = %source, "Sink refused an event for good; stopping");
                         Settled::Fatal(DispatchError::SinkFatal {
                             resource: env.resource.to_string(),
                             kind,
-                            message,
+                            source,
                         })
                     }
                 }
@@ -211,26 +212,26 @@ impl<P: Publisher> Dispatcher<P> {
 impl<P: Publisher> Dispatcher<P> {
     /// The oversize policy: the event as a truncated reference (in the same lane, before
     /// anything later of its object), skipped, or fatal.
-    fn oversized(&self, env: Arc<Envelope>, message: String) -> Settled {
+    fn oversized(&self, env: Arc<Envelope>, source: Failure) -> Settled {
         let sink = self.sink.name();
         let resource = env.resource.to_string();
         if self.oversize == OversizePolicy::Reference
             && let Some(reference) = event::truncated(&env)
         {
             metrics::counter!(m::TRUNCATED, "resource" => resource, "route" => self.route.clone()).increment(1);
-            tracing::warn!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; shipping it as a truncated reference");
+            tracing::warn!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %source, "Event too large for the sink; shipping it as a truncated reference");
             return Settled::Retry(Arc::new(reference), 0, Duration::ZERO);
         }
         if self.oversize == OversizePolicy::Fail {
-            tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; stopping (delivery.oversize = fail)");
+            tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %source, "Event too large for the sink; stopping (delivery.oversize = fail)");
             return Settled::Fatal(DispatchError::SinkFatal {
                 resource,
-                kind: "too_large",
-                message,
+                kind: ErrorKind::TooLarge,
+                source,
             });
         }
         metrics::counter!(m::DROPPED, "resource" => resource, "reason" => "too_large", "route" => self.route.clone()).increment(1);
-        tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %message, "Event too large for the sink; skipped");
+        tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %source, "Event too large for the sink; skipped");
         Settled::Done(env)
     }
 }
@@ -247,6 +248,7 @@ mod tests {
     use std::sync::Mutex;
 
     use cloudevents::{AttributesReader, EventBuilder, EventBuilderV10};
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
     use super::*;
     use crate::model::{ChangeType, MarkerPhase};
@@ -287,12 +289,17 @@ mod tests {
                     *n
                 };
                 if attempt == 1 && me.fail_first.contains(&id) {
-                    return Err(SendError::Retryable { kind: "timeout", message: "injected".into() });
+                    return Err(SendError::Retryable { kind: ErrorKind::Timeout, source: kafka_error(RDKafkaErrorCode::MessageTimedOut) });
                 }
                 me.acked.lock().unwrap().push(id);
                 Ok(())
             })
         }
+    }
+
+    /// What a Kafka sink's send fails with when the broker answers `code`.
+    fn kafka_error(code: RDKafkaErrorCode) -> Failure {
+        Failure::Kafka(Box::new(KafkaError::MessageProduction(code)))
     }
 
     fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
@@ -397,7 +404,7 @@ mod tests {
             let acked = self.acked.clone();
             Box::pin(async move {
                 if env.event.extension("truncated").is_none() {
-                    return Err(SendError::TooLarge { message: "MSG_SIZE_TOO_LARGE".into() });
+                    return Err(SendError::TooLarge { source: kafka_error(RDKafkaErrorCode::MessageSizeTooLarge) });
                 }
                 acked.lock().unwrap().push((*env).clone());
                 Ok(())
@@ -440,13 +447,13 @@ mod tests {
                 "refuses"
             }
             fn send(&self, _: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>> {
-                Box::pin(async { Err(SendError::Fatal { kind: "authorization", message: "TOPIC_AUTHORIZATION_FAILED".into() }) })
+                Box::pin(async { Err(SendError::Fatal { kind: ErrorKind::Authorization, source: kafka_error(RDKafkaErrorCode::TopicAuthorizationFailed) }) })
             }
         }
         let (tx, rx) = mpsc::channel(1);
         let d = Dispatcher::new(Refuses, 10, OversizePolicy::Reference, RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) }, Health::single(0).route(0));
         tx.send(envelope("a", "a1", EnvelopeKind::Object(ChangeType::Added))).await.unwrap();
         let e = d.run(rx).await.unwrap_err().to_string();
-        assert!(e.contains("authorization") && e.contains("TOPIC_AUTHORIZATION_FAILED") && e.contains("configmaps"), "{e}");
+        assert!(e.contains("(authorization)") && e.contains("TopicAuthorizationFailed") && e.contains("configmaps"), "{e}");
     }
 }

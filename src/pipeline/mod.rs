@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, SinkConfig};
 use crate::leader::{Elector, LeaderError};
-use crate::sink::{Publisher, SendError, Sink};
+use crate::sink::{Publisher, Sink, SinkError};
 use crate::telemetry::{self, Health, RouteHealth};
 use crate::plan;
 use crate::watch::{self, access::AccessError, client::ClientError, discovery::DiscoveryError};
@@ -37,7 +37,7 @@ pub enum RunError {
     #[error(transparent)]
     Access(#[from] AccessError),
     #[error("{at}: {source}")]
-    Sink { at: String, source: SendError },
+    Sink { at: String, source: SinkError },
     #[error(transparent)]
     Http(#[from] telemetry::HttpError),
     #[error(transparent)]
@@ -291,7 +291,7 @@ impl Delivery {
         loop {
             match self.sink.prepare(&self.config, &self.topics).await {
                 Ok(()) => return Ok(true),
-                Err(e @ SendError::Retryable { .. }) => {
+                Err(e) if e.is_retryable() => {
                     if attempt == 0 {
                         tracing::warn!(sink = self.sink.name(), at = %self.at, error = %e, "Cannot prepare the sink yet; retrying with backoff");
                     }

@@ -9,8 +9,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::decode::{Binding, decode};
 use super::{Consumer, Position, RebuildError};
-use crate::config::KafkaConfig;
-use crate::sink::kafka::connection_settings;
+use crate::config::{ClientRole, KafkaConfig};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -19,13 +18,16 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// Offsets a compacted topic no longer holds are not gaps to report: compaction removes
 /// records by design (Kafka has no way to tell them from records never written).
 pub fn read(brokers: &str, topics: &[String], connection: Option<&KafkaConfig>, consumer: &mut Consumer) -> Result<(), RebuildError> {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "deltaship-rebuild")
-        .set("enable.auto.commit", "false");
-    if let Some(k) = connection {
-        connection_settings(&mut config, k).map_err(|e| RebuildError::Source(e.to_string()))?;
+    let mut config = match connection {
+        Some(k) => k.client_config(ClientRole::Consumer).map_err(|e| RebuildError::Source(e.to_string()))?,
+        None => ClientConfig::new(),
+    };
+    let reader = [("bootstrap.servers", brokers), ("group.id", "deltaship-rebuild"), ("enable.auto.commit", "false")];
+    for (key, value) in reader {
+        // The sink's raw librdkafka options win, as they do over its producer's settings.
+        if config.get(key).is_none() {
+            config.set(key, value);
+        }
     }
     let kafka: BaseConsumer = config
         .create()

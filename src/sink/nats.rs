@@ -11,9 +11,9 @@ use async_nats::{ConnectOptions, HeaderMap};
 use cloudevents::AttributesReader;
 use bytes::Bytes;
 
-use super::{SendError, read_secret};
+use super::{ErrorKind, Failure, SendError, SinkError};
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, percent_encode, structured_bytes};
-use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Storage};
+use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Secret, Storage};
 use crate::event::Envelope;
 
 #[derive(Clone)]
@@ -24,17 +24,10 @@ pub struct NatsSink {
     content_mode: ContentMode,
 }
 
-fn config_error(key: &str, message: impl std::fmt::Display) -> SendError {
-    SendError::Fatal {
-        kind: "config",
-        message: format!("{key}: {message}"),
-    }
-}
-
 impl NatsSink {
     /// Connects in the background: an unreachable server is retried without end (the sink
     /// is then not ready), never a start-up failure. Credentials and TLS files are read now.
-    pub async fn connect(cfg: &NatsConfig) -> Result<NatsSink, SendError> {
+    pub async fn connect(cfg: &NatsConfig) -> Result<NatsSink, SinkError> {
         let mut opts = ConnectOptions::new()
             .name("deltaship")
             .retry_on_initial_connect()
@@ -50,24 +43,24 @@ impl NatsSink {
         if let Some(user) = &a.user {
             let password = match (&a.password, &a.password_file) {
                 (Some(p), _) => p.expose().to_string(),
-                (None, Some(f)) => read_secret("sink.auth.password_file", f)?.expose().to_string(),
+                (None, Some(f)) => Secret::from_file("sink.auth.password_file", f)?.expose().to_string(),
                 (None, None) => String::new(),
             };
             opts = opts.user_and_password(user.clone(), password);
         }
         match (&a.token, &a.token_file) {
             (Some(t), _) => opts = opts.token(t.expose().to_string()),
-            (None, Some(f)) => opts = opts.token(read_secret("sink.auth.token_file", f)?.expose().to_string()),
+            (None, Some(f)) => opts = opts.token(Secret::from_file("sink.auth.token_file", f)?.expose().to_string()),
             (None, None) => {}
         }
         if let Some(f) = &a.nkey_seed_file {
-            opts = opts.nkey(read_secret("sink.auth.nkey_seed_file", f)?.expose().to_string());
+            opts = opts.nkey(Secret::from_file("sink.auth.nkey_seed_file", f)?.expose().to_string());
         }
         if let Some(f) = &a.credentials_file {
             opts = opts
                 .credentials_file(f)
                 .await
-                .map_err(|e| config_error("sink.auth.credentials_file", format!("cannot use {}: {e}", f.display())))?;
+                .map_err(|source| SinkError::NatsCredentials { file: f.clone(), source })?;
         }
         if let Some(ca) = &cfg.tls.ca_file {
             opts = opts.add_root_certificates(ca.clone());
@@ -82,7 +75,7 @@ impl NatsSink {
         let client = opts
             .connect(servers)
             .await
-            .map_err(|e| config_error("sink.url", format!("cannot connect: {e}")))?;
+            .map_err(SinkError::NatsConnect)?;
         let jetstream = match cfg.mode {
             NatsMode::Jetstream => Some(
                 jetstream::ContextBuilder::new()
@@ -100,33 +93,27 @@ impl NatsSink {
     }
 
     /// JetStream mode: whether the configured stream exists (None in core mode).
-    pub async fn stream_exists(&self) -> Result<Option<bool>, SendError> {
+    pub async fn stream_exists(&self) -> Result<Option<bool>, SinkError> {
         let Some(js) = &self.jetstream else { return Ok(None) };
         match js.get_stream(&self.stream.stream).await {
             Ok(_) => Ok(Some(true)),
             Err(e) if is_stream_not_found(&e) => Ok(Some(false)),
-            Err(e) => Err(SendError::Retryable {
-                kind: "jetstream",
-                message: format!("cannot look up stream {}: {e}", self.stream.stream),
+            Err(source) => Err(SinkError::StreamLookup {
+                stream: self.stream.stream.clone(),
+                source,
             }),
         }
     }
 
     /// JetStream mode: finds the stream, or creates it when configured to. A missing
     /// stream with creation off is fatal; an unreachable server is retryable.
-    pub async fn prepare(&self) -> Result<(), SendError> {
+    pub async fn prepare(&self) -> Result<(), SinkError> {
         let (Some(js), Some(false)) = (&self.jetstream, self.stream_exists().await?) else {
             return Ok(());
         };
         let s = &self.stream;
         if !s.create {
-            return Err(SendError::Fatal {
-                kind: "stream_not_found",
-                message: format!(
-                    "JetStream stream {} does not exist; create it or set sink.jetstream.create = true",
-                    s.stream
-                ),
-            });
+            return Err(SinkError::StreamNotFound { stream: s.stream.clone() });
         }
         let config = stream::Config {
             name: s.stream.clone(),
@@ -141,16 +128,13 @@ impl NatsSink {
             max_messages_per_subject: if s.max_msgs_per_subject == 0 { -1 } else { s.max_msgs_per_subject },
             ..Default::default()
         };
-        js.get_or_create_stream(config).await.map_err(|e| {
-            let message = format!("cannot create stream {}: {e}", s.stream);
-            match e.kind() {
+        js.get_or_create_stream(config).await.map_err(|source| {
+            let stream = s.stream.clone();
+            match source.kind() {
                 // The server refused the stream (e.g. its subjects overlap another stream's):
                 // retrying cannot help.
-                jetstream::context::CreateStreamErrorKind::JetStream(_) => SendError::Fatal {
-                    kind: "create_stream",
-                    message: format!("{message}; fix sink.jetstream (stream name, subjects) or the existing streams"),
-                },
-                _ => SendError::Retryable { kind: "jetstream", message },
+                jetstream::context::CreateStreamErrorKind::JetStream(_) => SinkError::StreamRefused { stream, source },
+                _ => SinkError::StreamNotCreated { stream, source },
             }
         })?;
         tracing::info!(stream = %s.stream, "Created the JetStream stream");
@@ -173,12 +157,12 @@ impl NatsSink {
                     .publish_with_headers(subject, headers, payload)
                     .await
                     .map_err(|e| SendError::Retryable {
-                        kind: "publish",
-                        message: e.to_string(),
+                        kind: ErrorKind::Publish,
+                        source: Failure::NatsPublish(e),
                     })?;
                 self.client.flush().await.map_err(|e| SendError::Retryable {
-                    kind: "flush",
-                    message: e.to_string(),
+                    kind: ErrorKind::Flush,
+                    source: Failure::NatsFlush(e),
                 })?;
             }
         }
@@ -186,20 +170,19 @@ impl NatsSink {
     }
 
     /// Connected to a server now.
-    pub fn probe(&self) -> Result<(), SendError> {
+    pub fn probe(&self) -> Result<(), SinkError> {
         match self.client.connection_state() {
             async_nats::connection::State::Connected => Ok(()),
-            state => Err(SendError::Retryable {
-                kind: "disconnected",
-                message: format!("NATS connection is {state}"),
-            }),
+            state => Err(SinkError::NatsDisconnected(state)),
         }
     }
 
-    pub async fn flush(&self) -> Result<(), SendError> {
-        self.client.flush().await.map_err(|e| SendError::Retryable {
-            kind: "flush",
-            message: e.to_string(),
+    pub async fn flush(&self) -> Result<(), SinkError> {
+        self.client.flush().await.map_err(|e| {
+            SinkError::Request(SendError::Retryable {
+                kind: ErrorKind::Flush,
+                source: Failure::NatsFlush(e),
+            })
         })
     }
 }
@@ -267,11 +250,11 @@ fn is_stream_not_found(e: &jetstream::context::GetStreamError) -> bool {
 /// was stored but whose ack was lost is dropped by the stream as a duplicate. "No stream"
 /// is retried too: after a server restart JetStream answers only once its streams loaded.
 fn classify(e: jetstream::context::PublishError) -> SendError {
-    let message = e.to_string();
-    match e.kind() {
-        PublishErrorKind::MaxPayloadExceeded => SendError::TooLarge { message },
-        PublishErrorKind::TimedOut => SendError::Retryable { kind: "timeout", message },
-        PublishErrorKind::StreamNotFound => SendError::Retryable { kind: "no_stream", message },
-        _ => SendError::Retryable { kind: "publish", message },
-    }
+    let kind = match e.kind() {
+        PublishErrorKind::MaxPayloadExceeded => return SendError::TooLarge { source: Failure::JetStream(e) },
+        PublishErrorKind::TimedOut => ErrorKind::Timeout,
+        PublishErrorKind::StreamNotFound => ErrorKind::NoStream,
+        _ => ErrorKind::Publish,
+    };
+    SendError::Retryable { kind, source: Failure::JetStream(e) }
 }

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use super::SendError;
+use super::{ErrorKind, Failure, SendError};
 use crate::event::Envelope;
 
 /// Writes one JSON line per event. Logs go to stderr, so stdout holds events only.
@@ -33,8 +33,8 @@ impl StdoutSink {
         out.write_all(&line)
             .and_then(|_| out.flush())
             .map_err(|e| SendError::Fatal {
-                kind: "io",
-                message: format!("writing to stdout failed: {e}"),
+                kind: ErrorKind::Io,
+                source: Failure::Stdout(e),
             })
     }
 }

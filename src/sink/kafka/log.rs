@@ -13,7 +13,8 @@ use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use super::kafka_recover::KnownBrokers;
+use super::recover::KnownBrokers;
+use crate::sink::ErrorKind;
 
 const REPEAT_AFTER: Duration = Duration::from_secs(60);
 
@@ -28,15 +29,15 @@ pub struct QuietContext {
 struct State {
     last_warned: Mutex<HashMap<String, Instant>>,
     last_cause: Mutex<Option<Cause>>,
-    /// What the producer's statistics say of its brokers (kafka_recover).
+    /// What the producer's statistics say of its brokers (kafka::recover).
     brokers: KnownBrokers,
 }
 
 /// A client error that says why the brokers cannot be reached.
 #[derive(Debug, Clone)]
 pub struct Cause {
-    /// `authentication`, `tls` or `broker` (anything else, e.g. a refused connection).
-    pub kind: &'static str,
+    /// `Authentication`, `Tls` or `Broker` (anything else, e.g. a refused connection).
+    pub kind: ErrorKind,
     /// librdkafka's text, e.g. `sasl_ssl://host:9093/bootstrap: SASL authentication
     /// error: ...`; it never holds a secret.
     pub text: String,
@@ -62,15 +63,15 @@ impl QuietContext {
     }
 }
 
-/// `authentication` when SASL refused the credentials, `tls` when the TLS handshake or a
+/// `Authentication` when SASL refused the credentials, `Tls` when the TLS handshake or a
 /// certificate failed, None otherwise. librdkafka reports a refused client certificate as
 /// a transport failure whose text names OpenSSL's error ("SSL routines::sslv3 alert bad
 /// certificate"), hence the text; broker names are lowercase (`ssl://`), OpenSSL's are not.
-pub fn failure_kind(code: Option<RDKafkaErrorCode>, text: &str) -> Option<&'static str> {
+pub fn failure_kind(code: Option<RDKafkaErrorCode>, text: &str) -> Option<ErrorKind> {
     match code {
-        Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => Some("authentication"),
-        Some(RDKafkaErrorCode::SSL) => Some("tls"),
-        _ if text.contains("SSL") => Some("tls"),
+        Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => Some(ErrorKind::Authentication),
+        Some(RDKafkaErrorCode::SSL) => Some(ErrorKind::Tls),
+        _ if text.contains("SSL") => Some(ErrorKind::Tls),
         _ => None,
     }
 }
@@ -97,12 +98,12 @@ impl ClientContext for QuietContext {
         // "1/1 brokers are down" follows every failed attempt and would hide its cause.
         if code != Some(RDKafkaErrorCode::AllBrokersDown) {
             *self.state.last_cause.lock().unwrap_or_else(|p| p.into_inner()) = Some(Cause {
-                kind: failure.unwrap_or("broker"),
+                kind: failure.unwrap_or(ErrorKind::Broker),
                 text: reason.to_string(),
                 at: Instant::now(),
             });
         }
-        let key = failure.map_or_else(|| format!("{code:?}"), str::to_string);
+        let key = failure.map_or_else(|| format!("{code:?}"), |kind| kind.as_str().to_string());
         let mut warned = self.state.last_warned.lock().unwrap_or_else(|p| p.into_inner());
         match warned.get(&key) {
             Some(at) if at.elapsed() < REPEAT_AFTER => {
@@ -110,7 +111,7 @@ impl ClientContext for QuietContext {
             }
             _ => {
                 match failure {
-                    Some("authentication") => {
+                    Some(ErrorKind::Authentication) => {
                         tracing::error!(sink = "kafka", error = %text, "Kafka authentication failed; check the sink's sasl settings (mechanism, username, password)")
                     }
                     Some(_) => {
@@ -132,10 +133,10 @@ mod tests {
     fn refused_credentials_and_tls_failures_are_told_apart_from_other_errors() {
         use RDKafkaErrorCode as C;
         let sasl = "sasl_ssl://127.0.0.1:9093/bootstrap: SASL authentication error: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256";
-        assert_eq!(failure_kind(Some(C::Authentication), sasl), Some("authentication"));
+        assert_eq!(failure_kind(Some(C::Authentication), sasl), Some(ErrorKind::Authentication));
         let alert = "ssl://127.0.0.1:9093/bootstrap: Receive failed: error:0A000412:SSL routines::sslv3 alert bad certificate";
-        assert_eq!(failure_kind(Some(C::BrokerTransportFailure), alert), Some("tls"));
-        assert_eq!(failure_kind(Some(C::SSL), "ssl://h:1/bootstrap: SSL handshake failed"), Some("tls"));
+        assert_eq!(failure_kind(Some(C::BrokerTransportFailure), alert), Some(ErrorKind::Tls));
+        assert_eq!(failure_kind(Some(C::SSL), "ssl://h:1/bootstrap: SSL handshake failed"), Some(ErrorKind::Tls));
         let refused = "ssl://127.0.0.1:9093/bootstrap: Connect to ipv4#127.0.0.1:9093 failed: Connection refused";
         assert_eq!(failure_kind(Some(C::BrokerTransportFailure), refused), None);
     }
@@ -147,7 +148,7 @@ mod tests {
         ctx.error(KafkaError::Global(RDKafkaErrorCode::Authentication), "h:1/bootstrap: SASL authentication error: Authentication failed");
         ctx.error(KafkaError::Global(RDKafkaErrorCode::AllBrokersDown), "1/1 brokers are down");
         let cause = ctx.recent_cause(REPEAT_AFTER).expect("a cause");
-        assert_eq!(cause.kind, "authentication");
+        assert_eq!(cause.kind, ErrorKind::Authentication);
         assert!(cause.text.contains("SASL authentication error"), "{cause:?}");
         assert!(ctx.recent_cause(Duration::ZERO).is_none(), "too old");
         ctx.clear_cause();

@@ -23,7 +23,7 @@ use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
 use super::KafkaSink;
-use super::kafka_log::QuietContext;
+use super::log::QuietContext;
 use crate::telemetry::metrics as m;
 
 /// How long records may wait without any delivery report, and the brokers must have

@@ -1,0 +1,306 @@
+//! The sink stage's errors: how a send failed (by a bounded kind), and what failed while
+//! building, preparing, probing or flushing a sink.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_nats::jetstream::context::{CreateStreamError, GetStreamError, PublishError as JetStreamPublishError};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use crate::config::SecretFileError;
+
+/// The bounded `error_kind` label of `deltaship_sink_errors_total`, also named in the
+/// message of each failed send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The sink refuses the event because of its size.
+    TooLarge,
+    /// The broker refuses the producer the topic or the cluster.
+    Authorization,
+    /// The brokers refuse the credentials.
+    Authentication,
+    /// The TLS handshake or a certificate failed.
+    Tls,
+    /// The topic name is invalid.
+    Topic,
+    /// The topic does not exist and the broker does not create it.
+    UnknownTopic,
+    /// librdkafka's queue is full.
+    QueueFull,
+    /// The record was purged from a replaced producer, to be sent again.
+    Purged,
+    /// No acknowledgement in time.
+    Timeout,
+    /// Any other broker or transport error.
+    Broker,
+    /// The partitions of a topic (for a marker) or the brokers are unknown.
+    Metadata,
+    /// The producer dropped the delivery report.
+    Canceled,
+    /// A JetStream publish found no stream (it may still be loading after a restart).
+    NoStream,
+    /// Any other NATS publish error.
+    Publish,
+    /// The client did not flush.
+    Flush,
+    /// Writing to stdout failed.
+    Io,
+}
+
+impl ErrorKind {
+    /// Every kind: the label values a dashboard can expect.
+    pub const ALL: [ErrorKind; 16] = [
+        ErrorKind::TooLarge,
+        ErrorKind::Authorization,
+        ErrorKind::Authentication,
+        ErrorKind::Tls,
+        ErrorKind::Topic,
+        ErrorKind::UnknownTopic,
+        ErrorKind::QueueFull,
+        ErrorKind::Purged,
+        ErrorKind::Timeout,
+        ErrorKind::Broker,
+        ErrorKind::Metadata,
+        ErrorKind::Canceled,
+        ErrorKind::NoStream,
+        ErrorKind::Publish,
+        ErrorKind::Flush,
+        ErrorKind::Io,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::TooLarge => "too_large",
+            ErrorKind::Authorization => "authorization",
+            ErrorKind::Authentication => "authentication",
+            ErrorKind::Tls => "tls",
+            ErrorKind::Topic => "topic",
+            ErrorKind::UnknownTopic => "unknown_topic",
+            ErrorKind::QueueFull => "queue_full",
+            ErrorKind::Purged => "purged",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Broker => "broker",
+            ErrorKind::Metadata => "metadata",
+            ErrorKind::Canceled => "canceled",
+            ErrorKind::NoStream => "no_stream",
+            ErrorKind::Publish => "publish",
+            ErrorKind::Flush => "flush",
+            ErrorKind::Io => "io",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a send (or a request of the sink's client) failed, which decides what the
+/// dispatcher does with the event.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// Worth retrying (broker unavailable, timeouts, full queues): retried with backoff.
+    #[error("{kind}: {source}")]
+    Retryable {
+        kind: ErrorKind,
+        #[source]
+        source: Failure,
+    },
+    /// The sink refuses this event because of its size.
+    #[error("event too large: {source}")]
+    TooLarge {
+        #[source]
+        source: Failure,
+    },
+    /// Retrying cannot help (authorization, invalid topic, configuration).
+    #[error("{kind}: {source}")]
+    Fatal {
+        kind: ErrorKind,
+        #[source]
+        source: Failure,
+    },
+}
+
+impl SendError {
+    /// The `error_kind` metric label.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SendError::Retryable { kind, .. } | SendError::Fatal { kind, .. } => *kind,
+            SendError::TooLarge { .. } => ErrorKind::TooLarge,
+        }
+    }
+
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, SendError::Retryable { .. })
+    }
+}
+
+/// What a send, or a request of the sink's client, failed on. librdkafka's errors are
+/// boxed: they are large, and every event's outcome carries a `Result` of this.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// librdkafka failed or refused a record or a request.
+    #[error("{0}")]
+    Kafka(#[source] Box<KafkaError>),
+    /// A Kafka request found no broker; `cause` is the client's latest connection error.
+    #[error("{source}; the client reports: {cause}")]
+    KafkaUnreachable {
+        #[source]
+        source: Box<KafkaError>,
+        cause: String,
+    },
+    /// A Kafka request found no broker while SASL refused the credentials.
+    #[error("{cause}; the brokers refused the credentials: check the sink's sasl settings (mechanism, username, password)")]
+    KafkaCredentialsRefused {
+        #[source]
+        source: Box<KafkaError>,
+        cause: String,
+    },
+    /// A Kafka request found no broker while the TLS handshake failed.
+    #[error(
+        "{cause}; TLS failed: check the sink's tls settings (ca_file must hold the brokers' CA; cert_file and key_file a client certificate the brokers trust)"
+    )]
+    KafkaTlsFailed {
+        #[source]
+        source: Box<KafkaError>,
+        cause: String,
+    },
+    /// The metadata of a marker's topic lists no partition.
+    #[error("the topic has no partitions yet")]
+    NoPartitions,
+    /// The producer went away without reporting on a record.
+    #[error("the producer dropped the delivery report")]
+    DeliveryDropped(#[source] futures::channel::oneshot::Canceled),
+    /// The task of a blocking librdkafka call failed.
+    #[error("{0}")]
+    Blocking(#[source] tokio::task::JoinError),
+    /// JetStream did not store a message.
+    #[error("{0}")]
+    JetStream(#[source] JetStreamPublishError),
+    /// Core NATS did not take a message.
+    #[error("{0}")]
+    NatsPublish(#[source] async_nats::PublishError),
+    /// The NATS client did not flush.
+    #[error("{0}")]
+    NatsFlush(#[source] async_nats::client::FlushError),
+    /// Writing to stdout failed.
+    #[error("writing to stdout failed: {0}")]
+    Stdout(#[source] std::io::Error),
+}
+
+/// What failed while building, preparing, probing or flushing a sink. The messages start
+/// with what failed, as the sink errors of earlier releases did (`config: ...`).
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// A secret file of the sink cannot be read.
+    #[error("config: {0}")]
+    SecretFile(#[from] SecretFileError),
+    /// librdkafka refuses the client's settings. The text has the values of secret options
+    /// masked; the client's error is not kept, as it may echo a secret value.
+    #[error("config: cannot create the Kafka {client}: {masked}")]
+    KafkaClient { client: &'static str, masked: String },
+    /// A topic cannot be created (not: it exists already).
+    #[error("create_topic: cannot create topic {topic}: {source}")]
+    TopicNotCreated {
+        topic: String,
+        #[source]
+        source: RDKafkaErrorCode,
+    },
+    /// The NATS credentials file cannot be used.
+    #[error("config: sink.auth.credentials_file: cannot use {}: {source}", .file.display())]
+    NatsCredentials {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The NATS client cannot start (the URL, the TLS files).
+    #[error("config: sink.url: cannot connect: {0}")]
+    NatsConnect(#[source] async_nats::ConnectError),
+    /// The NATS connection is down.
+    #[error("disconnected: NATS connection is {0}")]
+    NatsDisconnected(async_nats::connection::State),
+    /// The JetStream stream cannot be looked up (the server is unreachable).
+    #[error("jetstream: cannot look up stream {stream}: {source}")]
+    StreamLookup {
+        stream: String,
+        #[source]
+        source: GetStreamError,
+    },
+    /// The JetStream stream does not exist and creating it is off.
+    #[error("stream_not_found: JetStream stream {stream} does not exist; create it or set sink.jetstream.create = true")]
+    StreamNotFound { stream: String },
+    /// The server refuses the stream (e.g. its subjects overlap another stream's).
+    #[error("create_stream: cannot create stream {stream}: {source}; fix sink.jetstream (stream name, subjects) or the existing streams")]
+    StreamRefused {
+        stream: String,
+        #[source]
+        source: CreateStreamError,
+    },
+    /// The stream cannot be created now (the server is unreachable).
+    #[error("jetstream: cannot create stream {stream}: {source}")]
+    StreamNotCreated {
+        stream: String,
+        #[source]
+        source: CreateStreamError,
+    },
+    /// What was sent is not on its way within the flush timeout.
+    #[error("flush: not flushed within {0:?}")]
+    FlushTimedOut(Duration),
+    /// A request of the sink's client failed, classified as a send is.
+    #[error(transparent)]
+    Request(#[from] SendError),
+}
+
+impl SinkError {
+    /// Whether trying again later may succeed (the server is unreachable now).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SinkError::NatsDisconnected(_) | SinkError::StreamLookup { .. } | SinkError::StreamNotCreated { .. } | SinkError::FlushTimedOut(_) => true,
+            SinkError::Request(e) => e.is_retryable(),
+            SinkError::SecretFile(_)
+            | SinkError::KafkaClient { .. }
+            | SinkError::TopicNotCreated { .. }
+            | SinkError::NatsCredentials { .. }
+            | SinkError::NatsConnect(_)
+            | SinkError::StreamNotFound { .. }
+            | SinkError::StreamRefused { .. } => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_kinds_have_distinct_snake_case_labels() {
+        let labels: std::collections::HashSet<&str> = ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(labels.len(), ErrorKind::ALL.len());
+        assert!(labels.iter().all(|l| l.chars().all(|c| c.is_ascii_lowercase() || c == '_')), "{labels:?}");
+    }
+
+    #[test]
+    fn the_readme_lists_every_error_kind_of_failed_sends() {
+        let readme = include_str!("../../README.md");
+        let row = readme.lines().find(|l| l.starts_with("| `deltaship_sink_errors_total`")).expect("the metric's row");
+        let listed: Vec<&str> = row.split('`').skip(3).step_by(2).collect();
+        assert_eq!(listed, ErrorKind::ALL.map(ErrorKind::as_str), "{row}");
+    }
+
+    #[test]
+    fn a_send_error_says_its_kind_then_what_failed_and_keeps_the_cause() {
+        use std::error::Error;
+        let e = SendError::Fatal {
+            kind: ErrorKind::Authorization,
+            source: Failure::Kafka(Box::new(KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed))),
+        };
+        assert!(e.to_string().starts_with("authorization: Message production error: TopicAuthorizationFailed"), "{e}");
+        let kafka = e.source().and_then(|f| f.source()).and_then(|k| k.downcast_ref::<Box<KafkaError>>());
+        assert_eq!(kafka.and_then(|k| k.rdkafka_error_code()), Some(RDKafkaErrorCode::TopicAuthorizationFailed));
+        let big = SendError::TooLarge { source: Failure::NoPartitions };
+        assert_eq!(big.kind(), ErrorKind::TooLarge);
+        assert!(!big.is_retryable() && SinkError::Request(big).to_string().starts_with("event too large: "));
+    }
+}

@@ -1,0 +1,181 @@
+//! The Kafka sink's producer and its send path: one record per event (markers to every
+//! partition), resolved on the brokers' acknowledgement.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::message::OwnedHeaders;
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer, PurgeConfig};
+use rdkafka::util::Timeout;
+
+use super::binding::encode;
+use super::error::{classify, client_refused};
+use super::log::QuietContext;
+use super::recover::{Progress, STATISTICS_INTERVAL_MS, Tracked};
+use crate::model::ChangeType;
+use crate::config::{ClientRole, ContentMode, KafkaConfig};
+use crate::event::{Envelope, EnvelopeKind};
+use crate::sink::{ErrorKind, Failure, SendError, SinkError};
+
+#[derive(Clone)]
+pub struct KafkaSink {
+    shared: Arc<Shared>,
+    content_mode: ContentMode,
+    tombstones: bool,
+}
+
+/// The producer, replaceable when it is stuck (kafka::recover), and what it takes to make
+/// a new one.
+struct Shared {
+    config: ClientConfig,
+    /// The producers' context, for the cause of failed metadata requests (a client's own
+    /// context is not reachable through a FutureProducer); shared by every producer.
+    context: QuietContext,
+    producer: RwLock<FutureProducer<QuietContext>>,
+    progress: Arc<Progress>,
+}
+
+impl KafkaSink {
+    pub fn new(cfg: &KafkaConfig) -> Result<KafkaSink, SinkError> {
+        let config = cfg.client_config(ClientRole::Producer)?;
+        let context = QuietContext::default();
+        let producer = create_producer(&config, &context)?;
+        Ok(KafkaSink {
+            shared: Arc::new(Shared {
+                config,
+                context,
+                producer: RwLock::new(producer),
+                progress: Arc::default(),
+            }),
+            content_mode: cfg.content_mode,
+            tombstones: cfg.tombstones,
+        })
+    }
+
+    /// The current producer (a cheap handle).
+    pub(super) fn producer(&self) -> FutureProducer<QuietContext> {
+        self.shared.producer.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(super) fn client_config(&self) -> &ClientConfig {
+        &self.shared.config
+    }
+
+    pub(super) fn context(&self) -> &QuietContext {
+        &self.shared.context
+    }
+
+    pub(super) fn progress(&self) -> &Progress {
+        &self.shared.progress
+    }
+
+    /// Puts a new producer in place of the current one, whose records fail with a purge
+    /// error and are sent again by the dispatcher through the new one.
+    pub(super) fn replace_producer(&self) -> Result<(), SinkError> {
+        let fresh = create_producer(&self.shared.config, &self.shared.context)?;
+        let old = std::mem::replace(&mut *self.shared.producer.write().unwrap_or_else(|p| p.into_inner()), fresh);
+        // Dropping a producer purges and flushes it, which may block for a moment.
+        tokio::task::spawn_blocking(move || drop(old));
+        Ok(())
+    }
+
+    /// Sends one event; markers go to every partition of the topic. Resolves when the
+    /// broker acknowledged every record (acks=all).
+    pub async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+        let (payload, headers) = encode(env, self.content_mode);
+        match env.kind {
+            EnvelopeKind::Marker(_) => {
+                let partitions = self.partitions(&env.destination).await?;
+                let mut pending = Vec::with_capacity(partitions.len());
+                for p in partitions {
+                    pending.push(self.produce(&env.destination, &env.key, Some(&payload[..]), headers.clone(), Some(p))?);
+                }
+                for d in pending {
+                    await_delivery(d).await?;
+                }
+            }
+            EnvelopeKind::Object(change) => {
+                let d = self.produce(&env.destination, &env.key, Some(&payload[..]), headers, None)?;
+                await_delivery(d).await?;
+                if self.tombstones && change == ChangeType::Deleted {
+                    let d = self.produce(&env.destination, &env.key, None, OwnedHeaders::new(), None)?;
+                    await_delivery(d).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn produce(
+        &self,
+        topic: &str,
+        key: &str,
+        payload: Option<&[u8]>,
+        headers: OwnedHeaders,
+        partition: Option<i32>,
+    ) -> Result<Tracked<DeliveryFuture>, SendError> {
+        let mut record = FutureRecord::<str, [u8]>::to(topic).key(key).headers(headers);
+        if let Some(p) = payload {
+            record = record.payload(p);
+        }
+        if let Some(p) = partition {
+            record = record.partition(p);
+        }
+        let delivery = self.producer().send_result(record).map_err(|(e, _)| classify(e))?;
+        Ok(self.shared.progress.track(delivery))
+    }
+
+    /// Drops every record librdkafka has queued or in flight.
+    pub fn purge(&self) {
+        self.producer().purge(PurgeConfig::default().queue().inflight());
+    }
+
+    /// Waits until everything queued in librdkafka is delivered, at most `timeout`.
+    pub async fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
+        let producer = self.producer();
+        tokio::task::spawn_blocking(move || producer.flush(Timeout::After(timeout)))
+            .await
+            .map_err(|e| SendError::Retryable {
+                kind: ErrorKind::Flush,
+                source: Failure::Blocking(e),
+            })?
+            .map_err(|e| classify(e).into())
+    }
+}
+
+/// A new producer with `config`, sharing `context`; it reports its statistics, for the
+/// brokers it knows of (kafka::recover).
+fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<FutureProducer<QuietContext>, SinkError> {
+    let mut config = config.clone();
+    config.set("statistics.interval.ms", STATISTICS_INTERVAL_MS);
+    config.create_with_context(context.clone()).map_err(|e| client_refused("producer", &config, e))
+}
+
+async fn await_delivery(d: Tracked<DeliveryFuture>) -> Result<(), SendError> {
+    match d.delivery.await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((e, _))) => Err(classify(e)),
+        Err(e) => Err(SendError::Retryable {
+            kind: ErrorKind::Canceled,
+            source: Failure::DeliveryDropped(e),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sink_with_an_unreadable_secret_file_is_not_built() {
+        let cfg: KafkaConfig = serde_json::from_value(serde_json::json!({
+            "brokers": "b:1", "sasl": {"mechanism": "PLAIN", "username": "u", "password_file": "/nonexistent/pw"},
+        }))
+        .unwrap();
+        match KafkaSink::new(&cfg) {
+            Err(e @ SinkError::SecretFile(_)) => assert!(e.to_string().starts_with("config: sasl.password_file: cannot read /nonexistent/pw"), "{e}"),
+            other => panic!("expected a secret file error, got {:?}", other.map(|_| ())),
+        }
+    }
+}
