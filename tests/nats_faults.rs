@@ -3,9 +3,6 @@
 
 mod support;
 
-/// The default stream (subjects `deltaship.>`), shared by the tests: each test uses its
-/// own cluster name, so its subjects are its own.
-
 use std::collections::HashSet;
 use std::process::Command;
 use std::time::Duration;

@@ -3,14 +3,11 @@
 
 mod support;
 
-/// The default stream (subjects `deltaship.>`), shared by the tests: each test uses its
-/// own cluster name, so its subjects are its own.
-
 use std::time::Duration;
 
+use deltaship::config::{NatsConfig, NatsMode, ResourceConfig};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
-use deltaship::config::{NatsConfig, NatsMode, ResourceConfig};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
