@@ -136,6 +136,45 @@ struct Observed {
     at: Instant,
 }
 
+/// What an election round does with the lease as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Action {
+    /// There is no lease: create it, held by this replica.
+    Create,
+    /// This replica holds it: write a new renew time, keeping the acquire time and the
+    /// transitions.
+    Renew { transitions: i32 },
+    /// Nobody holds it, or its holder has not renewed it for a lease duration by our
+    /// clock: take it over, one transition more.
+    TakeOver { transitions: i32 },
+    /// Another replica holds a lease that is still fresh (a leader that reads this lost
+    /// the lease).
+    StandBy { holder: String },
+}
+
+/// The decision of one election round, without I/O: `lease` is the spec as read (None:
+/// there is no lease), `observed` what earlier rounds saw (updated here when the record
+/// changed), `now` our clock. A lease expires when its record stayed unchanged for
+/// `duration` since we saw it change, so the holder's clock never matters.
+fn decide(lease: Option<&LeaseSpec>, observed: &mut Option<Observed>, identity: &str, duration: Duration, now: Instant) -> Action {
+    let Some(spec) = lease else { return Action::Create };
+    let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+    if observed.as_ref().is_none_or(|o| o.holder != holder || o.renew != spec.renew_time) {
+        *observed = Some(Observed {
+            holder: holder.clone(),
+            renew: spec.renew_time.clone(),
+            at: now,
+        });
+    }
+    let expired = observed.as_ref().is_some_and(|o| now.saturating_duration_since(o.at) >= duration);
+    let transitions = spec.lease_transitions.unwrap_or(0);
+    match holder {
+        Some(holder) if holder == identity => Action::Renew { transitions },
+        Some(holder) if !expired => Action::StandBy { holder },
+        _ => Action::TakeOver { transitions: transitions + 1 },
+    }
+}
+
 impl Elector {
     pub fn new(client: Client, cfg: &LeaderElectionConfig) -> Elector {
         let namespace = cfg.namespace.clone().or_else(|| std::env::var("POD_NAMESPACE").ok()).unwrap_or_else(|| "default".into());
@@ -170,7 +209,7 @@ impl Elector {
     }
 
     /// One attempt to take or renew the lease, given up after `within`.
-    async fn attempt(&self, observed: &mut Option<Observed>, within: Duration) -> Result<bool, Failure> {
+    async fn attempt(&self, observed: &mut Option<Observed>, within: Duration) -> Result<Action, Failure> {
         match tokio::time::timeout(within, self.try_acquire(observed)).await {
             Ok(result) => result.map_err(Failure::of),
             Err(_) => Err(Failure::Transient(LeaseErrorKind::Timeout, format!("no answer within {:.1}s", within.as_secs_f64()))),
@@ -196,18 +235,17 @@ impl Elector {
         loop {
             let mut wait = self.retry;
             match self.attempt(&mut observed, self.renew_deadline).await {
-                Ok(true) => {
-                    streak.succeeded(&self.identity);
-                    tracing::info!(identity = %self.identity, lease = %self.name, "Became the leader");
-                    return Ok(true);
-                }
-                Ok(false) => {
+                Ok(Action::StandBy { holder }) => {
                     streak.succeeded(&self.identity);
                     if !logged {
-                        let holder = observed.as_ref().and_then(|o| o.holder.clone()).unwrap_or_default();
                         tracing::info!(identity = %self.identity, holder = %holder, "Standing by: another replica leads");
                         logged = true;
                     }
+                }
+                Ok(_) => {
+                    streak.succeeded(&self.identity);
+                    tracing::info!(identity = %self.identity, lease = %self.name, "Became the leader");
+                    return Ok(true);
                 }
                 Err(Failure::Conflict) => streak.succeeded(&self.identity), // someone else wrote first
                 Err(Failure::Transient(kind, error)) => {
@@ -223,45 +261,32 @@ impl Elector {
         }
     }
 
-    async fn try_acquire(&self, observed: &mut Option<Observed>) -> Result<bool, kube::Error> {
-        let current = match self.api.get_opt(&self.name).await? {
-            None => {
-                let lease = self.record(None, 0);
-                self.api.create(&PostParams::default(), &lease).await?;
-                return Ok(true);
+    /// One election round: reads the lease, decides, and writes it when this replica
+    /// leads; returns what it did.
+    async fn try_acquire(&self, observed: &mut Option<Observed>) -> Result<Action, kube::Error> {
+        let current = self.api.get_opt(&self.name).await?;
+        let spec = current.as_ref().map(|l| l.spec.clone().unwrap_or_default());
+        let action = decide(spec.as_ref(), observed, &self.identity, self.duration, Instant::now());
+        let mut lease = match &action {
+            Action::Create => {
+                self.api.create(&PostParams::default(), &self.record(None, 0)).await?;
+                return Ok(action);
             }
-            Some(l) => l,
+            Action::StandBy { .. } => return Ok(action),
+            Action::Renew { transitions } => self.record(spec.as_ref(), *transitions),
+            Action::TakeOver { transitions } => self.record(None, *transitions),
         };
-        let spec = current.spec.clone().unwrap_or_default();
-        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
-        let changed = observed.as_ref().is_none_or(|o| o.holder != holder || o.renew != spec.renew_time);
-        if changed {
-            *observed = Some(Observed {
-                holder: holder.clone(),
-                renew: spec.renew_time.clone(),
-                at: Instant::now(),
-            });
-        }
-        let expired = observed.as_ref().is_some_and(|o| o.at.elapsed() >= self.duration);
-        let free = holder.is_none() || holder.as_deref() == Some(&self.identity) || expired;
-        if !free {
-            return Ok(false);
-        }
-        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(holder.as_deref() != Some(&self.identity));
-        let mut lease = self.record(Some(&current), transitions);
-        lease.metadata.resource_version = current.metadata.resource_version.clone();
+        lease.metadata.resource_version = current.and_then(|l| l.metadata.resource_version);
         // Optimistic concurrency: the write fails with 409 if anyone changed the lease.
         self.api.replace(&self.name, &PostParams::default(), &lease).await?;
-        Ok(true)
+        Ok(action)
     }
 
-    fn record(&self, current: Option<&Lease>, transitions: i32) -> Lease {
+    /// The lease held by this replica, renewed now; `renewed` is the spec it renews (its
+    /// acquire time is kept), None when it takes the lease.
+    fn record(&self, renewed: Option<&LeaseSpec>, transitions: i32) -> Lease {
         let now = MicroTime(Timestamp::now());
-        let acquire = current
-            .and_then(|l| l.spec.as_ref())
-            .filter(|s| s.holder_identity.as_deref() == Some(&self.identity))
-            .and_then(|s| s.acquire_time.clone())
-            .unwrap_or_else(|| now.clone());
+        let acquire = renewed.and_then(|s| s.acquire_time.clone()).unwrap_or_else(|| now.clone());
         Lease {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
@@ -296,14 +321,14 @@ impl Elector {
             let mut observed = None;
             let left = self.renew_deadline.saturating_sub(renewed.elapsed());
             match self.attempt(&mut observed, left).await {
-                Ok(true) => {
-                    streak.succeeded(&self.identity);
-                    renewed = Instant::now();
-                }
-                Ok(false) => {
+                Ok(Action::StandBy { .. }) => {
                     tracing::error!(identity = %self.identity, "Lost the lease to another replica; stopping");
                     lost.cancel();
                     return;
+                }
+                Ok(_) => {
+                    streak.succeeded(&self.identity);
+                    renewed = Instant::now();
                 }
                 Err(Failure::Conflict) => {} // read again at the next attempt
                 Err(Failure::Transient(kind, error)) => streak.failed(&self.identity, kind, &error),
@@ -346,6 +371,88 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    /// A lease spec as read: `holder` ("" for none), renewed at second `renew` by the
+    /// holder's clock, with `transitions` (None: the field is absent).
+    fn spec(holder: &str, renew: i64, transitions: Option<i32>) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(holder.into()),
+            renew_time: Some(MicroTime(Timestamp::from_second(renew).unwrap())),
+            lease_transitions: transitions,
+            ..Default::default()
+        }
+    }
+
+    const LEASE: Duration = Duration::from_secs(15);
+
+    #[test]
+    fn no_lease_is_created() {
+        assert_eq!(decide(None, &mut None, "me", LEASE, Instant::now()), Action::Create);
+    }
+
+    #[test]
+    fn an_own_lease_is_renewed_with_its_transitions() {
+        let now = Instant::now();
+        assert_eq!(decide(Some(&spec("me", 1, Some(4))), &mut None, "me", LEASE, now), Action::Renew { transitions: 4 });
+        assert_eq!(decide(Some(&spec("me", 1, None)), &mut None, "me", LEASE, now), Action::Renew { transitions: 0 });
+    }
+
+    #[test]
+    fn a_lease_without_a_holder_is_taken_over_at_once() {
+        let now = Instant::now();
+        assert_eq!(decide(Some(&spec("", 1, Some(2))), &mut None, "me", LEASE, now), Action::TakeOver { transitions: 3 });
+        let released = LeaseSpec { holder_identity: None, ..spec("", 1, None) };
+        assert_eq!(decide(Some(&released), &mut None, "me", LEASE, now), Action::TakeOver { transitions: 1 });
+    }
+
+    #[test]
+    fn a_foreign_fresh_lease_means_standing_by() {
+        let mut observed = None;
+        let action = decide(Some(&spec("other", 1, Some(2))), &mut observed, "me", LEASE, Instant::now());
+        assert_eq!(action, Action::StandBy { holder: "other".into() });
+    }
+
+    #[test]
+    fn a_foreign_lease_unchanged_for_a_lease_duration_is_taken_over() {
+        let (t0, mut observed) = (Instant::now(), None);
+        let lease = spec("other", 1, Some(2));
+        let standby = Action::StandBy { holder: "other".into() };
+        assert_eq!(decide(Some(&lease), &mut observed, "me", LEASE, t0), standby);
+        assert_eq!(decide(Some(&lease), &mut observed, "me", LEASE, t0 + LEASE - Duration::from_millis(1)), standby);
+        assert_eq!(decide(Some(&lease), &mut observed, "me", LEASE, t0 + LEASE), Action::TakeOver { transitions: 3 }, "expired exactly at the duration");
+    }
+
+    #[test]
+    fn a_renewal_or_a_new_holder_restarts_the_expiry_clock() {
+        let (t0, mut observed) = (Instant::now(), None);
+        decide(Some(&spec("other", 1, Some(2))), &mut observed, "me", LEASE, t0);
+        let later = t0 + LEASE - Duration::from_secs(1);
+        decide(Some(&spec("other", 2, Some(2))), &mut observed, "me", LEASE, later);
+        let standby = Action::StandBy { holder: "other".into() };
+        assert_eq!(decide(Some(&spec("other", 2, Some(2))), &mut observed, "me", LEASE, t0 + LEASE), standby, "renewed: fresh again");
+        decide(Some(&spec("third", 2, Some(3))), &mut observed, "me", LEASE, later + LEASE);
+        let third = Action::StandBy { holder: "third".into() };
+        assert_eq!(decide(Some(&spec("third", 2, Some(3))), &mut observed, "me", LEASE, later + LEASE + Duration::from_secs(1)), third, "new holder: fresh again");
+    }
+
+    #[test]
+    fn the_holders_clock_does_not_matter_only_ours() {
+        // A renew time long past (or in the future) by the holder's clock: still fresh until
+        // we saw it unchanged for a lease duration.
+        let (t0, mut observed) = (Instant::now(), None);
+        for renew in [0, 4_000_000_000] {
+            let lease = spec("other", renew, Some(2));
+            assert_eq!(decide(Some(&lease), &mut observed, "me", LEASE, t0), Action::StandBy { holder: "other".into() }, "renew time {renew}");
+        }
+    }
+
+    #[test]
+    fn a_clock_reading_before_the_observation_counts_as_no_time_passed() {
+        let (t0, mut observed) = (Instant::now() + LEASE, None);
+        decide(Some(&spec("other", 1, Some(2))), &mut observed, "me", LEASE, t0);
+        let earlier = t0 - LEASE;
+        assert_eq!(decide(Some(&spec("other", 1, Some(2))), &mut observed, "me", LEASE, earlier), Action::StandBy { holder: "other".into() });
+    }
 
     /// A Lease API on a local port: each call first takes the next injected status code,
     /// if any, and fails with it (unless it is `OK`); otherwise it keeps one lease as the

@@ -8,9 +8,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
+use deltaship::config::{EventFormat, ResourceConfig};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::bridge::Bridge;
+use support::config::{TestConfig, resource};
 use support::kube::{client, delete_namespace, namespace};
 
 /// Feeds JSON lines to ce-validate; returns its "valid <type> <subject>" lines.
@@ -33,9 +35,9 @@ async fn deltaship_and_knative_shaped_events_pass_the_official_sdk() {
     support::env();
     let kube = client().await;
     let ns = namespace(&kube, "it-ce").await;
-    let resource = |format: &str| format!("[[resources]]\ngroup = \"apps\"\nversion = \"v1\"\nkind = \"Deployment\"\nnamespaces = [\"{ns}\"]\nformat = \"{format}\"\n");
-    let mut ours = Bridge::start(&resource("deltaship"));
-    let mut knative = Bridge::start(&resource("knative"));
+    let deployments = |format| TestConfig::new().resource(ResourceConfig { format, ..resource("apps", "Deployment", &[&ns]) }).toml();
+    let mut ours = Bridge::start(&deployments(EventFormat::Deltaship));
+    let mut knative = Bridge::start(&deployments(EventFormat::Knative));
     ours.wait_ready(Duration::from_secs(60));
     knative.wait_ready(Duration::from_secs(60));
 

@@ -9,9 +9,11 @@ mod support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use deltaship::config::{JetStreamConfig, KafkaConfig, NatsConfig, TopicCreation};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
+use support::config::{TestConfig, kafka, nats};
 use support::kafka::Record;
 use support::kube::{client, delete_namespace, namespace};
 use support::state::assert_rebuild_matches;
@@ -64,13 +66,13 @@ async fn a_compacted_kafka_topic_rebuilds_without_objects_deleted_while_no_bridg
     // happens within the broker's cleaner backoff (15 s) of the next roll. One partition:
     // the cleaner never touches a partition's active segment, so each partition needs
     // writes after the second run's markers, and the test's updates land in one.
-    let config = format!(
-        "cluster = \"{cluster}\"\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = [\"{ns}\"]\n\
-         [sink]\ntype = \"kafka\"\nbrokers = \"{brokers}\"\ntopic_template = \"{prefix}.{{group}}.{{plural}}\"\ntombstones = true\n\
-         [sink.create_topics]\npartitions = 1\nconfig = {{ \"cleanup.policy\" = \"compact\", \"segment.ms\" = \"100\", \"min.cleanable.dirty.ratio\" = \"0.01\", \"min.compaction.lag.ms\" = \"0\", \"delete.retention.ms\" = \"100\" }}\n",
-        cluster = support::unique("c"),
-        brokers = env.kafka,
-    );
+    let cleaner = [("cleanup.policy", "compact"), ("segment.ms", "100"), ("min.cleanable.dirty.ratio", "0.01"), ("min.compaction.lag.ms", "0"), ("delete.retention.ms", "100")];
+    let sink = KafkaConfig {
+        tombstones: true,
+        create_topics: Some(TopicCreation { partitions: 1, replication_factor: 1, config: cleaner.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }),
+        ..kafka(&env.kafka, &format!("{prefix}.{{group}}.{{plural}}"))
+    };
+    let config = TestConfig::new().cluster(&support::unique("c")).configmaps(&ns).kafka(sink).toml();
     let api: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
     let _second = ghost_while_down(&api, &config).await;
     let (brokers, t) = (env.kafka.clone(), topic.clone());
@@ -109,12 +111,13 @@ async fn a_stream_keeping_one_message_per_subject_rebuilds_without_objects_delet
     // every message.
     let cluster = support::unique("c");
     let stream = support::unique("LASTPER").to_uppercase().replace('-', "_");
-    let config = format!(
-        "cluster = \"{cluster}\"\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = [\"{ns}\"]\n\
-         [sink]\ntype = \"nats\"\nurl = \"{url}\"\nsubject_template = \"{cluster}.{{group}}.{{kind}}.{{namespace}}.{{name}}\"\nmarker_subject_template = \"{cluster}.{{group}}.{{kind}}._sync\"\n\
-         [sink.jetstream]\nstream = \"{stream}\"\nsubjects = [\"{cluster}.>\"]\nmax_msgs_per_subject = 1\n",
-        url = env.nats,
-    );
+    let sink = NatsConfig {
+        subject_template: format!("{cluster}.{{group}}.{{kind}}.{{namespace}}.{{name}}"),
+        marker_subject_template: format!("{cluster}.{{group}}.{{kind}}._sync"),
+        jetstream: JetStreamConfig { stream: stream.clone(), subjects: vec![format!("{cluster}.>")], max_msgs_per_subject: 1, ..JetStreamConfig::default() },
+        ..nats(&env.nats)
+    };
+    let config = TestConfig::new().cluster(&cluster).configmaps(&ns).nats(sink).toml();
     let api: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
     let _second = ghost_while_down(&api, &config).await;
     let js = support::nats::jetstream().await;

@@ -86,32 +86,7 @@ fn check_and_run(name: &str, overrides: &[(&str, &str)]) {
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "check {name} failed:\n{report}{}", String::from_utf8_lossy(&out.stderr));
     assert!(report.contains("[ok]   list and watch allowed on configmaps"), "{report}");
-    let port = support::bridge::free_port().to_string();
-    let listen = format!("127.0.0.1:{port}");
-    let mut envs: Vec<(&str, &str)> = overrides.to_vec();
-    envs.push(("DELTASHIP_HTTP__LISTEN", &listen));
-    let mut child = std::process::Command::new(deltaship)
-        .args(["run", "--config", &example(name)])
-        .envs(envs.iter().copied())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let ready = loop {
-        let ok = std::process::Command::new("curl")
-            .args(["-fs", &format!("http://{listen}/readyz")])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if ok || std::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
-            break ok;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(ready, "{name} did not become ready");
+    support::bridge::Bridge::start_file(Path::new(&example(name)), overrides).wait_ready(Duration::from_secs(60));
 }
 
 #[test]

@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 use support::bridge::Bridge;
 use support::churn::{Arrivals, Audit, Churn, Item, RssSampler, audit, create_namespace, ctl, delete_namespace, metric};
 use support::kube::client;
+use support::nats::STREAM;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The default NATS stream (subjects `deltaship.>`); each test's unique cluster name makes
 /// its subjects its own.
-const STREAM: &str = "DELTASHIP";
 const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
 fn nats_config(cluster: &str, ns: &str) -> String {

@@ -8,34 +8,26 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use deltaship::config::LeaderElectionConfig;
 use serde_json::json;
 use support::bridge::Bridge;
+use support::config::{TestConfig, kafka};
 use support::kube::{client, delete_namespace, namespace};
 use support::state::assert_rebuild_matches;
 
 const LEASE_SECS: u64 = 6;
 
 fn config(ns: &str, lease: &str, prefix: &str, brokers: &str) -> String {
-    format!(
-        r#"
-[[resources]]
-version = "v1"
-kind = "ConfigMap"
-namespaces = ["{ns}"]
-[sink]
-type = "kafka"
-brokers = "{brokers}"
-topic_template = "{prefix}.{{group}}.{{plural}}"
-create_topics = {{ partitions = 3 }}
-[leader_election]
-enabled = true
-lease_name = "{lease}"
-namespace = "{ns}"
-lease_duration_secs = {LEASE_SECS}
-renew_deadline_secs = 4
-retry_period_secs = 1
-"#
-    )
+    let election = LeaderElectionConfig {
+        enabled: true,
+        lease_name: lease.into(),
+        namespace: Some(ns.into()),
+        identity: None,
+        lease_duration_secs: LEASE_SECS,
+        renew_deadline_secs: 4,
+        retry_period_secs: 1,
+    };
+    TestConfig::new().configmaps(ns).kafka(kafka(brokers, &format!("{prefix}.{{group}}.{{plural}}"))).with(|c| c.leader_election = election).toml()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -9,6 +9,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use support::bridge::Bridge;
+use support::config::TestConfig;
 use support::kube::{client, delete_namespace, namespace};
 
 const FLOOD: usize = 2000;
@@ -24,7 +25,7 @@ async fn idle_connections_neither_exhaust_descriptors_nor_starve_healthz() {
     support::env();
     let kube = client().await;
     let ns = namespace(&kube, "it-http").await;
-    let config = format!("[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = [\"{ns}\"]\n");
+    let config = TestConfig::new().configmaps(&ns).toml();
     let timeout = TIMEOUT_SECS.to_string();
     let mut bridge = Bridge::start_with_env(&config, &[("DELTASHIP_HTTP__REQUEST_TIMEOUT_SECS", &timeout)]);
     bridge.wait_ready(Duration::from_secs(60));

@@ -12,6 +12,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::bridge::Bridge;
+use support::config::{TestConfig, kafka, resource};
 use support::kafka::{Record, read_until};
 use support::kube::{client, delete_namespace, eventually, namespace};
 
@@ -22,34 +23,14 @@ fn pp() -> PostParams {
 }
 
 fn config(topic_prefix: &str, ns: &str, brokers: &str) -> String {
-    format!(
-        r#"
-cluster = "it"
-[[resources]]
-version = "v1"
-kind = "ConfigMap"
-namespaces = ["{ns}"]
-[[resources]]
-version = "v1"
-kind = "Secret"
-namespaces = ["{ns}"]
-[[resources]]
-group = "apps"
-version = "v1"
-kind = "Deployment"
-namespaces = ["{ns}"]
-[[resources]]
-group = "example.deltaship.dev"
-version = "v1"
-kind = "Widget"
-namespaces = ["{ns}"]
-[sink]
-type = "kafka"
-brokers = "{brokers}"
-topic_template = "{topic_prefix}.{{group}}.{{plural}}"
-create_topics = {{ partitions = 3 }}
-"#
-    )
+    TestConfig::new()
+        .cluster("it")
+        .configmaps(ns)
+        .resource(resource("", "Secret", &[ns]))
+        .resource(resource("apps", "Deployment", &[ns]))
+        .resource(resource("example.deltaship.dev", "Widget", &[ns]))
+        .kafka(kafka(brokers, &format!("{topic_prefix}.{{group}}.{{plural}}")))
+        .toml()
 }
 
 async fn ensure_widget_crd(client: &kube::Client) {

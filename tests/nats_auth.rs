@@ -15,11 +15,10 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use support::bridge::{Bridge, command, free_port};
 use support::kube::{client, delete_namespace, namespace};
-use support::nats::{Msg, read_until};
+use support::nats::{Msg, STREAM, read_until};
 use support::nats_server::NatsServer;
 
 /// Each server is fresh, so the default stream holds only the test's own events.
-const STREAM: &str = "DELTASHIP";
 /// How long a bridge that cannot reach its server is watched staying alive and unready:
 /// longer than the 10 s between sink probes (src/pipeline/mod.rs, PROBE_INTERVAL), the
 /// time a bridge that does connect can take to turn ready.

@@ -3,10 +3,6 @@
 
 mod support;
 
-/// The default stream (subjects `deltaship.>`), shared by the tests: each test uses its
-/// own cluster name, so its subjects are its own.
-const STREAM: &str = "DELTASHIP";
-
 use std::collections::HashSet;
 use std::process::Command;
 use std::time::Duration;
@@ -16,7 +12,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
 use support::kube::{client, delete_namespace, namespace};
-use support::nats::{Msg, jetstream, read_until};
+use support::nats::{Msg, STREAM, jetstream, read_until};
 
 fn of<'a>(msgs: &'a [Msg], subject: &str) -> Vec<&'a Msg> {
     msgs.iter().filter(|m| m.headers.get("ce-subject").map(String::as_str) == Some(subject)).collect()

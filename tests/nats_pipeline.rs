@@ -3,42 +3,21 @@
 
 mod support;
 
-/// The default stream (subjects `deltaship.>`), shared by the tests: each test uses its
-/// own cluster name, so its subjects are its own.
-const STREAM: &str = "DELTASHIP";
-
 use std::time::Duration;
 
+use deltaship::config::{NatsConfig, NatsMode, ResourceConfig};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
+use support::config::{TestConfig, nats, resource};
 use support::kube::{client, delete_namespace, namespace};
-use support::nats::{Msg, jetstream, read_until};
+use support::nats::{Msg, STREAM, jetstream, read_until};
 
-fn config(cluster: &str, ns: &str, nats: &str, extra: &str) -> String {
-    format!(
-        r#"
-cluster = "{cluster}"
-[[resources]]
-version = "v1"
-kind = "ConfigMap"
-namespaces = ["{ns}"]
-[[resources]]
-group = "apps"
-version = "v1"
-kind = "Deployment"
-namespaces = ["{ns}"]
-ignore_fields = ["/status"]
-[sink]
-type = "nats"
-url = "{nats}"
-{extra}
-[sink.jetstream]
-ack_timeout_secs = 2
-"#
-    )
+fn config(cluster: &str, ns: &str, url: &str, mode: NatsMode) -> String {
+    let deployments = ResourceConfig { ignore_fields: vec!["/status".into()], ..resource("apps", "Deployment", &[ns]) };
+    TestConfig::new().cluster(cluster).configmaps(ns).resource(deployments).nats(NatsConfig { mode, ..nats(url) }).toml()
 }
 
 fn of<'a>(msgs: &'a [Msg], subject: &str) -> Vec<&'a Msg> {
@@ -57,7 +36,7 @@ async fn jetstream_stream_carries_every_change_with_headers_subjects_and_markers
     let cluster = support::unique("c");
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let mut bridge = Bridge::start(&config(&cluster, &ns, &env.nats, ""));
+    let mut bridge = Bridge::start(&config(&cluster, &ns, &env.nats, NatsMode::Jetstream));
     bridge.wait_ready(Duration::from_secs(60));
 
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "app.settings"}, "data": {"n": "1"}})).unwrap();
@@ -161,7 +140,7 @@ async fn core_mode_publishes_binary_events_to_subscribers() {
     let cluster = support::unique("c");
     let nc = async_nats::connect(&env.nats).await.unwrap();
     let mut sub = nc.subscribe(format!("deltaship.{cluster}.>")).await.unwrap();
-    let mut bridge = Bridge::start(&config(&cluster, &ns, &env.nats, "mode = \"core\""));
+    let mut bridge = Bridge::start(&config(&cluster, &ns, &env.nats, NatsMode::Core));
     bridge.wait_ready(Duration::from_secs(60));
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "x"}, "data": {"k": "v"}})).unwrap();
     Api::<ConfigMap>::namespaced(client.clone(), &ns).create(&PostParams::default(), &cm).await.unwrap();

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
+use support::config::{TestConfig, kafka, nats};
 use support::kube::{client, delete_namespace, namespace};
 
 /// 700 kB of newlines: under the API server's 1 MiB limit on ConfigMap data, but 1.4 MB
@@ -31,10 +32,7 @@ async fn an_oversized_object_reaches_kafka_as_a_truncated_reference_in_order() {
     let kube = client().await;
     let ns = namespace(&kube, "it-big").await;
     let prefix = support::unique("it");
-    let mut bridge = Bridge::start(&format!(
-        "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = [\"{ns}\"]\n[sink]\ntype = \"kafka\"\nbrokers = \"{}\"\ntopic_template = \"{prefix}.{{plural}}.{{group}}\"\ncreate_topics = {{ partitions = 3 }}\n",
-        env.kafka
-    ));
+    let mut bridge = Bridge::start(&TestConfig::new().configmaps(&ns).kafka(kafka(&env.kafka, &format!("{prefix}.{{plural}}.{{group}}"))).toml());
     bridge.wait_ready(Duration::from_secs(60));
     big_then_small(&ns).await;
     let subject = format!("{ns}/huge");
@@ -61,15 +59,12 @@ async fn an_oversized_object_reaches_jetstream_as_a_truncated_reference_in_order
     let kube = client().await;
     let ns = namespace(&kube, "it-big").await;
     let cluster = support::unique("c");
-    let mut bridge = Bridge::start(&format!(
-        "cluster = \"{cluster}\"\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = [\"{ns}\"]\n[sink]\ntype = \"nats\"\nurl = \"{}\"\n[sink.jetstream]\nack_timeout_secs = 2\n",
-        env.nats
-    ));
+    let mut bridge = Bridge::start(&TestConfig::new().cluster(&cluster).configmaps(&ns).nats(nats(&env.nats)).toml());
     bridge.wait_ready(Duration::from_secs(60));
     big_then_small(&ns).await;
     let js = support::nats::jetstream().await;
     let subject = format!("{ns}/huge");
-    let msgs = support::nats::read_until(&js, "DELTASHIP", Duration::from_secs(60), |m| {
+    let msgs = support::nats::read_until(&js, support::nats::STREAM, Duration::from_secs(60), |m| {
         m.iter().filter(|m| m.headers.get("ce-subject") == Some(&subject)).count() == 2
     })
     .await;

@@ -10,6 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
+use support::config::{TestConfig, resource};
 use support::kube::{client, delete_namespace, eventually, namespace};
 
 const GRACE_SECS: u64 = 3;
@@ -60,7 +61,7 @@ async fn a_watch_failing_longer_than_the_grace_makes_readyz_503_until_it_recover
     .unwrap();
     create_crd(&crds, &crd, &name).await;
     let ns = namespace(&kube, "it-ready").await;
-    let config = format!("[[resources]]\ngroup = \"{group}\"\nversion = \"v1\"\nkind = \"Gadget\"\nnamespaces = [\"{ns}\"]\n");
+    let config = TestConfig::new().resource(resource(&group, "Gadget", &[&ns])).toml();
     let grace = GRACE_SECS.to_string();
     let mut bridge = Bridge::start_with_env(&config, &[("DELTASHIP_KUBERNETES__WATCH_FAILURE_GRACE_SECS", &grace)]);
     bridge.wait_ready(Duration::from_secs(60));

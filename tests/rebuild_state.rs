@@ -17,14 +17,14 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{Value, json};
 use support::bridge::Bridge;
-use support::kube::{client, delete_namespace};
-use support::state::{api_configmaps, differences, rebuilt_configmaps, until_done};
+use support::kube::{client, delete_namespace, until_done};
+use support::nats::STREAM;
+use support::state::{api_configmaps, differences, rebuilt_configmaps};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The default stream (subjects `deltaship.>`); each test's unique cluster keeps its
 /// subjects apart, and its unique namespaces keep its keys apart in the rebuilt state.
-const STREAM: &str = "DELTASHIP";
 
 #[derive(Clone, Copy, Debug)]
 enum Sink {
@@ -114,12 +114,14 @@ async fn churn_step(client: &Client, namespaces: &[String], step: usize) {
                     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}, "data": data["data"]})).unwrap();
                     until_done(&format!("create {ns}/{name}"), 409, async || api.create(&PostParams::default(), &cm).await.map(drop)).await;
                 }
-                (true, false) => until_done(&format!("delete {ns}/{name}"), 404, async || api.delete(&name, &DeleteParams::default()).await.map(drop)).await,
+                (true, false) => {
+                    until_done(&format!("delete {ns}/{name}"), 404, async || api.delete(&name, &DeleteParams::default()).await.map(drop)).await;
+                }
                 (true, true) if step % 2 == 1 => {
                     until_done(&format!("update {ns}/{name}"), 0, async || {
                         api.patch(&name, &PatchParams::default(), &Patch::Merge(&data)).await.map(drop)
                     })
-                    .await
+                    .await;
                 }
                 _ => continue,
             }

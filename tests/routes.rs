@@ -13,12 +13,11 @@ use serde_json::{Value, json};
 use support::bridge::Bridge;
 use support::churn::{ctl, metric, try_ctl};
 use support::kube::{client, delete_namespace, namespace};
-use support::nats::{Msg, jetstream, read_until};
+use support::nats::{Msg, STREAM, jetstream, read_until};
 use support::state::assert_rebuild_matches;
 
 /// The default stream (subjects `deltaship.>`), shared by the NATS tests; each test has a
 /// cluster name of its own, so its subjects are its own.
-const STREAM: &str = "DELTASHIP";
 const OBJECTS: usize = 20;
 
 /// The tests of this binary run one at a time: the fan-out test stops the brokers the

@@ -5,8 +5,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -15,42 +14,16 @@ use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use serde_json::json;
+use support::bridge::Bridge;
 use support::kube::{client, delete_namespace, eventually, namespace};
 use support::state::assert_rebuild_matches;
 
 /// `deltaship run --config config/<name>` with `envs`, until ready.
-struct Run(Child);
-
-impl Run {
-    fn start(name: &str, envs: &[(&str, &str)]) -> Run {
-        let listen = format!("127.0.0.1:{}", support::bridge::free_port());
-        let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("config").join(name);
-        let run = Run(Command::new(env!("CARGO_BIN_EXE_deltaship"))
-            .args(["run", "--config"])
-            .arg(&config)
-            .envs(envs.iter().copied())
-            .env("DELTASHIP_HTTP__LISTEN", &listen)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap());
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let ready = Command::new("curl").args(["-fs", &format!("http://{listen}/readyz")]).output().is_ok_and(|o| o.status.success());
-            if ready {
-                return run;
-            }
-            assert!(Instant::now() < deadline, "{name} not ready");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn run(name: &str, envs: &[(&str, &str)]) -> Bridge {
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("config").join(name);
+    let mut bridge = Bridge::start_file(&config, envs);
+    bridge.wait_ready(Duration::from_secs(60));
+    bridge
 }
 
 fn deployment(name: &str, image: &str) -> Deployment {
@@ -68,7 +41,7 @@ async fn deploy_trigger_ships_exactly_one_event_per_pod_template_change() {
     let kube = client().await;
     let ns = namespace(&kube, "uc-trigger").await;
     let cluster = support::unique("c");
-    let _run = Run::start("deploy-trigger.toml", &[("DELTASHIP_SINK__URL", &env.nats), ("DELTASHIP_CLUSTER", &cluster)]);
+    let _run = run("deploy-trigger.toml", &[("DELTASHIP_SINK__URL", &env.nats), ("DELTASHIP_CLUSTER", &cluster)]);
     let deploys: Api<Deployment> = Api::namespaced(kube.clone(), &ns);
     deploys.create(&PostParams::default(), &deployment("web", "nginx:1.27")).await.unwrap();
     // Let the controller-manager finish its status and annotation updates.
@@ -93,7 +66,7 @@ async fn deploy_trigger_ships_exactly_one_event_per_pod_template_change() {
     let js = support::nats::jetstream().await;
     let subject = format!("deltaship.{cluster}.apps.deployment.{ns}.web");
     let image = |m: &support::nats::Msg| m.json()["spec"]["template"]["spec"]["containers"][0]["image"].clone();
-    let msgs = support::nats::read_until(&js, "DELTASHIP", Duration::from_secs(60), |m| m.iter().any(|m| m.subject == subject && image(m) == "nginx:1.29")).await;
+    let msgs = support::nats::read_until(&js, support::nats::STREAM, Duration::from_secs(60), |m| m.iter().any(|m| m.subject == subject && image(m) == "nginx:1.29")).await;
     let mine: Vec<_> = msgs.iter().filter(|m| m.subject == subject).collect();
     assert_eq!(mine.len(), 2, "exactly one trigger per template change: {:?}", mine.iter().map(|m| (m.event_type(), image(m))).collect::<Vec<_>>());
     assert!(mine.iter().all(|m| m.event_type() == "dev.deltaship.object.updated"));
@@ -113,7 +86,7 @@ async fn audit_ships_every_change_with_secrets_redacted() {
     let secrets = Api::<Secret>::namespaced(kube.clone(), &ns);
     let before: Secret = serde_json::from_value(json!({"metadata": {"name": "early"}, "stringData": {"password": "audit-secret-value"}})).unwrap();
     secrets.create(&PostParams::default(), &before).await.unwrap();
-    let _run = Run::start("audit.toml", &[("DELTASHIP_SINK__BROKERS", &env.kafka), ("DELTASHIP_SINK__TOPIC_TEMPLATE", &template)]);
+    let _run = run("audit.toml", &[("DELTASHIP_SINK__BROKERS", &env.kafka), ("DELTASHIP_SINK__TOPIC_TEMPLATE", &template)]);
     let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "db"}, "stringData": {"password": "audit-secret-value"}})).unwrap();
     secrets.create(&PostParams::default(), &secret).await.unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
@@ -148,7 +121,7 @@ async fn replica_keeps_compacted_topics_with_tombstones_that_rebuild_the_cluster
     let ns = namespace(&kube, "uc-replica").await;
     let prefix = support::unique("replica");
     let template = format!("{prefix}.{{group}}.{{plural}}");
-    let _run = Run::start("replica.toml", &[("DELTASHIP_SINK__BROKERS", &env.kafka), ("DELTASHIP_SINK__TOPIC_TEMPLATE", &template)]);
+    let _run = run("replica.toml", &[("DELTASHIP_SINK__BROKERS", &env.kafka), ("DELTASHIP_SINK__TOPIC_TEMPLATE", &template)]);
     let topic = format!("{prefix}.core.configmaps");
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", &env.kafka).create().unwrap();
     let described = admin.describe_configs(&[ResourceSpecifier::Topic(&topic)], &AdminOptions::new()).await.unwrap();

@@ -3,7 +3,10 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, so that the tests can pause and advance it.
+use tokio::time::Instant;
 
 /// A sink's reachability: not probed yet, reachable, unreachable.
 const UNKNOWN: u8 = 0;
@@ -250,23 +253,25 @@ impl WatchHealth {
 mod tests {
     use super::*;
 
-    #[test]
-    fn alive_unless_events_wait_without_acknowledgement_for_the_stall_timeout() {
+    #[tokio::test(start_paused = true)]
+    async fn alive_unless_events_wait_without_acknowledgement_for_the_stall_timeout() {
         let h = Health::new(vec![("default".into(), 0)], Some(Duration::from_millis(50)), None);
         let r = h.route(0);
-        std::thread::sleep(Duration::from_millis(60));
+        tokio::time::advance(Duration::from_millis(60)).await;
         assert!(h.liveness().is_ok(), "idle is not stalled");
         r.set_outstanding(3);
         assert!(h.liveness().is_ok());
-        std::thread::sleep(Duration::from_millis(60));
-        assert!(h.liveness().unwrap_err().contains("3 event(s)"));
+        tokio::time::advance(Duration::from_millis(49)).await;
+        assert!(h.liveness().is_ok(), "1 ms before the stall timeout");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(h.liveness().unwrap_err().contains("3 event(s)"), "stalled at the timeout");
         r.progressed();
         assert!(h.liveness().is_ok());
         assert!(Health::single(0).liveness().is_ok(), "no timeout, never stalled");
     }
 
-    #[test]
-    fn ready_only_when_synced_and_connected() {
+    #[tokio::test(start_paused = true)]
+    async fn ready_only_when_synced_and_connected() {
         let h = Health::single(2);
         let r = h.route(0);
         assert!(h.readiness().unwrap_err().contains("2 initial"));
@@ -281,8 +286,8 @@ mod tests {
         assert!(Health::single(0).route(0).set_sink_connected(false), "down from the start is a change");
     }
 
-    #[test]
-    fn each_route_is_reported_by_name() {
+    #[tokio::test(start_paused = true)]
+    async fn each_route_is_reported_by_name() {
         let h = Health::new(vec![("audit".into(), 1), ("trigger".into(), 1)], Some(Duration::from_millis(10)), None);
         let (audit, trigger) = (h.route(0), h.route(1));
         audit.set_sink_connected(true);
@@ -293,15 +298,15 @@ mod tests {
         trigger.initial_sync_delivered();
         assert_eq!(h.readiness(), Ok(()));
         trigger.set_outstanding(1);
-        std::thread::sleep(Duration::from_millis(20));
+        tokio::time::advance(Duration::from_millis(20)).await;
         let stalled = h.liveness().unwrap_err();
         assert!(stalled.starts_with("route trigger: 1 event(s)"), "{stalled}");
         h.set_standby(true);
         assert_eq!(h.readiness(), Ok(()), "a standby is ready");
     }
 
-    #[test]
-    fn a_watch_failing_longer_than_the_grace_is_not_ready_until_it_works_again() {
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_failing_longer_than_the_grace_is_not_ready_until_it_works_again() {
         let h = Health::new(vec![("default".into(), 0)], None, Some(Duration::from_millis(50)));
         h.route(0).set_sink_connected(true);
         let pods = h.watch("pods".into());
@@ -310,7 +315,9 @@ mod tests {
         cms.failed("connection");
         cms.failed("forbidden");
         assert_eq!(h.readiness(), Ok(()), "within the grace");
-        std::thread::sleep(Duration::from_millis(60));
+        tokio::time::advance(Duration::from_millis(49)).await;
+        assert_eq!(h.readiness(), Ok(()), "1 ms before the grace ends");
+        tokio::time::advance(Duration::from_millis(1)).await;
         cms.failed("forbidden");
         let why = h.readiness().unwrap_err();
         assert!(why.starts_with("watch of configmaps in namespace shop failing for 0s (last error: forbidden)"), "{why}");
@@ -320,7 +327,7 @@ mod tests {
         cms.failed("not_found");
         assert_eq!(h.readiness(), Ok(()), "a new streak starts its own grace");
         h.set_standby(true);
-        std::thread::sleep(Duration::from_millis(60));
+        tokio::time::advance(Duration::from_millis(60)).await;
         assert_eq!(h.readiness(), Ok(()), "a standby is ready");
         h.set_standby(false);
         assert!(h.readiness().unwrap_err().contains("(last error: not_found)"));

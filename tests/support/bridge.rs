@@ -53,17 +53,17 @@ pub fn command(args: &[&str], config_toml: &str, envs: &[(&str, &str)]) -> (Exit
 }
 
 impl Bridge {
-    /// Starts `deltaship run` with `config_toml` (its `[http]` table is added here).
+    /// Starts `deltaship run` with `config_toml` (e.g. `TestConfig::toml`), its HTTP server
+    /// on a free port.
     pub fn start(config_toml: &str) -> Bridge {
         Bridge::start_with_env(config_toml, &[])
     }
 
     /// `start`, with extra environment variables (e.g. a secret as a `DELTASHIP_` override).
     pub fn start_with_env(config_toml: &str, envs: &[(&str, &str)]) -> Bridge {
-        let port = free_port();
         let config = scratch_dir().join("config.toml");
-        std::fs::write(&config, format!("{config_toml}\n[http]\nlisten = \"127.0.0.1:{port}\"\n")).unwrap();
-        Bridge::spawn(config, port, envs)
+        std::fs::write(&config, config_toml).unwrap();
+        Bridge::start_file(&config, envs)
     }
 
     /// Starts `deltaship run` with the config file at `config` as it is (TOML or YAML), its

@@ -16,6 +16,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{Value, json};
 
+use super::kube::until_done;
+
 /// Runs `tests/env/<component>/ctl <action>`; panics when it keeps failing.
 pub fn ctl(component: &str, action: &str) {
     try_ctl(component, action).unwrap_or_else(|e| panic!("{e}"))
@@ -35,27 +37,6 @@ pub fn try_ctl(component: &str, action: &str) -> Result<(), String> {
         std::thread::sleep(Duration::from_secs(5));
     }
     Err(format!("{path} {action} failed three times; last: {last}"))
-}
-
-/// Retries `op` until it succeeds or fails with `done_code` (409 on a create, 404 on a
-/// delete: an attempt that timed out had in fact succeeded), for as long as an API server
-/// restart may take.
-pub async fn until_done<F, Fut>(what: &str, done_code: u16, mut op: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), kube::Error>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let err = match tokio::time::timeout(Duration::from_secs(10), op()).await {
-            Ok(Ok(())) => return,
-            Ok(Err(kube::Error::Api(s))) if s.code == done_code => return,
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => "no answer within 10 s".to_string(),
-        };
-        assert!(Instant::now() < deadline, "{what} still failing after 120 s: {err}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 pub async fn create_namespace(client: &Client, prefix: &str) -> String {

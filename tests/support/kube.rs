@@ -1,6 +1,6 @@
 //! Kubernetes helpers: a client for the test API server, namespaces, readiness waits.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -41,5 +41,26 @@ where
         }
         assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Retries `op` until it succeeds (then returns its value) or fails with `done_code` (an
+/// idempotent outcome: 404 on a delete, 409 on a create; 0 for none; then None), for as
+/// long as an API server restart may take.
+pub async fn until_done<T, F, Fut>(what: &str, done_code: u16, mut op: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let err = match tokio::time::timeout(Duration::from_secs(10), op()).await {
+            Ok(Ok(value)) => return Some(value),
+            Ok(Err(kube::Error::Api(s))) if s.code == done_code => return None,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer within 10 s".to_string(),
+        };
+        assert!(Instant::now() < deadline, "{what} still failing after 120 s: {err}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }

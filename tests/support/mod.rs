@@ -1,10 +1,11 @@
 //! Shared helpers of the integration tests: the real test environment (tests/env), the
-//! deltaship binary as a child process, the Helm chart, and a Kafka reader.
+//! deltaship binary as a child process, test configs, the Helm chart, and a Kafka reader.
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod bridge;
 pub mod chart;
 pub mod churn;
+pub mod config;
 pub mod kafka;
 pub mod kube;
 pub mod nats;

@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use serde_json::Value;
 
+/// The JetStream stream the bridge writes to by default (`sink.jetstream.stream`).
+pub const STREAM: &str = "DELTASHIP";
+
 #[derive(Debug, Clone)]
 pub struct Msg {
     pub sequence: u64,

@@ -10,34 +10,16 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
-/// Retries `op` until it succeeds or fails with `done_code` (an idempotent outcome: 404 on
-/// a delete, 409 on a create; 0 for none), for as long as an API server restart may take.
-pub async fn until_done(what: &str, done_code: u16, mut op: impl AsyncFnMut() -> Result<(), kube::Error>) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let err = match tokio::time::timeout(Duration::from_secs(10), op()).await {
-            Ok(Ok(())) => return,
-            Ok(Err(kube::Error::Api(s))) if s.code == done_code => return,
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => "no answer within 10 s".to_string(),
-        };
-        assert!(Instant::now() < deadline, "{what} still failing after 120 s: {err}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
+use super::kube::until_done;
 
 /// The API server's ConfigMaps in `namespaces`.
 pub async fn api_configmaps(client: &Client, namespaces: &[String]) -> BTreeMap<String, String> {
     let mut state = BTreeMap::new();
     for ns in namespaces {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-        let mut list = None;
-        until_done(&format!("listing ConfigMaps in {ns}"), 0, async || {
-            list = Some(api.list(&ListParams::default()).await?);
-            Ok(())
-        })
-        .await;
-        for cm in list.unwrap() {
+        let lp = ListParams::default();
+        let list = until_done(&format!("listing ConfigMaps in {ns}"), 0, || api.list(&lp)).await;
+        for cm in list.expect("a list never fails with code 0") {
             let m = cm.metadata;
             state.insert(format!("{ns}/{}", m.name.unwrap()), m.resource_version.unwrap());
         }

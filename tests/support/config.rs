@@ -1,0 +1,77 @@
+//! Test configs built as `deltaship::config::Config` values and written as TOML, so that a
+//! test names the options it sets and a typo fails to compile instead of at start-up.
+
+use deltaship::config::{Config, KafkaConfig, NatsConfig, ResourceConfig, SinkConfig};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+/// A config with the documented defaults, built up option by option.
+pub struct TestConfig(Config);
+
+/// A value of `T` from JSON (the field defaults are applied as when loading a file).
+fn from_json<T: DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).unwrap_or_else(|e| panic!("not a valid test config part: {e}"))
+}
+
+/// Resource `kind` of `group` (empty for the core group), version `v1`, watched in
+/// `namespaces` (empty: all). Other fields with struct update: `ResourceConfig { payload:
+/// PayloadMode::Patch, ..resource("", "ConfigMap", &[&ns]) }`.
+pub fn resource(group: &str, kind: &str, namespaces: &[&str]) -> ResourceConfig {
+    from_json(json!({"group": group, "version": "v1", "kind": kind, "namespaces": namespaces}))
+}
+
+/// A Kafka sink to `brokers`, topics named by `topic_template`, creating its topics with 3
+/// partitions (the tests' usual setting).
+pub fn kafka(brokers: &str, topic_template: &str) -> KafkaConfig {
+    from_json(json!({"brokers": brokers, "topic_template": topic_template, "create_topics": {"partitions": 3}}))
+}
+
+/// A NATS (JetStream) sink at `url`, waiting 2 s for acknowledgements so that a test sees
+/// an outage quickly.
+pub fn nats(url: &str) -> NatsConfig {
+    from_json(json!({"url": url, "jetstream": {"ack_timeout_secs": 2}}))
+}
+
+impl TestConfig {
+    pub fn new() -> TestConfig {
+        TestConfig(from_json(json!({})))
+    }
+
+    pub fn cluster(mut self, name: &str) -> TestConfig {
+        self.0.cluster = name.into();
+        self
+    }
+
+    pub fn resource(mut self, r: ResourceConfig) -> TestConfig {
+        self.0.resources.push(r);
+        self
+    }
+
+    /// The ConfigMaps of namespace `ns`.
+    pub fn configmaps(self, ns: &str) -> TestConfig {
+        self.resource(resource("", "ConfigMap", &[ns]))
+    }
+
+    pub fn kafka(mut self, k: KafkaConfig) -> TestConfig {
+        self.0.sink = Some(SinkConfig::Kafka(Box::new(k)));
+        self
+    }
+
+    pub fn nats(mut self, n: NatsConfig) -> TestConfig {
+        self.0.sink = Some(SinkConfig::Nats(Box::new(n)));
+        self
+    }
+
+    /// Any other option, set on the `Config` itself.
+    pub fn with(mut self, set: impl FnOnce(&mut Config)) -> TestConfig {
+        set(&mut self.0);
+        self
+    }
+
+    /// The config as a TOML file. Secrets are written as they are: `Secret` serializes its
+    /// value, and only `Config::masked` (print-config) replaces it by `***`, which is never
+    /// called here.
+    pub fn toml(&self) -> String {
+        toml::to_string(&self.0).unwrap_or_else(|e| panic!("the test config does not serialize as TOML: {e}"))
+    }
+}
