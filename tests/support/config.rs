@@ -13,7 +13,7 @@ fn from_json<T: DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).unwrap_or_else(|e| panic!("not a valid test config part: {e}"))
 }
 
-/// Resource `kind` of `group` (empty for the core group), version `v1`, watched in
+/// ResourceType `kind` of `group` (empty for the core group), version `v1`, watched in
 /// `namespaces` (empty: all). Other fields with struct update: `ResourceConfig { payload:
 /// PayloadMode::Patch, ..resource("", "ConfigMap", &[&ns]) }`.
 pub fn resource(group: &str, kind: &str, namespaces: &[&str]) -> ResourceConfig {
