@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use super::{
     Change, ChangeType, Entry, Fingerprinter, Index, Marker, MarkerPhase, Object, ObjectChange,
-    ObjectRef, Payload, SyncCounts, SyncMode, SyncReason, WatchEvent,
+    ObjectRef, Payload, SyncCounts, SyncReason, WatchEvent,
 };
+use crate::config::SyncMode;
 use crate::telemetry::metrics as m;
 
 /// The classifier of one watch (a resource within one namespace scope). It owns that

@@ -15,6 +15,8 @@ pub use filter::Filter;
 pub use fingerprint::{Fingerprinter, Serialized};
 pub use index::{Entry, Index};
 pub use object::{Object, ObjectError, ObjectRef};
+
+use crate::config::SyncMode;
 #[cfg(test)]
 pub(crate) use object::fixtures;
 
@@ -97,15 +99,6 @@ impl SyncReason {
             SyncReason::Resync => "resync",
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SyncMode {
-    /// Every object delivered as `synced`.
-    Full,
-    /// Only differences against the index.
-    Diff,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

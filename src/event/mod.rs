@@ -254,9 +254,9 @@ mod tests {
 
     use super::*;
     use crate::change::fixtures::configmap;
-    use crate::change::SyncMode;
     use crate::resource::fixtures::configmaps;
-    use crate::route::{Route, Template};
+    use crate::config::{SyncMode, Template};
+    use crate::route::Route;
 
     fn scope() -> Scope {
         Scope {

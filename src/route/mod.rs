@@ -1,14 +1,15 @@
 //! Routing: where an event goes (Kafka topic or NATS subject) and its partition key.
 
+mod render;
 pub mod subject;
-mod template;
 
 use std::sync::Arc;
 
-use crate::change::{MarkerPhase, ObjectRef, SyncMode};
+use crate::change::{MarkerPhase, ObjectRef};
+use crate::config::{SyncMode, Template, TemplateError};
 use crate::resource::Resource;
 
-pub use template::{Names, Style, Template};
+use render::{Names, Style, render};
 
 /// Where the events of one watched resource go and how they are keyed.
 #[derive(Debug, Clone)]
@@ -42,16 +43,9 @@ impl MarkerSlot<'_> {
         [SyncMode::Full, SyncMode::Diff].into_iter().flat_map(|mode| {
             [MarkerPhase::Started, MarkerPhase::Completed].map(|phase| {
                 let slot = MarkerSlot { namespace: None, mode, phase };
-                (slot.mode(), slot.phase())
+                (slot.mode.as_str(), slot.phase())
             })
         })
-    }
-
-    fn mode(&self) -> &'static str {
-        match self.mode {
-            SyncMode::Full => "full",
-            SyncMode::Diff => "diff",
-        }
     }
 
     fn phase(&self) -> &'static str {
@@ -80,7 +74,7 @@ impl Route {
     pub fn topic(cluster: &str, resource: &Resource, template: &Template) -> Route {
         let names = Names { cluster, resource, namespace: None, name: None };
         Route {
-            destination: Destination::Topic(template.render(Style::Topic, &names).into()),
+            destination: Destination::Topic(render(template, Style::Topic, &names).into()),
             key_prefix: key_prefix(resource, template),
             marker_key_base: marker_key_base(resource),
         }
@@ -95,7 +89,7 @@ impl Route {
                 cluster: cluster.into(),
                 resource: resource.clone(),
                 template: template.clone(),
-                marker: marker.render(Style::Subject, &names).into(),
+                marker: render(marker, Style::Subject, &names).into(),
             },
             key_prefix: key_prefix(resource, template),
             marker_key_base: marker_key_base(resource),
@@ -113,7 +107,7 @@ impl Route {
                     namespace: r.namespace.as_deref(),
                     name: Some(&r.name),
                 };
-                template.render(Style::Subject, &names).into()
+                render(template, Style::Subject, &names).into()
             }
         }
     }
@@ -132,14 +126,14 @@ impl Route {
     pub fn marker_destination_of(&self, slot: MarkerSlot) -> Arc<str> {
         match &self.destination {
             Destination::Topic(t) => t.clone(),
-            Destination::Subject { marker, .. } => format!("{marker}.{}.{}.{}", subject::encode_token(slot.namespace), slot.mode(), slot.phase()).into(),
+            Destination::Subject { marker, .. } => format!("{marker}.{}.{}.{}", subject::encode_token(slot.namespace), slot.mode.as_str(), slot.phase()).into(),
         }
     }
 
     /// The key of a marker record: `/deltaship/sync/<resource>/<namespace>/<mode>/<phase>`,
     /// namespace `*` for every namespace (no namespace is named `*`).
     pub fn marker_key(&self, slot: MarkerSlot) -> String {
-        format!("{}/{}/{}/{}", self.marker_key_base, slot.namespace.unwrap_or("*"), slot.mode(), slot.phase())
+        format!("{}/{}/{}/{}", self.marker_key_base, slot.namespace.unwrap_or("*"), slot.mode.as_str(), slot.phase())
     }
 
     /// The partition key of an object: `namespace/name` or `name`, with the prefix.
@@ -161,7 +155,7 @@ fn marker_key_base(resource: &Resource) -> String {
 }
 
 /// Kafka topic names: ASCII letters, digits, `.`, `_`, `-`, at most 249 characters.
-pub fn check_topic_name(name: &str) -> Result<(), String> {
+pub fn check_topic_name(name: &str) -> Result<(), TemplateError> {
     let ok = !name.is_empty()
         && name.len() <= 249
         && name != "."
@@ -170,9 +164,7 @@ pub fn check_topic_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "`{name}` is not a valid Kafka topic name (ASCII letters, digits, `.`, `_`, `-`, at most 249)"
-        ))
+        Err(TemplateError::TopicName { topic: name.into() })
     }
 }
 
@@ -232,11 +224,8 @@ mod tests {
     }
 
     #[test]
-    fn bad_templates_are_explained() {
-        assert!(Template::parse("x.{nope}").unwrap_err().contains("{nope}"));
-        assert!(Template::parse("x.{cluster").unwrap_err().contains("closing"));
-        assert!(Template::parse("").is_err());
-        assert!(check_topic_name("a/b").is_err());
+    fn topic_names_kafka_refuses_are_explained() {
+        assert!(check_topic_name("a/b").unwrap_err().to_string().contains("`a/b` is not a valid Kafka topic name"));
         assert!(check_topic_name("deltaship.c.core.configmaps").is_ok());
     }
 }

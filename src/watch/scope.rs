@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Output;
-use crate::change::SyncMode;
+use crate::config::SyncMode;
 use crate::event::redact::Redaction;
 use crate::resource::Resource;
 
