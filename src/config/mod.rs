@@ -20,9 +20,9 @@ use figment::value::Value;
 pub use kafka::*;
 pub use model::*;
 pub use nats::*;
-pub use redact::{FieldPath, KEY_FIX, RedactAction, RedactField, RedactionConfig, Segment, read_digest_key};
+pub use redact::{DigestKeyError, FieldPath, KEY_FIX, RedactAction, RedactField, RedactionConfig, Segment, read_digest_key};
 pub use route::*;
-pub use secret::Secret;
+pub use secret::{Secret, SecretFileError};
 pub use template::{Part, Template, TemplateError};
 pub use validate::Problem;
 
@@ -36,8 +36,14 @@ const ENV_NOT_CONFIG: [&str; 2] = ["test_", "config"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {}: {reason}", file.display())]
-    Unreadable { file: PathBuf, reason: String },
+    #[error("cannot read config file {}: {source}", file.display())]
+    Unreadable {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read config file {}: it is larger than {} MiB; a config is a few kilobytes", file.display(), MAX_FILE_BYTES >> 20)]
+    TooLarge { file: PathBuf },
     #[error(
         "config file {} has an unknown format; use a .toml, .yaml or .yml file",
         file.display()
@@ -65,10 +71,10 @@ pub fn load(file: &Path) -> Result<Config, ConfigError> {
 const MAX_FILE_BYTES: u64 = 4 << 20;
 
 fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
-    let unreadable = |reason: String| ConfigError::Unreadable { file: file.to_owned(), reason };
-    let meta = secret::regular_file(file).map_err(|e| unreadable(e.to_string()))?;
+    let unreadable = |source| ConfigError::Unreadable { file: file.to_owned(), source };
+    let meta = secret::regular_file(file).map_err(unreadable)?;
     if meta.len() > MAX_FILE_BYTES {
-        return Err(unreadable(format!("it is larger than {} MiB; a config is a few kilobytes", MAX_FILE_BYTES >> 20)));
+        return Err(ConfigError::TooLarge { file: file.to_owned() });
     }
     let ext = file.extension().and_then(|e| e.to_str()).unwrap_or("");
     let (figment, yaml) = match ext {
@@ -81,7 +87,7 @@ fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
         }
     };
     // Checked before parsing: a parser spends time and stack on every level.
-    let text = std::fs::read_to_string(file).map_err(|e| unreadable(e.to_string()))?;
+    let text = std::fs::read_to_string(file).map_err(unreadable)?;
     let mut errors: Vec<String> = input::check_depth(&text, yaml).err().map(|e| format!("the file {e}; fix: flatten it (no option is more than 8 levels deep)")).into_iter().collect();
     errors.extend(input::check_env_names(std::env::vars_os().map(|(name, _)| name)));
     if !errors.is_empty() {
@@ -414,8 +420,13 @@ mod tests {
     #[test]
     fn missing_file_and_unknown_extension_are_clear() {
         Jail::expect_with(|jail| {
-            let e = load_in_jail(jail, "nope.toml").unwrap_err().to_string();
+            let e = load_in_jail(jail, "nope.toml").unwrap_err();
+            assert!(matches!(&e, ConfigError::Unreadable { source, .. } if source.kind() == std::io::ErrorKind::NotFound), "{e:?}");
+            let e = e.to_string();
             assert!(e.contains("cannot read config file") && e.contains("nope.toml"), "{e}");
+            jail.create_file("big.toml", &"#".repeat(MAX_FILE_BYTES as usize + 1))?;
+            let e = load_in_jail(jail, "big.toml").unwrap_err();
+            assert!(matches!(e, ConfigError::TooLarge { .. }) && e.to_string().contains("larger than 4 MiB"), "{e}");
             jail.create_file("c.ini", "")?;
             let e = load_in_jail(jail, "c.ini").unwrap_err().to_string();
             assert!(e.contains(".toml, .yaml or .yml"), "{e}");

@@ -180,11 +180,11 @@ pub(super) fn validate(c: &Config) -> Vec<Problem> {
         }
     }
     if let Some(path) = &c.redaction.digest_key_file
-        && let Err(problem) = read_digest_key(path)
+        && let Err(e) = read_digest_key(path)
     {
         out.push(Problem {
             key: "redaction.digest_key_file".into(),
-            problem,
+            problem: e.to_string(),
             fix: KEY_FIX.into(),
         });
     }
@@ -197,26 +197,40 @@ pub const KEY_FIX: &str = "give the path of a regular file holding at least 16 r
 /// The shortest accepted key, in bytes: a shorter key could itself be guessed.
 const MIN_KEY_BYTES: usize = 16;
 
+/// Why a digest key file was refused: the file and what is wrong, never the content.
+#[derive(Debug, thiserror::Error)]
+pub enum DigestKeyError {
+    #[error("cannot read {}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is empty", path.display())]
+    Empty { path: PathBuf },
+    #[error("{} holds {bytes} bytes, fewer than {MIN_KEY_BYTES}", path.display())]
+    TooShort { path: PathBuf, bytes: usize },
+}
+
 /// The file at `path` is a regular file (after symbolic links, as Secret volumes use) that
 /// is not empty. Its metadata only: a FIFO or a device is refused before it is opened.
-fn key_file(path: &Path) -> Result<(), String> {
-    let meta = super::secret::regular_file(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+fn key_file(path: &Path) -> Result<(), DigestKeyError> {
+    let meta = super::secret::regular_file(path).map_err(|source| DigestKeyError::Unreadable { path: path.into(), source })?;
     if meta.len() == 0 {
-        return Err(format!("{} is empty", path.display()));
+        return Err(DigestKeyError::Empty { path: path.into() });
     }
     Ok(())
 }
 
-/// Reads the digest key at `path`: its bytes without a trailing newline. Errors name the
-/// file and what is wrong, never the content.
-pub fn read_digest_key(path: &Path) -> Result<Vec<u8>, String> {
+/// Reads the digest key at `path`: its bytes without a trailing newline.
+pub fn read_digest_key(path: &Path) -> Result<Vec<u8>, DigestKeyError> {
     key_file(path)?;
-    let mut key = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut key = std::fs::read(path).map_err(|source| DigestKeyError::Unreadable { path: path.into(), source })?;
     while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         key.pop();
     }
     if key.len() < MIN_KEY_BYTES {
-        return Err(format!("{} holds {} bytes, fewer than {MIN_KEY_BYTES}", path.display(), key.len()));
+        return Err(DigestKeyError::TooShort { path: path.into(), bytes: key.len() });
     }
     Ok(key)
 }
@@ -313,6 +327,8 @@ mod tests {
         assert_eq!(read_digest_key(&file).unwrap(), b"0123456789abcdef0123");
         std::fs::write(&file, "short-secret\n").unwrap();
         let e = read_digest_key(&file).unwrap_err();
+        assert!(matches!(e, DigestKeyError::TooShort { bytes: 12, .. }), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("12 bytes") && !e.contains("short-secret"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

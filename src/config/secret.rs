@@ -3,7 +3,7 @@
 //! at start-up.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
@@ -31,12 +31,22 @@ impl Secret {
     /// Reads a secret file: its content without the trailing newline (`echo secret > file`
     /// adds one); other whitespace is part of the secret. The error names `key` and the
     /// file, never the content.
-    pub fn from_file(key: &str, file: &Path) -> Result<Secret, String> {
+    pub fn from_file(key: &str, file: &Path) -> Result<Secret, SecretFileError> {
         regular_file(file)
             .and_then(|_| std::fs::read_to_string(file))
             .map(|s| Secret(s.trim_end_matches(['\n', '\r']).to_string()))
-            .map_err(|e| format!("{key}: cannot read {}: {e}", file.display()))
+            .map_err(|source| SecretFileError { key: key.into(), file: file.into(), source })
     }
+}
+
+/// A secret file that could not be read: its key and path, never its content.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: cannot read {}: {source}", file.display())]
+pub struct SecretFileError {
+    pub key: String,
+    pub file: PathBuf,
+    #[source]
+    pub source: std::io::Error,
 }
 
 /// The metadata of `path` if it is a regular file (after symbolic links, as Secret volumes
@@ -128,6 +138,7 @@ mod tests {
         assert_eq!(Secret::from_file("k", &f).unwrap().expose(), " pa ss");
         std::fs::remove_file(&f).unwrap();
         let e = Secret::from_file("sink.auth.password_file", &f).unwrap_err();
-        assert!(e.starts_with("sink.auth.password_file: cannot read"), "{e}");
+        assert_eq!(e.source.kind(), std::io::ErrorKind::NotFound);
+        assert!(e.to_string().starts_with("sink.auth.password_file: cannot read"), "{e}");
     }
 }

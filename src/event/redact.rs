@@ -8,7 +8,7 @@ use metrics::Counter;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::config::{Config, FieldPath, KEY_FIX, RedactAction, ResourceConfig, Segment, read_digest_key};
+use crate::config::{Config, DigestKeyError, FieldPath, KEY_FIX, RedactAction, ResourceConfig, Segment, read_digest_key};
 use crate::telemetry::metrics as m;
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -18,8 +18,11 @@ const MASK: &str = "***";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RedactError {
-    #[error("redaction.digest_key_file: {problem}; fix: {KEY_FIX}")]
-    DigestKey { problem: String },
+    #[error("redaction.digest_key_file: {source}; fix: {KEY_FIX}")]
+    DigestKey {
+        #[source]
+        source: DigestKeyError,
+    },
     #[error("resources[{index}].redact_fields[{rule}]: {problem}")]
     Rule { index: usize, rule: usize, problem: String },
 }
@@ -35,7 +38,7 @@ impl DigestKey {
 
     /// Reads the key file once; errors name the setting and the file, never the content.
     pub fn from_file(path: &Path) -> Result<DigestKey, RedactError> {
-        read_digest_key(path).map(|key| DigestKey::new(&key)).map_err(|problem| RedactError::DigestKey { problem })
+        read_digest_key(path).map(|key| DigestKey::new(&key)).map_err(|source| RedactError::DigestKey { source })
     }
 }
 

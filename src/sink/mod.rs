@@ -46,7 +46,7 @@ impl SendError {
 /// Reads a sink's secret file at start-up; a failure is fatal and names the key and the
 /// file, never the content.
 pub(crate) fn read_secret(key: &str, file: &std::path::Path) -> Result<Secret, SendError> {
-    Secret::from_file(key, file).map_err(|message| SendError::Fatal { kind: "config", message })
+    Secret::from_file(key, file).map_err(|e| SendError::Fatal { kind: "config", message: e.to_string() })
 }
 
 /// What the dispatcher needs of a sink: publish one event, resolving on acknowledgement.
