@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml, Yaml};
 use figment::value::Value;
+use serde::de::{self, Deserializer, Visitor};
 
 pub use kafka::*;
 pub use model::*;
@@ -114,6 +115,28 @@ fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
             errors: problems.iter().map(ToString::to_string).collect(),
         })
     }
+}
+
+/// Deserializes a string parsed by `parse` into one of our own types (a template, an
+/// address); `expecting` describes the string. A refusal is `(problem, fix)`, written
+/// `problem; fix: fix`, which `describe_figment_error` shows with the key and the source.
+pub(crate) fn parse_str<'de, D: Deserializer<'de>, T>(d: D, expecting: &'static str, parse: impl FnOnce(&str) -> Result<T, (String, String)>) -> Result<T, D::Error> {
+    struct Parsed<F> {
+        expecting: &'static str,
+        parse: F,
+    }
+    impl<T, F: FnOnce(&str) -> Result<T, (String, String)>> Visitor<'_> for Parsed<F> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.expecting)
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+            (self.parse)(v).map_err(|(problem, fix)| E::custom(format!("{problem}; fix: {fix}")))
+        }
+    }
+    d.deserialize_str(Parsed { expecting, parse })
 }
 
 /// The fields of a sink parsed into templates when loaded.

@@ -1,11 +1,9 @@
 //! The configuration tree: every option, its unit and its default.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use serde::de::{self, Deserializer, Visitor};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// The whole configuration of one deltaship process.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -418,22 +416,7 @@ fn default_listen() -> SocketAddr {
 
 /// `http.listen`: serde's own refusal would say neither the value nor the fix.
 fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
-    d.deserialize_str(ListenVisitor)
-}
-
-struct ListenVisitor;
-
-impl Visitor<'_> for ListenVisitor {
-    type Value = SocketAddr;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an address IP:PORT, e.g. `0.0.0.0:9090`")
-    }
-
-    /// The message says what is wrong and the fix (see `describe_figment_error`).
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<SocketAddr, E> {
-        v.parse().map_err(|_| E::custom(format!("`{v}` is not an address; fix: use IP:PORT, e.g. `0.0.0.0:9090`")))
-    }
+    super::parse_str(d, "an address IP:PORT, e.g. `0.0.0.0:9090`", |v| v.parse().map_err(|_| (format!("`{v}` is not an address"), "use IP:PORT, e.g. `0.0.0.0:9090`".into())))
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,11 +1,9 @@
 //! Redaction settings: the field rules of a resource (`resources[].redact_fields`) and the
 //! digest key (`redaction`), their parsing and their validation.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::de::{self, Deserializer, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{Config, Problem};
 
@@ -153,22 +151,7 @@ impl Serialize for FieldPath {
 
 impl<'de> Deserialize<'de> for FieldPath {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<FieldPath, D::Error> {
-        d.deserialize_str(FieldPathVisitor)
-    }
-}
-
-struct FieldPathVisitor;
-
-impl Visitor<'_> for FieldPathVisitor {
-    type Value = FieldPath;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON pointer such as `/spec/template/spec/containers/*/env`")
-    }
-
-    /// The message says what is wrong and the fix (see `describe_figment_error`).
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<FieldPath, E> {
-        FieldPath::parse(v).map_err(|e| E::custom(format!("{}; fix: {} ({PATH_EXAMPLE})", e.problem, e.fix)))
+        super::parse_str(d, "a JSON pointer such as `/spec/template/spec/containers/*/env`", |v| FieldPath::parse(v).map_err(|e| (e.problem, format!("{} ({PATH_EXAMPLE})", e.fix))))
     }
 }
 

@@ -1,9 +1,6 @@
 //! Name templates for topics and subjects, such as `deltaship.{cluster}.{group}.{plural}`.
 
-use std::fmt;
-
-use serde::de::{self, Deserializer, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A name template such as `deltaship.{cluster}.{group}.{plural}`, parsed when the
 /// configuration is loaded.
@@ -118,12 +115,6 @@ impl Template {
     }
 }
 
-impl fmt::Display for Template {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
-    }
-}
-
 impl Serialize for Template {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.text)
@@ -132,22 +123,7 @@ impl Serialize for Template {
 
 impl<'de> Deserialize<'de> for Template {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Template, D::Error> {
-        d.deserialize_str(TemplateVisitor)
-    }
-}
-
-struct TemplateVisitor;
-
-impl Visitor<'_> for TemplateVisitor {
-    type Value = Template;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a name template such as `deltaship.{cluster}.{group}.{plural}`")
-    }
-
-    /// The message says what is wrong and the fix (see `describe_figment_error`).
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Template, E> {
-        Template::parse(v).map_err(|e| E::custom(format!("{e}; fix: {}", Template::HELP)))
+        super::parse_str(d, "a name template such as `deltaship.{cluster}.{group}.{plural}`", |v| Template::parse(v).map_err(|e| (e.to_string(), Template::HELP.into())))
     }
 }
 
