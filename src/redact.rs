@@ -8,7 +8,7 @@ use metrics::Counter;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::config::{Config, FieldPath, KEY_FIX, RedactAction, ResourceConfig, Segment, read_digest_key};
+use crate::config::{Config, DigestKeyError, FieldPath, KEY_FIX, RedactAction, ResourceConfig, Segment, read_digest_key};
 use crate::telemetry::metrics as m;
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -18,10 +18,11 @@ const MASK: &str = "***";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RedactError {
-    #[error("redaction.digest_key_file: {problem}; fix: {KEY_FIX}")]
-    DigestKey { problem: String },
-    #[error("resources[{index}].redact_fields[{rule}]: {problem}")]
-    Rule { index: usize, rule: usize, problem: String },
+    #[error("redaction.digest_key_file: {source}; fix: {KEY_FIX}")]
+    DigestKey {
+        #[source]
+        source: DigestKeyError,
+    },
 }
 
 /// The key of keyed digests: HMAC-SHA256 with the key already absorbed, cloned per digest.
@@ -35,7 +36,7 @@ impl DigestKey {
 
     /// Reads the key file once; errors name the setting and the file, never the content.
     pub fn from_file(path: &Path) -> Result<DigestKey, RedactError> {
-        read_digest_key(path).map(|key| DigestKey::new(&key)).map_err(|problem| RedactError::DigestKey { problem })
+        read_digest_key(path).map(|key| DigestKey::new(&key)).map_err(|source| RedactError::DigestKey { source })
     }
 }
 
@@ -61,14 +62,13 @@ impl Default for Redaction {
     }
 }
 
-/// The redaction of each of `config.resources`, in order: rules parsed and the digest key
-/// read, once. Without a key, digests are unkeyed: a warning says so when any would be
+/// The redaction of each of `config.resources`, in order: the digest key read once. Without a key, digests are unkeyed: a warning says so when any would be
 /// made.
 pub fn for_resources(config: &Config) -> Result<Vec<Arc<Redaction>>, RedactError> {
     let key = config.redaction.digest_key_file.as_deref().map(DigestKey::from_file).transpose()?;
     let mut out = Vec::new();
-    for (index, rc) in config.resources.iter().enumerate() {
-        out.push(Arc::new(Redaction::new(index, rc, key.clone())?));
+    for rc in &config.resources {
+        out.push(Arc::new(Redaction::new(rc, key.clone())));
     }
     if key.is_none() && config.resources.iter().any(makes_digests) {
         tracing::warn!("Digests of redacted values are unkeyed (sha256): short values such as PINs can be recovered by brute force; set redaction.digest_key_file");
@@ -77,15 +77,9 @@ pub fn for_resources(config: &Config) -> Result<Vec<Arc<Redaction>>, RedactError
 }
 
 impl Redaction {
-    fn new(index: usize, rc: &ResourceConfig, key: Option<DigestKey>) -> Result<Redaction, RedactError> {
-        let mut rules = Vec::new();
-        for (rule, r) in rc.redact_fields.iter().enumerate() {
-            let refused = |problem: String| RedactError::Rule { index, rule, problem };
-            let path = FieldPath::parse(&r.path).map_err(|e| refused(format!("{}; fix: {}", e.problem, e.fix)))?;
-            let action = RedactAction::parse(&r.action).ok_or_else(|| refused(format!("`{}` is not a redaction action", r.action)))?;
-            rules.push((path, action));
-        }
-        Ok(Redaction { builtin: rc.redact, rules, key })
+    fn new(rc: &ResourceConfig, key: Option<DigestKey>) -> Redaction {
+        let rules = rc.redact_fields.iter().map(|r| (r.path.clone(), r.action)).collect();
+        Redaction { builtin: rc.redact, rules, key }
     }
 
     /// The redactor of one watch of `resource` (its metric label), with the counter of
@@ -99,7 +93,7 @@ impl Redaction {
 
 /// Whether `rc`'s redaction makes digests: of Secret values, or by `hash` rules.
 fn makes_digests(rc: &ResourceConfig) -> bool {
-    rc.redact && rc.group.is_empty() && rc.kind == "Secret" || rc.redact_fields.iter().any(|r| r.action == RedactAction::Hash.as_str())
+    rc.redact && rc.group.is_empty() && rc.kind == "Secret" || rc.redact_fields.iter().any(|r| r.action == RedactAction::Hash)
 }
 
 /// A resource's redaction with its counters, for one watch.

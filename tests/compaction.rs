@@ -9,7 +9,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use deltaship::config::{JetStreamConfig, KafkaConfig, NatsConfig, TopicCreation};
+use deltaship::config::{JetStreamConfig, KafkaConfig, NatsConfig, Template, TopicCreation};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
@@ -112,8 +112,8 @@ async fn a_stream_keeping_one_message_per_subject_rebuilds_without_objects_delet
     let cluster = support::unique("c");
     let stream = support::unique("LASTPER").to_uppercase().replace('-', "_");
     let sink = NatsConfig {
-        subject_template: format!("{cluster}.{{group}}.{{kind}}.{{namespace}}.{{name}}"),
-        marker_subject_template: format!("{cluster}.{{group}}.{{kind}}._sync"),
+        subject_template: Template::parse(&format!("{cluster}.{{group}}.{{kind}}.{{namespace}}.{{name}}")).unwrap(),
+        marker_subject_template: Template::parse(&format!("{cluster}.{{group}}.{{kind}}._sync")).unwrap(),
         jetstream: JetStreamConfig { stream: stream.clone(), subjects: vec![format!("{cluster}.>")], max_msgs_per_subject: 1, ..JetStreamConfig::default() },
         ..nats(&env.nats)
     };

@@ -120,7 +120,7 @@ fn the_default_render_has_every_object() {
     // The config in the ConfigMap is one deltaship accepts, with the documented defaults.
     let (_, cfg) = rendered_config(&docs);
     assert!(cfg.leader_election.enabled);
-    assert_eq!(cfg.http.listen, "0.0.0.0:9090");
+    assert_eq!(cfg.http.listen.to_string(), "0.0.0.0:9090");
     assert!(matches!(cfg.effective_routes()[0].sink, SinkConfig::Stdout {}));
     assert_eq!(cfg.resources.len(), 1);
     assert_eq!((cfg.resources[0].group.as_str(), cfg.resources[0].kind.as_str()), ("", "ConfigMap"));
@@ -468,8 +468,8 @@ fn the_compose_file_fits_the_dockerfile_and_config_compose_toml() {
     assert!(ds_mounts.contains(&(volume.clone(), dir.to_owned())), "deltaship mounts volume {volume} at {dir}");
     assert_eq!(ds["network_mode"], "service:k3s");
     // deltaship's HTTP port is published on k3s, whose network namespace it shares.
-    let port = cfg.http.listen.rsplit(':').next().unwrap();
-    assert_eq!(cfg.http.listen, "0.0.0.0:9090");
+    let port = cfg.http.listen.port();
+    assert_eq!(cfg.http.listen.to_string(), "0.0.0.0:9090");
     assert!(strings(&k3s["ports"]).contains(&format!("{port}:{port}")), "{}", k3s["ports"]);
 
     // Kafka: one KRaft node whose advertised listener is the broker address of the config.

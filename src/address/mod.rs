@@ -1,14 +1,14 @@
 //! Routing: where an event goes (Kafka topic or NATS subject) and its partition key.
 
-pub mod subject;
-mod template;
+mod render;
 
 use std::sync::Arc;
 
-use crate::model::{MarkerPhase, ObjectRef, SyncMode};
-use crate::model::ResourceType;
+use crate::config::{Template, TemplateError};
+use crate::model::subject::encode_token;
+use crate::model::{MarkerSlot, ObjectRef, ResourceType};
 
-pub use template::{Names, Style, Template};
+use render::{Names, Style, render};
 
 /// Where the events of one watched resource go and how they are keyed.
 #[derive(Debug, Clone)]
@@ -22,44 +22,6 @@ pub struct Address {
     /// with `/`, which no object key can (namespace and object names never contain `/` and
     /// are never empty).
     marker_key_base: String,
-}
-
-/// What tells one sync's markers apart from another's on a compacted topic or a stream
-/// that keeps one message per subject: the watch's namespace (None: every namespace), the
-/// sync's mode and the marker's phase. Compaction then keeps the latest `started` and the
-/// latest `completed` of every watch and mode, so a consumer reading a compacted log still
-/// sees the last full sync whole and removes what it did not deliver.
-#[derive(Debug, Clone, Copy)]
-pub struct MarkerSlot<'a> {
-    pub namespace: Option<&'a str>,
-    pub mode: SyncMode,
-    pub phase: MarkerPhase,
-}
-
-impl MarkerSlot<'_> {
-    /// The `(mode, phase)` tokens that follow a marker subject, one pair per slot of a watch.
-    pub fn suffixes() -> impl Iterator<Item = (&'static str, &'static str)> {
-        [SyncMode::Full, SyncMode::Diff].into_iter().flat_map(|mode| {
-            [MarkerPhase::Started, MarkerPhase::Completed].map(|phase| {
-                let slot = MarkerSlot { namespace: None, mode, phase };
-                (slot.mode(), slot.phase())
-            })
-        })
-    }
-
-    fn mode(&self) -> &'static str {
-        match self.mode {
-            SyncMode::Full => "full",
-            SyncMode::Diff => "diff",
-        }
-    }
-
-    fn phase(&self) -> &'static str {
-        match self.phase {
-            MarkerPhase::Started => "started",
-            MarkerPhase::Completed => "completed",
-        }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -80,7 +42,7 @@ impl Address {
     pub fn topic(cluster: &str, resource: &ResourceType, template: &Template) -> Address {
         let names = Names { cluster, resource, namespace: None, name: None };
         Address {
-            destination: Destination::Topic(template.render(Style::Topic, &names).into()),
+            destination: Destination::Topic(render(template, Style::Topic, &names).into()),
             key_prefix: key_prefix(resource, template),
             marker_key_base: marker_key_base(resource),
         }
@@ -95,7 +57,7 @@ impl Address {
                 cluster: cluster.into(),
                 resource: resource.clone(),
                 template: template.clone(),
-                marker: marker.render(Style::Subject, &names).into(),
+                marker: render(marker, Style::Subject, &names).into(),
             },
             key_prefix: key_prefix(resource, template),
             marker_key_base: marker_key_base(resource),
@@ -113,7 +75,7 @@ impl Address {
                     namespace: r.namespace.as_deref(),
                     name: Some(&r.name),
                 };
-                template.render(Style::Subject, &names).into()
+                render(template, Style::Subject, &names).into()
             }
         }
     }
@@ -132,14 +94,14 @@ impl Address {
     pub fn marker_destination_of(&self, slot: MarkerSlot) -> Arc<str> {
         match &self.destination {
             Destination::Topic(t) => t.clone(),
-            Destination::Subject { marker, .. } => format!("{marker}.{}.{}.{}", subject::encode_token(slot.namespace), slot.mode(), slot.phase()).into(),
+            Destination::Subject { marker, .. } => format!("{marker}.{}.{}.{}", encode_token(slot.namespace), slot.mode.as_str(), slot.phase.as_str()).into(),
         }
     }
 
     /// The key of a marker record: `/deltaship/sync/<resource>/<namespace>/<mode>/<phase>`,
     /// namespace `*` for every namespace (no namespace is named `*`).
     pub fn marker_key(&self, slot: MarkerSlot) -> String {
-        format!("{}/{}/{}/{}", self.marker_key_base, slot.namespace.unwrap_or("*"), slot.mode(), slot.phase())
+        format!("{}/{}/{}/{}", self.marker_key_base, slot.namespace.unwrap_or("*"), slot.mode.as_str(), slot.phase.as_str())
     }
 
     /// The partition key of an object: `namespace/name` or `name`, with the prefix.
@@ -161,7 +123,7 @@ fn marker_key_base(resource: &ResourceType) -> String {
 }
 
 /// Kafka topic names: ASCII letters, digits, `.`, `_`, `-`, at most 249 characters.
-pub fn check_topic_name(name: &str) -> Result<(), String> {
+pub fn check_topic_name(name: &str) -> Result<(), TemplateError> {
     let ok = !name.is_empty()
         && name.len() <= 249
         && name != "."
@@ -170,15 +132,14 @@ pub fn check_topic_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "`{name}` is not a valid Kafka topic name (ASCII letters, digits, `.`, `_`, `-`, at most 249)"
-        ))
+        Err(TemplateError::TopicName { topic: name.into() })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::subject::decode_token;
+    use crate::model::subject::decode_token;
+    use crate::model::{MarkerPhase, SyncMode};
     use super::*;
     use crate::model::fixtures::*;
 
@@ -232,11 +193,8 @@ mod tests {
     }
 
     #[test]
-    fn bad_templates_are_explained() {
-        assert!(Template::parse("x.{nope}").unwrap_err().contains("{nope}"));
-        assert!(Template::parse("x.{cluster").unwrap_err().contains("closing"));
-        assert!(Template::parse("").is_err());
-        assert!(check_topic_name("a/b").is_err());
+    fn topic_names_kafka_refuses_are_explained() {
+        assert!(check_topic_name("a/b").unwrap_err().to_string().contains("`a/b` is not a valid Kafka topic name"));
         assert!(check_topic_name("deltaship.c.core.configmaps").is_ok());
     }
 }

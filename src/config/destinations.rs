@@ -5,9 +5,9 @@
 use std::collections::HashSet;
 
 use super::validate::{Problem, problem};
-use super::{Config, NatsConfig, NatsMode, ResourceConfig, SinkConfig};
-use crate::address::subject::encode_token;
-use crate::address::{MarkerSlot, Template};
+use super::{Config, NatsConfig, NatsMode, ResourceConfig, SinkConfig, Template};
+use crate::model::MarkerSlot;
+use crate::model::subject::encode_token;
 
 pub(super) fn validate(c: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
@@ -50,7 +50,7 @@ fn check_nats_subjects(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
 
 /// Template `t` with the placeholders known at load filled in: `{cluster}`, and the group,
 /// version and kind of `r` (each encoded as one subject token). Plural, namespace and
-/// name stay placeholders. `t` parsed, so its braces are placeholders.
+/// name stay placeholders. `t` is a parsed template's text, so its braces are placeholders.
 fn fill_known(t: &str, cluster: &str, r: &ResourceConfig) -> String {
     t.replace("{cluster}", &encode_token(Some(cluster)))
         .replace("{group}", &encode_token(Some(r.group.as_str()).filter(|g| !g.is_empty())))
@@ -80,11 +80,8 @@ fn bad_subject(t: &str) -> Option<Problem> {
     }
 }
 
-fn check_subject_tokens(out: &mut Vec<Problem>, key: String, t: &str) {
-    // A template that does not parse is reported by check_template.
-    if Template::parse(t).is_ok()
-        && let Some(p) = bad_subject(t)
-    {
+fn check_subject_tokens(out: &mut Vec<Problem>, key: String, t: &Template) {
+    if let Some(p) = bad_subject(t.as_str()) {
         out.push(Problem { key, ..p });
     }
 }
@@ -113,12 +110,11 @@ fn check_stream_subjects(out: &mut Vec<Problem>, c: &Config) {
                 None => (format!("{key}.subject_template"), &n.subject_template, true),
             };
             for (tkey, t, per_object) in [objects, (format!("{key}.marker_subject_template"), &n.marker_subject_template, false)] {
-                // A template that check_template or check_subject_tokens refuses is reported there.
-                match Template::parse(t) {
-                    Ok(parsed) if bad_subject(t).is_none() && (per_object || !parsed.names_object()) => {}
-                    _ => continue,
+                // A template that check_per_resource or check_subject_tokens refuses is reported there.
+                if bad_subject(t.as_str()).is_some() || (!per_object && t.names_object()) {
+                    continue;
                 }
-                let tokens = subject_tokens(t, &c.cluster, rc);
+                let tokens = subject_tokens(t.as_str(), &c.cluster, rc);
                 let subjects: Vec<Vec<Option<String>>> = if per_object {
                     vec![tokens]
                 } else {
@@ -154,7 +150,7 @@ fn check_stream_subjects(out: &mut Vec<Problem>, c: &Config) {
 fn check_shared_markers(out: &mut Vec<Problem>, c: &Config) {
     let destination = |sink: &SinkConfig, r: &ResourceConfig| -> Option<String> {
         match sink {
-            SinkConfig::Kafka(k) => Some(fill_known(r.topic.as_deref().unwrap_or(&k.topic_template), &c.cluster, r)),
+            SinkConfig::Kafka(k) => Some(fill_known(r.topic.as_ref().unwrap_or(&k.topic_template).as_str(), &c.cluster, r)),
             SinkConfig::Nats(_) | SinkConfig::Stdout {} => None,
         }
     };
@@ -226,7 +222,7 @@ mod tests {
     fn subject_templates_with_wildcards_or_empty_tokens_are_refused() {
         let mut c = base();
         c.sink = nats(serde_json::json!({"subject_template": "x.*.>.{name}", "marker_subject_template": "x..{kind}"}));
-        c.resources[0].subject = Some("a b.{name}".into());
+        c.resources[0].subject = Template::parse("a b.{name}").ok();
         assert_eq!(keys(&c), ["resources[0].subject", "sink.subject_template", "sink.marker_subject_template"]);
         let shown = validate(&c)[1].to_string();
         assert!(shown.contains("wildcard") && shown.contains("x.*.>.{name}"), "{shown}");
@@ -276,7 +272,7 @@ mod tests {
         }
         // A resource's own subject is checked as its key; an existing stream or core NATS is not checked.
         c.sink = nats(serde_json::json!({"jetstream": {"subjects": ["deltaship.>"]}}));
-        c.resources[0].subject = Some("cm.{name}".into());
+        c.resources[0].subject = Template::parse("cm.{name}").ok();
         assert_eq!(keys(&c), ["resources[0].subject"]);
         c.sink = nats(serde_json::json!({"jetstream": {"create": false}}));
         assert!(validate(&c).is_empty());
@@ -316,7 +312,7 @@ mod tests {
         assert_eq!(keys(&c), ["resources[1]"]);
         // A topic of its own, or a template with {version}: different destinations, allowed.
         c.sink = serde_json::from_value(serde_json::json!({"type": "kafka", "brokers": "b:1"})).unwrap();
-        c.resources[1].topic = Some("cm-b".into());
+        c.resources[1].topic = Template::parse("cm-b").ok();
         assert!(validate(&c).is_empty(), "{:?}", validate(&c));
         c.resources[1].topic = None;
         c.sink = serde_json::from_value(serde_json::json!({"type": "kafka", "brokers": "b:1", "topic_template": "t.{group}.{plural}.{version}"})).unwrap();

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use rdkafka::config::ClientConfig;
 use serde::{Deserialize, Serialize};
 
-use super::{ContentMode, Secret, SecretFileError};
+use super::{ContentMode, Secret, SecretFileError, Template};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -16,8 +16,8 @@ pub struct KafkaConfig {
     /// Topic name template. Placeholders: `{cluster}`, `{group}` (`core` for the core
     /// group), `{version}`, `{kind}` (lowercase), `{plural}`.
     /// Default: `deltaship.{cluster}.{group}.{plural}` (one topic per resource).
-    #[serde(default = "default_topic_template")]
-    pub topic_template: String,
+    #[serde(default = "Template::default_topic")]
+    pub topic_template: Template,
     /// `binary` (default: attributes as `ce_` headers, value = data) or `structured`
     /// (value = the whole event as JSON).
     #[serde(default)]
@@ -45,10 +45,6 @@ pub struct KafkaConfig {
     /// `print-config` and logs. Default: none.
     #[serde(default)]
     pub librdkafka: BTreeMap<String, String>,
-}
-
-fn default_topic_template() -> String {
-    "deltaship.{cluster}.{group}.{plural}".into()
 }
 
 /// A compression codec of librdkafka's `compression.type`.

@@ -8,19 +8,23 @@ mod nats;
 mod redact;
 mod route;
 mod secret;
+mod template;
 mod validate;
 
 use std::path::{Path, PathBuf};
 
 use figment::Figment;
 use figment::providers::{Env, Format, Toml, Yaml};
+use figment::value::Value;
+use serde::de::{self, Deserializer, Visitor};
 
 pub use kafka::*;
 pub use model::*;
 pub use nats::*;
-pub use redact::{FieldPath, KEY_FIX, RedactAction, RedactField, RedactionConfig, Segment, read_digest_key};
+pub use redact::{DigestKeyError, FieldPath, KEY_FIX, RedactAction, RedactField, RedactionConfig, Segment, read_digest_key};
 pub use route::*;
 pub use secret::{Secret, SecretFileError};
+pub use template::{Part, Template, TemplateError};
 pub use validate::Problem;
 
 /// Environment variables with this prefix override file settings; `__` separates levels,
@@ -33,8 +37,14 @@ const ENV_NOT_CONFIG: [&str; 2] = ["test_", "config"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {}: {reason}", file.display())]
-    Unreadable { file: PathBuf, reason: String },
+    #[error("cannot read config file {}: {source}", file.display())]
+    Unreadable {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read config file {}: it is larger than {} MiB; a config is a few kilobytes", file.display(), MAX_FILE_BYTES >> 20)]
+    TooLarge { file: PathBuf },
     #[error(
         "config file {} has an unknown format; use a .toml, .yaml or .yml file",
         file.display()
@@ -62,10 +72,10 @@ pub fn load(file: &Path) -> Result<Config, ConfigError> {
 const MAX_FILE_BYTES: u64 = 4 << 20;
 
 fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
-    let unreadable = |reason: String| ConfigError::Unreadable { file: file.to_owned(), reason };
-    let meta = secret::regular_file(file).map_err(|e| unreadable(e.to_string()))?;
+    let unreadable = |source| ConfigError::Unreadable { file: file.to_owned(), source };
+    let meta = secret::regular_file(file).map_err(unreadable)?;
     if meta.len() > MAX_FILE_BYTES {
-        return Err(unreadable(format!("it is larger than {} MiB; a config is a few kilobytes", MAX_FILE_BYTES >> 20)));
+        return Err(ConfigError::TooLarge { file: file.to_owned() });
     }
     let ext = file.extension().and_then(|e| e.to_str()).unwrap_or("");
     let (figment, yaml) = match ext {
@@ -78,7 +88,7 @@ fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
         }
     };
     // Checked before parsing: a parser spends time and stack on every level.
-    let text = std::fs::read_to_string(file).map_err(|e| unreadable(e.to_string()))?;
+    let text = std::fs::read_to_string(file).map_err(unreadable)?;
     let mut errors: Vec<String> = input::check_depth(&text, yaml).err().map(|e| format!("the file {e}; fix: flatten it (no option is more than 8 levels deep)")).into_iter().collect();
     errors.extend(input::check_env_names(std::env::vars_os().map(|(name, _)| name)));
     if !errors.is_empty() {
@@ -88,9 +98,13 @@ fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
         let key = key.as_str().to_ascii_lowercase();
         !ENV_NOT_CONFIG.iter().any(|p| key.starts_with(p))
     });
-    let config: Config = figment.merge(env).extract().map_err(|e| ConfigError::Invalid {
-        file: file.to_owned(),
-        errors: e.into_iter().map(describe_figment_error).collect(),
+    let figment = figment.merge(env);
+    let config: Config = figment.extract().map_err(|e| {
+        let root = figment.find_value("").ok();
+        ConfigError::Invalid {
+            file: file.to_owned(),
+            errors: e.into_iter().map(|e| describe_figment_error(complete_sink_path(e, root.as_ref()))).collect(),
+        }
     })?;
     let problems = validate::validate(&config);
     if problems.is_empty() {
@@ -101,6 +115,52 @@ fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
             errors: problems.iter().map(ToString::to_string).collect(),
         })
     }
+}
+
+/// Deserializes a string parsed by `parse` into one of our own types (a template, an
+/// address); `expecting` describes the string. A refusal is `(problem, fix)`, written
+/// `problem; fix: fix`, which `describe_figment_error` shows with the key and the source.
+pub(crate) fn parse_str<'de, D: Deserializer<'de>, T>(d: D, expecting: &'static str, parse: impl FnOnce(&str) -> Result<T, (String, String)>) -> Result<T, D::Error> {
+    struct Parsed<F> {
+        expecting: &'static str,
+        parse: F,
+    }
+    impl<T, F: FnOnce(&str) -> Result<T, (String, String)>> Visitor<'_> for Parsed<F> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.expecting)
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+            (self.parse)(v).map_err(|(problem, fix)| E::custom(format!("{problem}; fix: {fix}")))
+        }
+    }
+    d.deserialize_str(Parsed { expecting, parse })
+}
+
+/// The fields of a sink parsed into templates when loaded.
+const SINK_TEMPLATES: [&str; 3] = ["marker_subject_template", "subject_template", "topic_template"];
+
+/// Inside a sink (its `type` tag buffers the table) figment's key path stops at the sink:
+/// a refused template there is found among the sink's templates in `root` (the merged
+/// configuration), and its field completes the path.
+fn complete_sink_path(mut e: figment::Error, root: Option<&Value>) -> figment::Error {
+    let figment::error::Kind::Message(message) = &e.kind else { return e };
+    let sink = root.and_then(|root| {
+        e.path.iter().try_fold(root, |value, key| match value {
+            Value::Dict(_, dict) => dict.get(key),
+            Value::Array(_, items) => items.get(key.parse::<usize>().ok()?),
+            _ => None,
+        })
+    });
+    if let Some(Value::Dict(_, sink)) = sink {
+        let refused = |field: &str| matches!(sink.get(field), Some(Value::String(_, t)) if Template::parse(t).is_err_and(|p| message.starts_with(&p.to_string())));
+        if let Some(field) = SINK_TEMPLATES.into_iter().find(|field| refused(field)) {
+            e.path.push(field.into());
+        }
+    }
+    e
 }
 
 /// The key path (without figment's internal profile name), the problem, where it came from
@@ -131,6 +191,13 @@ fn describe_figment_error(mut e: figment::Error) -> String {
         },
         None => String::new(),
     };
+    // Values of our own types (templates, addresses) say what is wrong, then `; fix: ...`:
+    // where the value came from goes between the two.
+    if let Kind::Message(message) = &e.kind
+        && let Some((problem, fix)) = message.split_once("; fix: ")
+    {
+        return format!("`{}`: {problem}{from}; fix: {fix}", e.path.join("."));
+    }
     let fix = match &e.kind {
         // Only the stdout sink has no keys but `type`.
         Kind::UnknownField(_, []) => {
@@ -215,6 +282,7 @@ impl SinkConfig {
 mod tests {
     use super::*;
     use figment::Jail;
+    use std::net::SocketAddr;
 
     fn load_in_jail(jail: &Jail, name: &str) -> Result<Config, ConfigError> {
         load_with_env(&jail.directory().join(name), Env::prefixed(ENV_PREFIX))
@@ -343,10 +411,66 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_template_is_refused_at_load_naming_its_key_the_problem_and_the_fix() {
+        Jail::expect_with(|jail| {
+            jail.create_file("r.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\ntopic = \"cm.{nope}\"\n")?;
+            let e = load_in_jail(jail, "r.toml").unwrap_err().to_string();
+            assert!(e.contains("`resources.0.topic`: `cm.{nope}` uses the unknown placeholder `{nope}` (in ") && e.contains("r.toml); fix: use text and the placeholders"), "{e}");
+            jail.create_file("s.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"kafka\"\nbrokers = \"b:1\"\ntopic_template = \"t.{cluster\"\n")?;
+            let e = load_in_jail(jail, "s.toml").unwrap_err().to_string();
+            assert!(e.contains("`sink.topic_template`: `t.{cluster` has a `{` without a closing `}`") && e.contains("fix: use text"), "{e}");
+            jail.create_file("n.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[[routes]]\nname = \"a\"\nsink = { type = \"nats\", url = \"n:1\", marker_subject_template = \"\" }\n")?;
+            let e = load_in_jail(jail, "n.toml").unwrap_err().to_string();
+            assert!(e.contains("`routes.0.sink.marker_subject_template`: the template is empty") && e.contains("fix: use text"), "{e}");
+            // Good templates serialize back as written, for print-config.
+            jail.create_file("g.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\ntopic = \"cm-{cluster}\"\n")?;
+            let shown = serde_json::to_value(load_in_jail(jail, "g.toml").unwrap()).unwrap();
+            assert_eq!(shown["resources"][0]["topic"], "cm-{cluster}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_bad_listen_address_is_refused_at_load_from_the_file_and_the_environment() {
+        Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[http]\nlisten = \"localhost:x\"\n")?;
+            let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("`http.listen`: `localhost:x` is not an address (in ") && e.contains("fix: use IP:PORT, e.g. `0.0.0.0:9090`"), "{e}");
+            jail.create_file("d.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n")?;
+            assert_eq!(load_in_jail(jail, "d.toml").unwrap().http.listen, SocketAddr::from(([0, 0, 0, 0], 9090)));
+            jail.set_env("DELTASHIP_HTTP__LISTEN", "9090");
+            let e = load_in_jail(jail, "d.toml").unwrap_err().to_string();
+            assert!(e.contains("`http.listen`") && e.contains("DELTASHIP_HTTP__LISTEN") && e.contains("expected an address IP:PORT"), "{e}");
+            jail.set_env("DELTASHIP_HTTP__LISTEN", "127.0.0.1:8080");
+            let c = load_in_jail(jail, "d.toml").unwrap();
+            assert_eq!(c.http.listen, SocketAddr::from(([127, 0, 0, 1], 8080)));
+            assert_eq!(serde_json::to_value(&c).unwrap()["http"]["listen"], "127.0.0.1:8080");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_bad_relist_mode_lists_the_valid_ones() {
+        Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nrelist = \"partial\"\n")?;
+            let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("`resources.0.relist`") && e.contains("partial") && e.contains("`diff`") && e.contains("`full`") && e.contains("fix: use one of the listed values"), "{e}");
+            jail.create_file("f.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nrelist = \"full\"\n")?;
+            assert_eq!(load_in_jail(jail, "f.toml").unwrap().resources[0].relist, crate::model::SyncMode::Full);
+            Ok(())
+        });
+    }
+
+    #[test]
     fn missing_file_and_unknown_extension_are_clear() {
         Jail::expect_with(|jail| {
-            let e = load_in_jail(jail, "nope.toml").unwrap_err().to_string();
+            let e = load_in_jail(jail, "nope.toml").unwrap_err();
+            assert!(matches!(&e, ConfigError::Unreadable { source, .. } if source.kind() == std::io::ErrorKind::NotFound), "{e:?}");
+            let e = e.to_string();
             assert!(e.contains("cannot read config file") && e.contains("nope.toml"), "{e}");
+            jail.create_file("big.toml", &"#".repeat(MAX_FILE_BYTES as usize + 1))?;
+            let e = load_in_jail(jail, "big.toml").unwrap_err();
+            assert!(matches!(e, ConfigError::TooLarge { .. }) && e.to_string().contains("larger than 4 MiB"), "{e}");
             jail.create_file("c.ini", "")?;
             let e = load_in_jail(jail, "c.ini").unwrap_err().to_string();
             assert!(e.contains(".toml, .yaml or .yml"), "{e}");

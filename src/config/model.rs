@@ -1,8 +1,11 @@
 //! The configuration tree: every option, its unit and its default.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::model::SyncMode;
 
 /// The whole configuration of one deltaship process.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -176,7 +179,7 @@ pub struct ResourceConfig {
     /// How a relist (after a watch could not resume) is shipped: `diff` (default: only
     /// differences against the index) or `full` (every object as `synced`, plus deletes).
     #[serde(default)]
-    pub relist: RelistMode,
+    pub relist: SyncMode,
     /// Resync period of this resource in seconds, overriding `kubernetes.resync_secs`;
     /// 0 turns resyncs off for it. The index then keeps each object's shipped content.
     pub resync_secs: Option<u64>,
@@ -195,9 +198,9 @@ pub struct ResourceConfig {
     #[serde(default)]
     pub ignore_fields: Vec<String>,
     /// Topic (Kafka) for this resource, overriding `sink.topic_template`. Same placeholders.
-    pub topic: Option<String>,
+    pub topic: Option<super::Template>,
     /// Subject (NATS) of this resource's objects, overriding `sink.subject_template`.
-    pub subject: Option<String>,
+    pub subject: Option<super::Template>,
     /// The shape of object events: `deltaship` (default) or `knative` (as Knative's
     /// ApiServerSource in ResourceType mode: types `dev.knative.apiserver.resource.add|update|delete`,
     /// `source` = the API server URL, `subject` = the object's API path), so existing
@@ -249,14 +252,6 @@ pub struct FilterConfig {
     /// Ship an `updated` only when `metadata.generation` changed (a spec change).
     #[serde(default)]
     pub generation_changed: bool,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RelistMode {
-    #[default]
-    Diff,
-    Full,
 }
 
 /// The sink, chosen by `type`.
@@ -365,9 +360,9 @@ fn default_shutdown_timeout_secs() -> u64 {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
-    /// Address of /metrics, /healthz and /readyz. Default: `0.0.0.0:9090`.
-    #[serde(default = "default_listen")]
-    pub listen: String,
+    /// Address of /metrics, /healthz and /readyz, IP:PORT. Default: `0.0.0.0:9090`.
+    #[serde(default = "default_listen", deserialize_with = "listen_address")]
+    pub listen: SocketAddr,
     /// Connections served at once, 1 to 65536. At the limit, a new connection closes the
     /// one that has waited longest for a request. Default: 256.
     #[serde(default = "default_max_connections")]
@@ -396,8 +391,13 @@ fn default_request_timeout_secs() -> u64 {
     10
 }
 
-fn default_listen() -> String {
-    "0.0.0.0:9090".into()
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 9090))
+}
+
+/// `http.listen`: serde's own refusal would say neither the value nor the fix.
+fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    super::parse_str(d, "an address IP:PORT, e.g. `0.0.0.0:9090`", |v| v.parse().map_err(|_| (format!("`{v}` is not an address"), "use IP:PORT, e.g. `0.0.0.0:9090`".into())))
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ContentMode, Secret};
+use super::{ContentMode, Secret, Template};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -15,12 +15,12 @@ pub struct NatsConfig {
     /// `{kind}` (lowercase), `{plural}`, `{namespace}`, `{name}`; each value is encoded to
     /// stay one token, `_` for the core group and for cluster-scoped objects' namespace.
     /// Default: `deltaship.{cluster}.{group}.{kind}.{namespace}.{name}`.
-    #[serde(default = "default_subject_template")]
-    pub subject_template: String,
+    #[serde(default = "Template::default_subject")]
+    pub subject_template: Template,
     /// Subject of a resource's sync markers (no `{namespace}` or `{name}`).
     /// Default: `deltaship.{cluster}.{group}.{kind}._sync` (`_sync` is never a namespace).
-    #[serde(default = "default_marker_subject_template")]
-    pub marker_subject_template: String,
+    #[serde(default = "Template::default_marker_subject")]
+    pub marker_subject_template: Template,
     /// `jetstream` (default: each publish awaits the stream's ack, deduplicated by id) or
     /// `core` (publish and flush: at most once).
     #[serde(default)]
@@ -37,14 +37,6 @@ pub struct NatsConfig {
     /// TLS settings.
     #[serde(default)]
     pub tls: NatsTls,
-}
-
-fn default_subject_template() -> String {
-    "deltaship.{cluster}.{group}.{kind}.{namespace}.{name}".into()
-}
-
-fn default_marker_subject_template() -> String {
-    "deltaship.{cluster}.{group}.{kind}._sync".into()
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

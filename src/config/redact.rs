@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{Config, Problem};
 
@@ -25,14 +25,15 @@ pub struct RedactionConfig {
 pub struct RedactField {
     /// An RFC 6901 JSON pointer into the object (`~1` for `/`, `~0` for `~`); a segment
     /// that is exactly `*` stands for every item of an array or member of an object.
-    pub path: String,
+    pub path: FieldPath,
     /// `drop` (remove the field), `mask` (replace its value by `"***"`) or `hash` (replace
     /// it by its digest, as Secret values).
-    pub action: String,
+    pub action: RedactAction,
 }
 
 /// What a field rule does to a matched field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum RedactAction {
     Drop,
     Mask,
@@ -48,10 +49,6 @@ impl RedactAction {
             RedactAction::Mask => "mask",
             RedactAction::Hash => "hash",
         }
-    }
-
-    pub fn parse(name: &str) -> Option<RedactAction> {
-        RedactAction::ALL.into_iter().find(|a| a.as_str() == name)
     }
 }
 
@@ -74,9 +71,13 @@ impl Segment {
     }
 }
 
-/// A path of a field rule, parsed once at start-up.
+/// A path of a field rule, parsed when the configuration is loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldPath(Vec<Segment>);
+pub struct FieldPath {
+    /// As written, for `print-config`.
+    text: String,
+    segments: Vec<Segment>,
+}
 
 /// Why a path was refused: the problem and its fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +123,7 @@ impl FieldPath {
             let index = (name.bytes().all(|b| b.is_ascii_digit()) && (name == "0" || !name.starts_with('0'))).then(|| name.parse().ok()).flatten();
             segments.push(Segment::Key { name, index });
         }
-        let p = FieldPath(segments);
+        let p = FieldPath { text: path.into(), segments };
         if let Some(id) = IDENTITY.iter().find(|id| p.covers(id)) {
             return refuse(
                 format!("`{path}` would redact /{}, which identifies the object", id.join("/")),
@@ -133,12 +134,24 @@ impl FieldPath {
     }
 
     pub fn segments(&self) -> &[Segment] {
-        &self.0
+        &self.segments
     }
 
     /// Whether the field at `fields` is at or below a field this path matches.
     fn covers(&self, fields: &[&str]) -> bool {
-        self.0.len() <= fields.len() && self.0.iter().zip(fields).all(|(s, f)| s.matches(f))
+        self.segments.len() <= fields.len() && self.segments.iter().zip(fields).all(|(s, f)| s.matches(f))
+    }
+}
+
+impl Serialize for FieldPath {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for FieldPath {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<FieldPath, D::Error> {
+        super::parse_str(d, "a JSON pointer such as `/spec/template/spec/containers/*/env`", |v| FieldPath::parse(v).map_err(|e| (e.problem, format!("{} ({PATH_EXAMPLE})", e.fix))))
     }
 }
 
@@ -160,31 +173,16 @@ fn unescape(raw: &str) -> Option<String> {
     Some(out)
 }
 
-/// Every field rule's path and action, and the digest key file (read to check it; the
-/// bridge reads it again when it starts and keeps it).
+/// The digest key file (read to check it; the bridge reads it again when it starts and
+/// keeps it). Field rules parsed when the configuration was loaded.
 pub(super) fn validate(c: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
-    for (i, r) in c.resources.iter().enumerate() {
-        for (j, rule) in r.redact_fields.iter().enumerate() {
-            let at = |field: &str| format!("resources[{i}].redact_fields[{j}].{field}");
-            if let Err(e) = FieldPath::parse(&rule.path) {
-                out.push(Problem { key: at("path"), problem: e.problem, fix: format!("{} ({PATH_EXAMPLE})", e.fix) });
-            }
-            if RedactAction::parse(&rule.action).is_none() {
-                out.push(Problem {
-                    key: at("action"),
-                    problem: format!("`{}` is not a redaction action", rule.action),
-                    fix: "use `drop` (remove the field), `mask` (replace it by \"***\") or `hash` (replace it by its digest)".into(),
-                });
-            }
-        }
-    }
     if let Some(path) = &c.redaction.digest_key_file
-        && let Err(problem) = read_digest_key(path)
+        && let Err(e) = read_digest_key(path)
     {
         out.push(Problem {
             key: "redaction.digest_key_file".into(),
-            problem,
+            problem: e.to_string(),
             fix: KEY_FIX.into(),
         });
     }
@@ -197,26 +195,40 @@ pub const KEY_FIX: &str = "give the path of a regular file holding at least 16 r
 /// The shortest accepted key, in bytes: a shorter key could itself be guessed.
 const MIN_KEY_BYTES: usize = 16;
 
+/// Why a digest key file was refused: the file and what is wrong, never the content.
+#[derive(Debug, thiserror::Error)]
+pub enum DigestKeyError {
+    #[error("cannot read {}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is empty", path.display())]
+    Empty { path: PathBuf },
+    #[error("{} holds {bytes} bytes, fewer than {MIN_KEY_BYTES}", path.display())]
+    TooShort { path: PathBuf, bytes: usize },
+}
+
 /// The file at `path` is a regular file (after symbolic links, as Secret volumes use) that
 /// is not empty. Its metadata only: a FIFO or a device is refused before it is opened.
-fn key_file(path: &Path) -> Result<(), String> {
-    let meta = super::secret::regular_file(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+fn key_file(path: &Path) -> Result<(), DigestKeyError> {
+    let meta = super::secret::regular_file(path).map_err(|source| DigestKeyError::Unreadable { path: path.into(), source })?;
     if meta.len() == 0 {
-        return Err(format!("{} is empty", path.display()));
+        return Err(DigestKeyError::Empty { path: path.into() });
     }
     Ok(())
 }
 
-/// Reads the digest key at `path`: its bytes without a trailing newline. Errors name the
-/// file and what is wrong, never the content.
-pub fn read_digest_key(path: &Path) -> Result<Vec<u8>, String> {
+/// Reads the digest key at `path`: its bytes without a trailing newline.
+pub fn read_digest_key(path: &Path) -> Result<Vec<u8>, DigestKeyError> {
     key_file(path)?;
-    let mut key = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut key = std::fs::read(path).map_err(|source| DigestKeyError::Unreadable { path: path.into(), source })?;
     while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         key.pop();
     }
     if key.len() < MIN_KEY_BYTES {
-        return Err(format!("{} holds {} bytes, fewer than {MIN_KEY_BYTES}", path.display(), key.len()));
+        return Err(DigestKeyError::TooShort { path: path.into(), bytes: key.len() });
     }
     Ok(key)
 }
@@ -280,28 +292,35 @@ mod tests {
     }
 
     #[test]
-    fn rule_and_key_file_mistakes_name_their_keys() {
+    fn rules_that_do_not_parse_are_refused_with_the_fix_and_good_ones_serialize_as_written() {
+        let rule = |path: &str, action: &str| serde_json::from_value::<RedactField>(serde_json::json!({"path": path, "action": action}));
+        let e = rule("data", "hash").unwrap_err().to_string();
+        assert!(e.contains("`data` is not a JSON pointer; fix: start it with `/`"), "{e}");
+        let e = rule("/data", "wipe").unwrap_err().to_string();
+        assert!(e.contains("wipe") && e.contains("drop"), "{e}");
+        let r = rule("/data/*", "hash").unwrap();
+        assert_eq!(r.action, RedactAction::Hash);
+        assert_eq!(serde_json::to_value(&r).unwrap(), serde_json::json!({"path": "/data/*", "action": "hash"}));
+    }
+
+    #[test]
+    fn key_file_mistakes_name_their_key() {
         let dir = scratch("redact-rules");
         let empty = dir.join("empty");
         std::fs::write(&empty, "").unwrap();
         let mut c: Config = serde_json::from_value(serde_json::json!({
-            "resources": [{"version": "v1", "kind": "ConfigMap", "redact_fields": [
-                {"path": "/data/*", "action": "hash"},
-                {"path": "data", "action": "wipe"},
-            ]}],
+            "resources": [{"version": "v1", "kind": "ConfigMap", "redact_fields": [{"path": "/data/*", "action": "hash"}]}],
             "redaction": {"digest_key_file": empty},
         }))
         .unwrap();
         let problems = validate(&c);
         let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
-        assert_eq!(keys, ["resources[0].redact_fields[1].path", "resources[0].redact_fields[1].action", "redaction.digest_key_file"]);
-        assert!(problems[0].fix.contains("start it with `/`"), "{:?}", problems[0]);
-        assert!(problems[1].fix.contains("`drop`"), "{:?}", problems[1]);
-        assert!(problems[2].problem.ends_with("is empty"), "{:?}", problems[2]);
+        assert_eq!(keys, ["redaction.digest_key_file"]);
+        assert!(problems[0].problem.ends_with("is empty"), "{:?}", problems[0]);
         c.redaction.digest_key_file = Some(dir.clone());
-        assert!(validate(&c)[2].problem.contains("not a regular file"));
+        assert!(validate(&c)[0].problem.contains("not a regular file"));
         c.redaction.digest_key_file = Some(dir.join("missing"));
-        assert!(validate(&c)[2].problem.contains("No such file"));
+        assert!(validate(&c)[0].problem.contains("No such file"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -313,6 +332,8 @@ mod tests {
         assert_eq!(read_digest_key(&file).unwrap(), b"0123456789abcdef0123");
         std::fs::write(&file, "short-secret\n").unwrap();
         let e = read_digest_key(&file).unwrap_err();
+        assert!(matches!(e, DigestKeyError::TooShort { bytes: 12, .. }), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("12 bytes") && !e.contains("short-secret"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

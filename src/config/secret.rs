@@ -35,22 +35,18 @@ impl Secret {
         regular_file(file)
             .and_then(|_| std::fs::read_to_string(file))
             .map(|s| Secret(s.trim_end_matches(['\n', '\r']).to_string()))
-            .map_err(|source| SecretFileError {
-                key: key.to_string(),
-                file: file.to_owned(),
-                source,
-            })
+            .map_err(|source| SecretFileError { key: key.into(), file: file.into(), source })
     }
 }
 
-/// A secret file that cannot be read; names its key and the file, never the content.
+/// A secret file that could not be read: its key and path, never its content.
 #[derive(Debug, thiserror::Error)]
-#[error("{key}: cannot read {}: {source}", .file.display())]
+#[error("{key}: cannot read {}: {source}", file.display())]
 pub struct SecretFileError {
-    key: String,
-    file: PathBuf,
+    pub key: String,
+    pub file: PathBuf,
     #[source]
-    source: std::io::Error,
+    pub source: std::io::Error,
 }
 
 /// The metadata of `path` if it is a regular file (after symbolic links, as Secret volumes
@@ -141,7 +137,8 @@ mod tests {
         std::fs::write(&f, " pa ss\r\n").unwrap();
         assert_eq!(Secret::from_file("k", &f).unwrap().expose(), " pa ss");
         std::fs::remove_file(&f).unwrap();
-        let e = Secret::from_file("sink.auth.password_file", &f).unwrap_err().to_string();
-        assert!(e.starts_with("sink.auth.password_file: cannot read"), "{e}");
+        let e = Secret::from_file("sink.auth.password_file", &f).unwrap_err();
+        assert_eq!(e.source.kind(), std::io::ErrorKind::NotFound);
+        assert!(e.to_string().starts_with("sink.auth.password_file: cannot read"), "{e}");
     }
 }

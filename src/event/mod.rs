@@ -16,7 +16,7 @@ use crate::change::{Change, Marker, ObjectChange, Payload};
 
 use crate::model::{ChangeType, MarkerPhase, ObjectRef, SyncReason};
 use crate::config::PayloadMode;
-use crate::address::MarkerSlot;
+use crate::model::MarkerSlot;
 use crate::plan::{Output, Scope};
 
 pub use id::event_id;
@@ -254,10 +254,10 @@ mod tests {
     use cloudevents::AttributesReader;
 
     use super::*;
-    use crate::model::fixtures::configmap;
+    use crate::address::Address;
+    use crate::config::Template;
     use crate::model::SyncMode;
-    use crate::model::fixtures::configmaps;
-    use crate::address::{Address, Template};
+    use crate::model::fixtures::{configmap, configmaps};
 
     fn scope() -> Scope {
         Scope {

@@ -1,10 +1,11 @@
 //! The plain data every layer speaks: a watched resource, a decoded object, what a watch
 //! observed, and the words of the event contract (change types, sync reasons and modes,
-//! marker phases). No logic beyond accessors; nothing here imports another module of the
-//! crate.
+//! marker phases and slots, NATS subject tokens). No logic beyond accessors and those
+//! encodings; nothing here imports another module of the crate.
 
 mod object;
 mod resource;
+pub mod subject;
 
 use serde::{Deserialize, Serialize};
 
@@ -66,19 +67,65 @@ impl SyncReason {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// How a sync ships the listed objects (the `mode` of its markers); a resource's `relist`
+/// chooses it for relists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SyncMode {
+    /// Only differences against the index.
+    #[default]
+    Diff,
     /// Every object delivered as `synced`.
     Full,
-    /// Only differences against the index.
-    Diff,
+}
+
+impl SyncMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncMode::Diff => "diff",
+            SyncMode::Full => "full",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MarkerPhase {
     Started,
     Completed,
+}
+
+impl MarkerPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkerPhase::Started => "started",
+            MarkerPhase::Completed => "completed",
+        }
+    }
+}
+
+
+/// What tells one sync's markers apart from another's on a compacted topic or a stream
+/// that keeps one message per subject: the watch's namespace (None: every namespace), the
+/// sync's mode and the marker's phase. Compaction then keeps the latest `started` and the
+/// latest `completed` of every watch and mode, so a consumer reading a compacted log still
+/// sees the last full sync whole and removes what it did not deliver.
+#[derive(Debug, Clone, Copy)]
+pub struct MarkerSlot<'a> {
+    pub namespace: Option<&'a str>,
+    pub mode: SyncMode,
+    pub phase: MarkerPhase,
+}
+
+impl MarkerSlot<'_> {
+    /// The `(mode, phase)` tokens that follow a marker subject, one pair per slot of a watch.
+    pub fn suffixes() -> impl Iterator<Item = (&'static str, &'static str)> {
+        [SyncMode::Full, SyncMode::Diff].into_iter().flat_map(|mode| {
+            [MarkerPhase::Started, MarkerPhase::Completed].map(|phase| {
+                let slot = MarkerSlot { namespace: None, mode, phase };
+                (slot.mode.as_str(), slot.phase.as_str())
+            })
+        })
+    }
 }
 
 /// Objects and resources for unit tests.

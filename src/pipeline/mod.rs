@@ -7,7 +7,6 @@ mod retry;
 mod worker;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -121,9 +120,8 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     let watch_grace = Some(Duration::from_secs(config.kubernetes.watch_failure_grace_secs)).filter(|d| !d.is_zero());
     let health = Health::new(routes.iter().enumerate().map(|(i, r)| (r.name.clone(), plan::watches_of(&scopes, i))).collect(), stall, watch_grace);
     let http_stop = CancellationToken::new();
-    let addr: SocketAddr = config.http.listen.parse().expect("validated at load");
     let request_timeout = Duration::from_secs(config.http.request_timeout_secs);
-    let http = telemetry::serve(addr, config.http.max_connections, request_timeout, health.clone(), http_stop.clone()).await?;
+    let http = telemetry::serve(config.http.listen, config.http.max_connections, request_timeout, health.clone(), http_stop.clone()).await?;
     // Every task is joined: a panic in any of them stops the bridge with an error naming it.
     let mut names = TaskNames::default();
     let mut background = JoinSet::new();

@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::address::{Address, Template, check_topic_name};
-use crate::config::{Config, EventFormat, RelistMode, ResourceConfig, RouteConfig, SinkConfig};
-use crate::model::{ResourceType, SyncMode};
+use crate::address::{Address, check_topic_name};
+use crate::config::{Config, EventFormat, ResourceConfig, RouteConfig, SinkConfig, Template, TemplateError};
+use crate::model::ResourceType;
 
 pub use filter::{Candidate, Filter};
 pub use output::Output;
@@ -20,34 +20,29 @@ pub use scope::Scope;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
-    #[error("resources[{index}]: {problem}; fix its topic or subject template")]
-    Template { index: usize, problem: String },
+    #[error("resources[{index}]: {source}; fix its topic or subject template")]
+    Template {
+        index: usize,
+        #[source]
+        source: TemplateError,
+    },
     #[error("topic {topic} would hold both {a} and {b} with the same keys; put {{plural}} and {{group}} in the template or give each resource its own `topic`")]
     SharedTopic { topic: String, a: String, b: String },
     #[error(transparent)]
     Redaction(#[from] crate::redact::RedactError),
 }
 
-/// The stdout sink has no topics; the default template only names an object's lane.
-const STDOUT_TEMPLATE: &str = "deltaship.{cluster}.{group}.{plural}";
-
-fn parse(index: usize, t: &str) -> Result<Template, PlanError> {
-    Template::parse(t).map_err(|problem| PlanError::Template { index, problem })
-}
-
 /// Where `resources[index]` goes on a route to `sink`.
 fn address(cluster: &str, sink: &SinkConfig, index: usize, rc: &ResourceConfig, resource: &ResourceType) -> Result<Address, PlanError> {
     match sink {
-        SinkConfig::Stdout {} => Ok(Address::topic(cluster, resource, &parse(index, STDOUT_TEMPLATE)?)),
+        // The stdout sink has no topics; the default template only names an object's lane.
+        SinkConfig::Stdout {} => Ok(Address::topic(cluster, resource, &Template::default_topic())),
         SinkConfig::Kafka(k) => {
-            let route = Address::topic(cluster, resource, &parse(index, rc.topic.as_deref().unwrap_or(&k.topic_template))?);
-            check_topic_name(&route.marker_destination()).map_err(|problem| PlanError::Template { index, problem })?;
+            let route = Address::topic(cluster, resource, rc.topic.as_ref().unwrap_or(&k.topic_template));
+            check_topic_name(&route.marker_destination()).map_err(|source| PlanError::Template { index, source })?;
             Ok(route)
         }
-        SinkConfig::Nats(n) => {
-            let objects = parse(index, rc.subject.as_deref().unwrap_or(&n.subject_template))?;
-            Ok(Address::subject(cluster, resource, &objects, &parse(index, &n.marker_subject_template)?))
-        }
+        SinkConfig::Nats(n) => Ok(Address::subject(cluster, resource, rc.subject.as_ref().unwrap_or(&n.subject_template), &n.marker_subject_template)),
     }
 }
 
@@ -107,10 +102,7 @@ pub fn scopes(config: &Config, resources: &[ResourceType], api_server: &str) -> 
                 field_selector: rc.field_selector.clone(),
                 redaction: redactions[index].clone(),
                 ignore_fields: rc.ignore_fields.clone(),
-                relist: match rc.relist {
-                    RelistMode::Diff => SyncMode::Diff,
-                    RelistMode::Full => SyncMode::Full,
-                },
+                relist: rc.relist,
                 resync: Some(rc.resync_secs.unwrap_or(config.kubernetes.resync_secs))
                     .filter(|s| *s > 0)
                     .map(Duration::from_secs),

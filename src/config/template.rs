@@ -1,0 +1,157 @@
+//! Name templates for topics and subjects, such as `deltaship.{cluster}.{group}.{plural}`.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A name template such as `deltaship.{cluster}.{group}.{plural}`, parsed when the
+/// configuration is loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    /// As written, for `print-config`.
+    text: String,
+    parts: Vec<Part>,
+}
+
+/// A piece of a template: literal text or a placeholder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Text(String),
+    Cluster,
+    Group,
+    Version,
+    Kind,
+    Plural,
+    Namespace,
+    Name,
+}
+
+/// Why a template was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("`{template}` has a `{{` without a closing `}}`")]
+    Unclosed { template: String },
+    #[error("`{template}` uses the unknown placeholder `{{{placeholder}}}`")]
+    UnknownPlaceholder { template: String, placeholder: String },
+    #[error("the template is empty")]
+    Empty,
+    /// The template parsed, but names a topic Kafka refuses once filled in.
+    #[error("`{topic}` is not a valid Kafka topic name (ASCII letters, digits, `.`, `_`, `-`, at most 249)")]
+    TopicName { topic: String },
+}
+
+impl Template {
+    pub const HELP: &'static str = "use text and the placeholders {cluster}, {group}, {version}, {kind}, {plural} (subjects also {namespace}, {name}), e.g. `deltaship.{cluster}.{group}.{plural}`";
+
+    pub fn parse(s: &str) -> Result<Template, TemplateError> {
+        let mut parts = Vec::new();
+        let mut rest = s;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                parts.push(Part::Text(rest[..open].to_string()));
+            }
+            let close = rest[open..].find('}').ok_or_else(|| TemplateError::Unclosed { template: s.into() })?;
+            let part = match &rest[open + 1..open + close] {
+                "cluster" => Part::Cluster,
+                "group" => Part::Group,
+                "version" => Part::Version,
+                "kind" => Part::Kind,
+                "plural" => Part::Plural,
+                "namespace" => Part::Namespace,
+                "name" => Part::Name,
+                other => return Err(TemplateError::UnknownPlaceholder { template: s.into(), placeholder: other.into() }),
+            };
+            parts.push(part);
+            rest = &rest[open + close + 1..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Text(rest.to_string()));
+        }
+        if parts.is_empty() {
+            return Err(TemplateError::Empty);
+        }
+        Ok(Template { text: s.into(), parts })
+    }
+
+    /// A template of the program itself, known to parse (its unit test proves it).
+    fn builtin(text: &'static str) -> Template {
+        Template::parse(text).expect("built-in templates parse")
+    }
+
+    /// `deltaship.{cluster}.{group}.{plural}`: one Kafka topic per resource.
+    pub fn default_topic() -> Template {
+        Template::builtin("deltaship.{cluster}.{group}.{plural}")
+    }
+
+    /// `deltaship.{cluster}.{group}.{kind}.{namespace}.{name}`: one NATS subject per object.
+    pub fn default_subject() -> Template {
+        Template::builtin("deltaship.{cluster}.{group}.{kind}.{namespace}.{name}")
+    }
+
+    /// `deltaship.{cluster}.{group}.{kind}._sync`: a resource's marker subject (`_sync`
+    /// is never a namespace).
+    pub fn default_marker_subject() -> Template {
+        Template::builtin("deltaship.{cluster}.{group}.{kind}._sync")
+    }
+
+    /// The template as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Its text and placeholders, in order.
+    pub fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+
+    /// Whether the template uses `{namespace}` or `{name}` (one name per object).
+    pub fn names_object(&self) -> bool {
+        self.parts.iter().any(|p| matches!(p, Part::Namespace | Part::Name))
+    }
+
+    /// Whether every resource gets a name of its own from this template (group and kind
+    /// or plural both appear). If not, several resources may share one topic.
+    pub fn names_resource(&self) -> bool {
+        let has = |want: &Part| self.parts.contains(want);
+        has(&Part::Group) && (has(&Part::Plural) || has(&Part::Kind))
+    }
+}
+
+impl Serialize for Template {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for Template {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Template, D::Error> {
+        super::parse_str(d, "a name template such as `deltaship.{cluster}.{group}.{plural}`", |v| Template::parse(v).map_err(|e| (e.to_string(), Template::HELP.into())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_templates_are_explained() {
+        assert_eq!(Template::parse("x.{nope}").unwrap_err().to_string(), "`x.{nope}` uses the unknown placeholder `{nope}`");
+        assert!(Template::parse("x.{cluster").unwrap_err().to_string().contains("closing"));
+        assert_eq!(Template::parse(""), Err(TemplateError::Empty));
+    }
+
+    #[test]
+    fn the_built_in_templates_parse() {
+        assert!(Template::default_topic().names_resource() && !Template::default_topic().names_object());
+        assert!(Template::default_subject().names_object());
+        assert!(!Template::default_marker_subject().names_object());
+    }
+
+    #[test]
+    fn templates_deserialize_from_their_text_and_serialize_back_to_it() {
+        let t: Template = serde_json::from_value(serde_json::json!("k8s-{cluster}.{plural}")).unwrap();
+        assert_eq!(t.parts(), [Part::Text("k8s-".into()), Part::Cluster, Part::Text(".".into()), Part::Plural]);
+        assert_eq!(serde_json::to_value(&t).unwrap(), "k8s-{cluster}.{plural}");
+        let e = serde_json::from_value::<Template>(serde_json::json!("a.{kind")).unwrap_err().to_string();
+        assert!(e.contains("`a.{kind` has a `{` without a closing `}`; fix: use text and the placeholders"), "{e}");
+        assert!(serde_json::from_value::<Template>(serde_json::json!(5)).is_err());
+    }
+}
