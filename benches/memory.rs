@@ -197,6 +197,7 @@ fn rss(pid: u32) -> Option<(f64, f64)> {
 }
 
 /// User + system CPU time of `pid`, in seconds.
+#[allow(unsafe_code)]
 fn cpu_secs(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command (which may hold spaces) start after the last ')'.
@@ -240,6 +241,7 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+#[allow(unsafe_code)]
 fn run_bridge(bin: &str, ns: &str, brokers: &str, steady_secs: u64) -> Run {
     let id = common::unique("dsbench-mem");
     let port = free_port();
@@ -314,11 +316,7 @@ fn run_bridge(bin: &str, ns: &str, brokers: &str, steady_secs: u64) -> Run {
     let ready = ready_at.unwrap();
     let synced = synced_at.unwrap();
     let peak_sampled = samples.iter().filter(|s| s.0 <= synced).map(|s| s.1).fold(0.0, f64::max);
-    let steady: Vec<f64> = samples
-        .iter()
-        .filter(|s| s.0 >= ready + steady_secs as f64 / 2.0)
-        .map(|s| s.1)
-        .collect();
+    let steady: Vec<f64> = samples.iter().filter(|s| s.0 >= ready + steady_secs as f64 / 2.0).map(|s| s.1).collect();
     Run {
         synced_secs: synced,
         ready_secs: ready,

@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use common::Kind;
 use deltaship::change::{Change, Classifier, Fingerprinter, ObjectChange, Payload};
-use deltaship::model::{ChangeType, Object, Observed};
 use deltaship::event::{self, Envelope};
+use deltaship::model::{ChangeType, Object, Observed};
 use deltaship::plan::Scope;
 use divan::Bencher;
 use divan::counter::BytesCount;
@@ -60,14 +60,7 @@ impl Setup {
             out.clear();
         }
         classifier.handle(Observed::InitDone, &mut out);
-        Setup {
-            kind,
-            base,
-            kafka,
-            nats,
-            classifier,
-            rv: 1_000_000,
-        }
+        Setup { kind, base, kafka, nats, classifier, rv: 1_000_000 }
     }
 
     /// The next update of an indexed object, as wire bytes.
@@ -85,12 +78,7 @@ impl Setup {
     fn updated(&mut self) -> Change {
         let mut obj = self.next_object();
         obj.json = Some(Fingerprinter::new(&self.kafka.ignore_fields).serialize(&obj.value).json);
-        Change::Object(ObjectChange {
-            change: ChangeType::Updated,
-            payload: Payload::Object(obj),
-            sync_id: None,
-            previous: None,
-        })
+        Change::Object(ObjectChange { change: ChangeType::Updated, payload: Payload::Object(obj), sync_id: None, previous: None })
     }
 
     fn envelope(&mut self, scope: &Scope) -> Envelope {
@@ -107,10 +95,7 @@ fn bytes(kind: Kind) -> BytesCount {
 #[divan::bench(args = FIXTURES)]
 fn decode(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));
-    bencher
-        .counter(bytes(s.kind))
-        .with_inputs(|| s.next_wire())
-        .bench_local_refs(|b| common::decode(b));
+    bencher.counter(bytes(s.kind)).with_inputs(|| s.next_wire()).bench_local_refs(|b| common::decode(b));
 }
 
 /// Reference, not on the bridge's path: the same bytes decoded into a plain
@@ -118,10 +103,7 @@ fn decode(bencher: Bencher, fixture: &str) {
 #[divan::bench(args = FIXTURES)]
 fn decode_value_only(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));
-    bencher
-        .counter(bytes(s.kind))
-        .with_inputs(|| s.next_wire())
-        .bench_local_refs(|b| serde_json::from_slice::<Value>(b).unwrap());
+    bencher.counter(bytes(s.kind)).with_inputs(|| s.next_wire()).bench_local_refs(|b| serde_json::from_slice::<Value>(b).unwrap());
 }
 
 /// A visible update classified against the index (lookup, fingerprint, index update).
@@ -129,15 +111,12 @@ fn decode_value_only(bencher: Bencher, fixture: &str) {
 fn classify(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));
     let mut classifier = std::mem::replace(&mut s.classifier, Classifier::new(String::new(), Fingerprinter::new(&[]), s.kafka.relist, false));
-    bencher
-        .counter(bytes(s.kind))
-        .with_inputs(|| s.next_object())
-        .bench_local_values(|obj| {
-            let mut out = Vec::with_capacity(1);
-            classifier.handle(Observed::Apply(obj), &mut out);
-            assert_eq!(out.len(), 1, "a visible update");
-            out
-        });
+    bencher.counter(bytes(s.kind)).with_inputs(|| s.next_object()).bench_local_values(|obj| {
+        let mut out = Vec::with_capacity(1);
+        classifier.handle(Observed::Apply(obj), &mut out);
+        assert_eq!(out.len(), 1, "a visible update");
+        out
+    });
 }
 
 /// The CloudEvent of an update: id, attributes, extensions, route; the object's value
@@ -176,17 +155,14 @@ fn per_event_kafka(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));
     let scope = s.kafka.clone();
     let mut classifier = std::mem::replace(&mut s.classifier, Classifier::new(String::new(), Fingerprinter::new(&[]), s.kafka.relist, false));
-    bencher
-        .counter(bytes(s.kind))
-        .with_inputs(|| s.next_wire())
-        .bench_local_values(|wire| {
-            let mut out = Vec::with_capacity(1);
-            classifier.handle(Observed::Apply(common::decode(&wire)), &mut out);
-            let change = out.pop().expect("a visible update");
-            let env = event::build(CLUSTER, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
-            let encoded = common::encode_kafka(&env);
-            (env, encoded)
-        });
+    bencher.counter(bytes(s.kind)).with_inputs(|| s.next_wire()).bench_local_values(|wire| {
+        let mut out = Vec::with_capacity(1);
+        classifier.handle(Observed::Apply(common::decode(&wire)), &mut out);
+        let change = out.pop().expect("a visible update");
+        let env = event::build(CLUSTER, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
+        let encoded = common::encode_kafka(&env);
+        (env, encoded)
+    });
 }
 
 /// The whole per-event path to NATS: wire bytes to the encoded message.
@@ -195,15 +171,12 @@ fn per_event_nats(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));
     let scope = s.nats.clone();
     let mut classifier = std::mem::replace(&mut s.classifier, Classifier::new(String::new(), Fingerprinter::new(&[]), s.nats.relist, false));
-    bencher
-        .counter(bytes(s.kind))
-        .with_inputs(|| s.next_wire())
-        .bench_local_values(|wire| {
-            let mut out = Vec::with_capacity(1);
-            classifier.handle(Observed::Apply(common::decode(&wire)), &mut out);
-            let change = out.pop().expect("a visible update");
-            let env = event::build(CLUSTER, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
-            let encoded = common::encode_nats(&env);
-            (env, encoded)
-        });
+    bencher.counter(bytes(s.kind)).with_inputs(|| s.next_wire()).bench_local_values(|wire| {
+        let mut out = Vec::with_capacity(1);
+        classifier.handle(Observed::Apply(common::decode(&wire)), &mut out);
+        let change = out.pop().expect("a visible update");
+        let env = event::build(CLUSTER, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
+        let encoded = common::encode_nats(&env);
+        (env, encoded)
+    });
 }

@@ -132,10 +132,7 @@ async fn prepare(cluster: &str, scope: &Arc<deltaship::plan::Scope>, recorded: &
 
 /// Publishes `envs` through the Dispatcher and `sink`; resolves when all are acknowledged.
 async fn through_pipeline(sink: Sink, envs: Vec<Envelope>, health: Arc<Health>) -> Measured {
-    let retry = RetryPolicy {
-        initial: Duration::from_millis(100),
-        max: Duration::from_millis(30_000),
-    };
+    let retry = RetryPolicy { initial: Duration::from_millis(100), max: Duration::from_millis(30_000) };
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let dispatcher = Dispatcher::new(sink, MAX_IN_FLIGHT, OversizePolicy::Reference, retry, health.route(0));
     let cpu = common::process_cpu();
@@ -146,19 +143,13 @@ async fn through_pipeline(sink: Sink, envs: Vec<Envelope>, health: Arc<Health>) 
     }
     drop(tx);
     delivery.await.unwrap().expect("every event delivered");
-    Measured {
-        seconds: started.elapsed().as_secs_f64(),
-        cpu_seconds: common::process_cpu() - cpu,
-    }
+    Measured { seconds: started.elapsed().as_secs_f64(), cpu_seconds: common::process_cpu() - cpu }
 }
 
 /// The watch stage and the pipeline together: the pipeline's worker decodes, classifies
 /// and builds the recorded events into the queue while the Dispatcher delivers them.
 async fn end_to_end(sink: Sink, cluster: String, scope: Arc<deltaship::plan::Scope>, recorded: Arc<Vec<Recorded>>, health: Arc<Health>) -> (Measured, usize) {
-    let retry = RetryPolicy {
-        initial: Duration::from_millis(100),
-        max: Duration::from_millis(30_000),
-    };
+    let retry = RetryPolicy { initial: Duration::from_millis(100), max: Duration::from_millis(30_000) };
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let dispatcher = Dispatcher::new(sink, MAX_IN_FLIGHT, OversizePolicy::Reference, retry, health.route(0));
     let cpu = common::process_cpu();
@@ -169,10 +160,7 @@ async fn end_to_end(sink: Sink, cluster: String, scope: Arc<deltaship::plan::Sco
     let producer = tokio::spawn(worker.run(common::observations(recorded), CancellationToken::new()));
     producer.await.unwrap();
     delivery.await.unwrap().expect("every event delivered");
-    let m = Measured {
-        seconds: started.elapsed().as_secs_f64(),
-        cpu_seconds: common::process_cpu() - cpu,
-    };
+    let m = Measured { seconds: started.elapsed().as_secs_f64(), cpu_seconds: common::process_cpu() - cpu };
     // `recording` makes every recorded event one shipped event.
     (m, events)
 }
@@ -301,10 +289,7 @@ async fn raw_kafka(producer: &FutureProducer, records: Vec<KafkaRecord>, window:
     while let Some(d) = pending.next().await {
         await_one(Some(d));
     }
-    Measured {
-        seconds: started.elapsed().as_secs_f64(),
-        cpu_seconds: common::process_cpu() - cpu,
-    }
+    Measured { seconds: started.elapsed().as_secs_f64(), cpu_seconds: common::process_cpu() - cpu }
 }
 
 fn kafka_sink_toml(brokers: &str, topic: &str) -> String {
@@ -318,10 +303,7 @@ async fn kafka_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, ru
     let sink_toml = kafka_sink_toml(brokers, &prefix);
     let scope = common::scope("warmup", kind, &sink_toml);
     let topic = scope.outputs[0].address.marker_destination().to_string();
-    let config = common::load_config(&format!(
-        "[[resources]]\nversion = \"v1\"\nkind = \"{}\"\n{sink_toml}",
-        kind.resource().kind
-    ));
+    let config = common::load_config(&format!("[[resources]]\nversion = \"v1\"\nkind = \"{}\"\n{sink_toml}", kind.resource().kind));
     let sink_config = config.effective_routes().remove(0).sink;
     let sink = Sink::from_config(&sink_config).await.expect("kafka sink");
     sink.prepare(&sink_config, std::slice::from_ref(&topic)).await.expect("create the bench topic");
@@ -336,13 +318,7 @@ async fn kafka_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, ru
         run_kafka_variant(v, &cluster, kind, &sink_toml, &sink, &producer, &warm, health.clone()).await;
     }
 
-    let mut report = Report {
-        sink: "kafka",
-        kind,
-        events: 0,
-        runs: BTreeMap::new(),
-        bench,
-    };
+    let mut report = Report { sink: "kafka", kind, events: 0, runs: BTreeMap::new(), bench };
     for run in 0..runs {
         for v in order(run) {
             let cluster = format!("r{run}{}", v.name().replace('_', ""));
@@ -383,13 +359,7 @@ async fn run_kafka_variant(
                 .iter()
                 .map(|e| {
                     let (payload, headers) = common::encode_kafka(e);
-                    KafkaRecord {
-                        topic: e.destination.to_string(),
-                        key: e.key.clone(),
-                        payload,
-                        headers,
-                        marker: matches!(e.kind, EnvelopeKind::Marker(_)),
-                    }
+                    KafkaRecord { topic: e.destination.to_string(), key: e.key.clone(), payload, headers, marker: matches!(e.kind, EnvelopeKind::Marker(_)) }
                 })
                 .collect();
             drop(envs);
@@ -455,10 +425,7 @@ async fn raw_nats(js: &jetstream::Context, messages: Vec<NatsMessage>, window: u
         let ack = ack.expect("raw JetStream ack");
         assert!(!ack.duplicate, "ids are unique per run");
     }
-    Measured {
-        seconds: started.elapsed().as_secs_f64(),
-        cpu_seconds: common::process_cpu() - cpu,
-    }
+    Measured { seconds: started.elapsed().as_secs_f64(), cpu_seconds: common::process_cpu() - cpu }
 }
 
 async fn nats_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, runs: usize, url: &str, health: Arc<Health>, bench: bool) {
@@ -468,10 +435,7 @@ async fn nats_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, run
          marker_subject_template = \"{run_id}.{{cluster}}.{{group}}.{{kind}}._sync\"\n\
          [sink.jetstream]\nstream = \"{stream}\"\nsubjects = [\"{run_id}.>\"]\n"
     );
-    let config = common::load_config(&format!(
-        "[[resources]]\nversion = \"v1\"\nkind = \"{}\"\n{sink_toml}",
-        kind.resource().kind
-    ));
+    let config = common::load_config(&format!("[[resources]]\nversion = \"v1\"\nkind = \"{}\"\n{sink_toml}", kind.resource().kind));
     let sink_config = config.effective_routes().remove(0).sink;
     let sink = Sink::from_config(&sink_config).await.expect("nats sink");
     sink.prepare(&sink_config, &[]).await.expect("create the bench stream");
@@ -487,13 +451,7 @@ async fn nats_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, run
         purge(&js, &stream).await;
     }
 
-    let mut report = Report {
-        sink: "nats",
-        kind,
-        events: 0,
-        runs: BTreeMap::new(),
-        bench,
-    };
+    let mut report = Report { sink: "nats", kind, events: 0, runs: BTreeMap::new(), bench };
     for run in 0..runs {
         for v in order(run) {
             let cluster = format!("r{run}{}", v.name().replace('_', ""));
@@ -536,12 +494,7 @@ async fn run_nats_variant(
                 .iter()
                 .map(|e| {
                     let (payload, headers) = common::encode_nats(e);
-                    NatsMessage {
-                        subject: e.destination.to_string(),
-                        id: cloudevents::AttributesReader::id(&e.event).to_string(),
-                        payload,
-                        headers,
-                    }
+                    NatsMessage { subject: e.destination.to_string(), id: cloudevents::AttributesReader::id(&e.event).to_string(), payload, headers }
                 })
                 .collect();
             drop(envs);

@@ -83,9 +83,8 @@ async fn check_kafka(report: &mut Report, k: &crate::config::KafkaConfig, topics
                 match (partitions, &k.create_topics) {
                     (Some(n), _) => report.ok(format!("topic {topic} exists with {n} partition(s)")),
                     (None, Some(_)) => report.ok(format!("topic {topic} is missing and will be created at start-up")),
-                    (None, None) => report.warn(format!(
-                        "topic {topic} does not exist; create it, set sink.create_topics, or rely on the broker's auto.create.topics.enable"
-                    )),
+                    (None, None) => report
+                        .warn(format!("topic {topic} does not exist; create it, set sink.create_topics, or rely on the broker's auto.create.topics.enable")),
                 }
             }
         }

@@ -19,11 +19,15 @@ use crate::telemetry::metrics as m;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
-    #[error("lease {namespace}/{name}: forbidden ({message}); grant the identity get, create and update on leases (coordination.k8s.io) in namespace {namespace}")]
+    #[error(
+        "lease {namespace}/{name}: forbidden ({message}); grant the identity get, create and update on leases (coordination.k8s.io) in namespace {namespace}"
+    )]
     Forbidden { namespace: String, name: String, message: String },
     #[error("lease {namespace}/{name}: the namespace does not exist ({message}); create it or set leader_election.namespace")]
     NamespaceNotFound { namespace: String, name: String, message: String },
-    #[error("lease {namespace}/{name}: the API server rejected the lease ({message}); check leader_election.lease_name and leader_election.lease_duration_secs")]
+    #[error(
+        "lease {namespace}/{name}: the API server rejected the lease ({message}); check leader_election.lease_name and leader_election.lease_duration_secs"
+    )]
     Invalid { namespace: String, name: String, message: String },
     #[error("lease {namespace}/{name}: {source}; check that the identity may get, create and update leases there")]
     Api {
@@ -160,11 +164,7 @@ fn decide(lease: Option<&LeaseSpec>, observed: &mut Option<Observed>, identity: 
     let Some(spec) = lease else { return Action::Create };
     let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
     if observed.as_ref().is_none_or(|o| o.holder != holder || o.renew != spec.renew_time) {
-        *observed = Some(Observed {
-            holder: holder.clone(),
-            renew: spec.renew_time.clone(),
-            at: now,
-        });
+        *observed = Some(Observed { holder: holder.clone(), renew: spec.renew_time.clone(), at: now });
     }
     let expired = observed.as_ref().is_some_and(|o| now.saturating_duration_since(o.at) >= duration);
     let transitions = spec.lease_transitions.unwrap_or(0);
@@ -288,11 +288,7 @@ impl Elector {
         let now = MicroTime(Timestamp::now());
         let acquire = renewed.and_then(|s| s.acquire_time.clone()).unwrap_or_else(|| now.clone());
         Lease {
-            metadata: ObjectMeta {
-                name: Some(self.name.clone()),
-                namespace: Some(self.namespace.clone()),
-                ..Default::default()
-            },
+            metadata: ObjectMeta { name: Some(self.name.clone()), namespace: Some(self.namespace.clone()), ..Default::default() },
             spec: Some(LeaseSpec {
                 holder_identity: Some(self.identity.clone()),
                 lease_duration_seconds: Some(self.duration.as_secs() as i32),
@@ -350,11 +346,7 @@ impl Elector {
             return;
         }
         let mut lease = current.clone();
-        lease.spec = Some(LeaseSpec {
-            holder_identity: None,
-            lease_duration_seconds: Some(1),
-            ..spec
-        });
+        lease.spec = Some(LeaseSpec { holder_identity: None, lease_duration_seconds: Some(1), ..spec });
         if let Err(e) = self.api.replace(&self.name, &PostParams::default(), &lease).await {
             tracing::warn!(error = %e, "Could not release the lease; the standby takes over when it expires");
         }
@@ -432,7 +424,11 @@ mod tests {
         assert_eq!(decide(Some(&spec("other", 2, Some(2))), &mut observed, "me", LEASE, t0 + LEASE), standby, "renewed: fresh again");
         decide(Some(&spec("third", 2, Some(3))), &mut observed, "me", LEASE, later + LEASE);
         let third = Action::StandBy { holder: "third".into() };
-        assert_eq!(decide(Some(&spec("third", 2, Some(3))), &mut observed, "me", LEASE, later + LEASE + Duration::from_secs(1)), third, "new holder: fresh again");
+        assert_eq!(
+            decide(Some(&spec("third", 2, Some(3))), &mut observed, "me", LEASE, later + LEASE + Duration::from_secs(1)),
+            third,
+            "new holder: fresh again"
+        );
     }
 
     #[test]
@@ -501,10 +497,7 @@ mod tests {
     /// An elector against the mock, with short periods (lease 3 s, renew deadline 1 s,
     /// retry 100 ms).
     async fn elector(inject: &[u16]) -> (Elector, Arc<Mutex<MockApi>>) {
-        let api = Arc::new(Mutex::new(MockApi {
-            inject: inject.iter().copied().collect(),
-            ..Default::default()
-        }));
+        let api = Arc::new(Mutex::new(MockApi { inject: inject.iter().copied().collect(), ..Default::default() }));
         let state = api.clone();
         let app = axum::Router::new().fallback(move |method: Method, body: Bytes| answer(state.clone(), method, body));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

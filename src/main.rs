@@ -77,9 +77,7 @@ fn main() -> ExitCode {
             println!("{shown}");
             ExitCode::SUCCESS
         }),
-        Command::Check(arg) => with_config(&arg, |config| {
-            if runtime().block_on(check::run(&config)) { ExitCode::SUCCESS } else { ExitCode::FAILURE }
-        }),
+        Command::Check(arg) => with_config(&arg, |config| if runtime().block_on(check::run(&config)) { ExitCode::SUCCESS } else { ExitCode::FAILURE }),
         Command::Run(arg) => with_config(&arg, |config| {
             telemetry::init_logging(config.log.format, &config.log.level);
             match runtime().block_on(pipeline::run(config, CancellationToken::new())) {
@@ -114,15 +112,8 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
         }
     };
     let source = match (&args.kafka, &args.nats, &args.stream) {
-        (Some(brokers), _, _) => deltaship::rebuild::Source::Kafka {
-            brokers: brokers.clone(),
-            topics: args.topic.clone(),
-            connection,
-        },
-        (None, Some(url), Some(stream)) => deltaship::rebuild::Source::Nats {
-            url: url.clone(),
-            stream: stream.clone(),
-        },
+        (Some(brokers), _, _) => deltaship::rebuild::Source::Kafka { brokers: brokers.clone(), topics: args.topic.clone(), connection },
+        (None, Some(url), Some(stream)) => deltaship::rebuild::Source::Nats { url: url.clone(), stream: stream.clone() },
         _ => unreachable!("clap requires --kafka with --topic or --nats with --stream"),
     };
     let rebuilt = match runtime().block_on(deltaship::rebuild::rebuild(source, args.cluster.clone(), args.strict)) {
@@ -164,16 +155,10 @@ fn kafka_sink(file: &Path) -> anyhow::Result<Box<config::KafkaConfig>> {
         .collect();
     match kafka.len() {
         1 => Ok(kafka.remove(0)),
-        n => anyhow::bail!(
-            "--config {}: has {n} Kafka sinks; rebuild connects with the settings of exactly one: give a config with one",
-            file.display()
-        ),
+        n => anyhow::bail!("--config {}: has {n} Kafka sinks; rebuild connects with the settings of exactly one: give a config with one", file.display()),
     }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime starts")
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime starts")
 }

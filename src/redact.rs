@@ -71,7 +71,9 @@ pub fn for_resources(config: &Config) -> Result<Vec<Arc<Redaction>>, RedactError
         out.push(Arc::new(Redaction::new(rc, key.clone())));
     }
     if key.is_none() && config.resources.iter().any(makes_digests) {
-        tracing::warn!("Digests of redacted values are unkeyed (sha256): short values such as PINs can be recovered by brute force; set redaction.digest_key_file");
+        tracing::warn!(
+            "Digests of redacted values are unkeyed (sha256): short values such as PINs can be recovered by brute force; set redaction.digest_key_file"
+        );
     }
     Ok(out)
 }
@@ -86,7 +88,11 @@ impl Redaction {
     /// each rule's action registered once.
     pub fn redactor(self: &Arc<Self>, resource: &str) -> Redactor {
         // Rules with the same action get handles of the same counter.
-        let counted = self.rules.iter().map(|(_, action)| metrics::counter!(m::REDACTED_FIELDS, "resource" => resource.to_string(), "action" => action.as_str())).collect();
+        let counted = self
+            .rules
+            .iter()
+            .map(|(_, action)| metrics::counter!(m::REDACTED_FIELDS, "resource" => resource.to_string(), "action" => action.as_str()))
+            .collect();
         Redactor { redaction: self.clone(), counted }
     }
 }
@@ -131,8 +137,7 @@ impl Redactor {
 /// `stringData`, and the last-applied annotation, by its digest, so that consumers see that
 /// a value changed, never the value.
 fn redact(value: &mut Value, key: Option<&DigestKey>) {
-    let is_secret = value.get("kind").and_then(Value::as_str) == Some("Secret")
-        && value.get("apiVersion").and_then(Value::as_str) == Some("v1");
+    let is_secret = value.get("kind").and_then(Value::as_str) == Some("Secret") && value.get("apiVersion").and_then(Value::as_str) == Some("v1");
     let Some(obj) = value.as_object_mut() else { return };
     if let Some(Value::Object(meta)) = obj.get_mut("metadata") {
         meta.remove("managedFields");
@@ -270,8 +275,11 @@ mod tests {
         let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"managedFields": [], "annotations": {LAST_APPLIED: "x"}}, "data": {"a": "b"}});
         Redactor::default().redact(&mut cm);
-        assert_eq!(cm, json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"annotations": {LAST_APPLIED: "x"}}, "data": {"a": "b"}}));
+        assert_eq!(
+            cm,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"annotations": {LAST_APPLIED: "x"}}, "data": {"a": "b"}})
+        );
     }
 
     #[test]
@@ -279,10 +287,7 @@ mod tests {
         // FIPS 180-2 and RFC 4231 (test case 2) vectors.
         assert_eq!(digest(&json!("abc"), None), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         let jefe = DigestKey::new(b"Jefe");
-        assert_eq!(
-            digest(&json!("what do ya want for nothing?"), Some(&jefe)),
-            "hmac-sha256:5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
-        );
+        assert_eq!(digest(&json!("what do ya want for nothing?"), Some(&jefe)), "hmac-sha256:5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
         // Other values are digested as their JSON text, so that different values differ.
         assert_ne!(digest(&json!(1), None), digest(&json!(2), None));
         assert_eq!(digest(&json!({"a": 1}), None), digest(&json!("{\"a\":1}"), None));
@@ -340,7 +345,17 @@ mod tests {
     fn missing_paths_and_other_types_are_left_alone() {
         let original = json!({"spec": {"replicas": 3, "list": [1, 2], "text": "s"}});
         let mut d = original.clone();
-        for path in ["/status", "/spec/missing/x", "/spec/replicas/x", "/spec/text/*", "/spec/list/x", "/spec/list/2", "/spec/list/01", "/spec/list/-", "/spec/replicas/*/x"] {
+        for path in [
+            "/status",
+            "/spec/missing/x",
+            "/spec/replicas/x",
+            "/spec/text/*",
+            "/spec/list/x",
+            "/spec/list/2",
+            "/spec/list/01",
+            "/spec/list/-",
+            "/spec/replicas/*/x",
+        ] {
             for action in RedactAction::ALL {
                 assert_eq!(count(&mut d, path, action), 0, "{path} {action:?}");
             }

@@ -34,9 +34,7 @@ fn code(text: &str) -> &str {
 
 /// The modules a piece of code names through `crate::<module>`.
 fn imports(code: &str) -> BTreeSet<String> {
-    code.match_indices("crate::")
-        .map(|(i, _)| code[i + "crate::".len()..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect())
-        .collect()
+    code.match_indices("crate::").map(|(i, _)| code[i + "crate::".len()..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()).collect()
 }
 
 fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {

@@ -95,9 +95,8 @@ async fn a_deeply_nested_schemaless_custom_resource_arrives_intact() {
     })
     .await;
     let ns = namespace(&kube, "it-nested").await;
-    let mut bridge = Bridge::start(&format!(
-        "[[resources]]\ngroup = \"odd.deltaship.dev\"\nversion = \"v1alpha1\"\nkind = \"Blob\"\nnamespaces = [\"{ns}\"]\n"
-    ));
+    let mut bridge =
+        Bridge::start(&format!("[[resources]]\ngroup = \"odd.deltaship.dev\"\nversion = \"v1alpha1\"\nkind = \"Blob\"\nnamespaces = [\"{ns}\"]\n"));
     bridge.wait_ready(Duration::from_secs(60));
     // 60 levels of objects and arrays, numbers at the edges of JSON, null, empty containers.
     let mut deep = json!({"leaf": [1.5e300, -9007199254740991i64, null, true, {}, []]});

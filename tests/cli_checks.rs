@@ -136,10 +136,7 @@ async fn check_and_run_name_the_missing_verb_until_list_and_watch_are_granted() 
     .await;
 
     // Grant both: check passes and run becomes ready as the limited user.
-    roles
-        .patch("configmaps-reader", &PatchParams::default(), &Patch::Merge(&json!({"rules": rule(&["list", "watch"])})))
-        .await
-        .unwrap();
+    roles.patch("configmaps-reader", &PatchParams::default(), &Patch::Merge(&json!({"rules": rule(&["list", "watch"])}))).await.unwrap();
     let allowed = format!("[ok]   list and watch allowed on configmaps in {ns}");
     let out = eventually(Duration::from_secs(30), "check to pass with list and watch granted", || {
         let config = config.clone();

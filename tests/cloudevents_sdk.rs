@@ -7,8 +7,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
 use deltaship::config::{EventFormat, ResourceConfig};
+use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::bridge::Bridge;
@@ -17,8 +17,7 @@ use support::kube::{client, delete_namespace, namespace};
 
 /// Feeds JSON lines to ce-validate; returns its "valid <type> <subject>" lines.
 fn validate(lines: &[String]) -> Vec<String> {
-    let tool = std::env::var("DELTASHIP_TEST_CE_VALIDATE")
-        .expect("DELTASHIP_TEST_CE_VALIDATE is not set: run tests/env/up and source tests/env/.state/env.sh");
+    let tool = std::env::var("DELTASHIP_TEST_CE_VALIDATE").expect("DELTASHIP_TEST_CE_VALIDATE is not set: run tests/env/up and source tests/env/.state/env.sh");
     let mut child = Command::new(tool).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     for l in lines {
@@ -70,12 +69,8 @@ async fn deltaship_and_knative_shaped_events_pass_the_official_sdk() {
         assert!(valid.contains(&format!("valid dev.knative.apiserver.resource.{ty} {subject}")), "{ty}: {valid:?}");
     }
     let server = std::env::var("DELTASHIP_TEST_KUBE_SERVER").unwrap();
-    let add: Value = knative
-        .lines()
-        .iter()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .find(|e| e["type"] == "dev.knative.apiserver.resource.add")
-        .unwrap();
+    let add: Value =
+        knative.lines().iter().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|e| e["type"] == "dev.knative.apiserver.resource.add").unwrap();
     assert_eq!(add["source"], server.trim_end_matches('/'), "the source is the API server's URL");
     assert_eq!(add["data"]["metadata"]["name"], "web", "ResourceType mode: the object is the data");
     drop((ours, knative));

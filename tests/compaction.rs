@@ -8,8 +8,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use deltaship::config::{JetStreamConfig, KafkaConfig, NatsConfig, Template, TopicCreation};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
@@ -41,9 +41,8 @@ fn read_all(brokers: &str, topic: &str) -> Vec<Record> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let consumer: BaseConsumer = rdkafka::ClientConfig::new().set("bootstrap.servers", brokers).create().unwrap();
     let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
-    let highs: Vec<i64> = (0..md.topics()[0].partitions().len() as i32)
-        .map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap().1)
-        .collect();
+    let highs: Vec<i64> =
+        (0..md.topics()[0].partitions().len() as i32).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap().1).collect();
     support::kafka::read_until(brokers, topic, Duration::from_secs(60), |rs| {
         highs.iter().enumerate().all(|(p, high)| *high == 0 || rs.iter().any(|r| r.partition == p as i32 && r.offset >= high - 1))
     })
@@ -66,10 +65,20 @@ async fn a_compacted_kafka_topic_rebuilds_without_objects_deleted_while_no_bridg
     // happens within the broker's cleaner backoff (15 s) of the next roll. One partition:
     // the cleaner never touches a partition's active segment, so each partition needs
     // writes after the second run's markers, and the test's updates land in one.
-    let cleaner = [("cleanup.policy", "compact"), ("segment.ms", "100"), ("min.cleanable.dirty.ratio", "0.01"), ("min.compaction.lag.ms", "0"), ("delete.retention.ms", "100")];
+    let cleaner = [
+        ("cleanup.policy", "compact"),
+        ("segment.ms", "100"),
+        ("min.cleanable.dirty.ratio", "0.01"),
+        ("min.compaction.lag.ms", "0"),
+        ("delete.retention.ms", "100"),
+    ];
     let sink = KafkaConfig {
         tombstones: true,
-        create_topics: Some(TopicCreation { partitions: 1, replication_factor: 1, config: cleaner.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }),
+        create_topics: Some(TopicCreation {
+            partitions: 1,
+            replication_factor: 1,
+            config: cleaner.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }),
         ..kafka(&env.kafka, &format!("{prefix}.{{group}}.{{plural}}"))
     };
     let config = TestConfig::new().cluster(&support::unique("c")).configmaps(&ns).kafka(sink).toml();

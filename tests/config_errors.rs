@@ -152,14 +152,21 @@ fn an_unknown_compression_codec_exits_2_naming_the_key_and_the_codecs() {
 
 #[test]
 fn a_bad_template_listen_address_or_relist_mode_exits_2_naming_the_key() {
-    refused(&format!("{CM}topic = \"cm.{{nope}}\"\n"), &["`resources.0.topic`: `cm.{nope}` uses the unknown placeholder `{nope}`", "fix: use text and the placeholders"]);
+    refused(
+        &format!("{CM}topic = \"cm.{{nope}}\"\n"),
+        &["`resources.0.topic`: `cm.{nope}` uses the unknown placeholder `{nope}`", "fix: use text and the placeholders"],
+    );
     let kafka = "[sink]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n";
     refused(&format!("{CM}{kafka}topic_template = \"t.{{cluster\"\n"), &["`sink.topic_template`: `t.{cluster` has a `{` without a closing `}`"]);
     let route = "[[routes]]\nname = \"a\"\nsink = { type = \"nats\", url = \"nats://127.0.0.1:1\", subject_template = \"x.{name\" }\n";
     refused(&format!("{CM}{route}"), &["`routes.0.sink.subject_template`: `x.{name` has a `{` without a closing `}`"]);
     refused(&format!("{CM}[http]\nlisten = \"9090\"\n"), &["`http.listen`: `9090` is not an address", "fix: use IP:PORT, e.g. `0.0.0.0:9090`"]);
     let file = write("c.toml", CM);
-    refused_with_env(&file, &[("DELTASHIP_HTTP__LISTEN", "localhost")], &["`http.listen`: `localhost` is not an address (from the environment variable DELTASHIP_HTTP__LISTEN)"]);
+    refused_with_env(
+        &file,
+        &[("DELTASHIP_HTTP__LISTEN", "localhost")],
+        &["`http.listen`: `localhost` is not an address (from the environment variable DELTASHIP_HTTP__LISTEN)"],
+    );
     refused(&format!("{CM}relist = \"partial\"\n"), &["`resources.0.relist`", "`partial`", "`diff`", "`full`"]);
 }
 
@@ -195,7 +202,10 @@ fn a_fifo_as_a_secret_file_is_refused_without_blocking() {
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     let fifo = fifo.display();
     let cases = [
-        ("sink.sasl.password_file", format!("[sink]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n[sink.sasl]\nmechanism = \"PLAIN\"\nusername = \"u\"\npassword_file = \"{fifo}\"\n")),
+        (
+            "sink.sasl.password_file",
+            format!("[sink]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n[sink.sasl]\nmechanism = \"PLAIN\"\nusername = \"u\"\npassword_file = \"{fifo}\"\n"),
+        ),
         ("sink.auth.password_file", format!("[sink]\ntype = \"nats\"\nurl = \"nats://127.0.0.1:1\"\n[sink.auth]\nuser = \"u\"\npassword_file = \"{fifo}\"\n")),
         ("sink.auth.credentials_file", format!("[sink]\ntype = \"nats\"\nurl = \"nats://127.0.0.1:1\"\n[sink.auth]\ncredentials_file = \"{fifo}\"\n")),
         ("redaction.digest_key_file", format!("[redaction]\ndigest_key_file = \"{fifo}\"\n")),

@@ -36,17 +36,14 @@ fn the_all_options_example_shows_every_default() {
     let dir = std::env::temp_dir().join(support::unique("cfg"));
     std::fs::create_dir_all(&dir).unwrap();
     let minimal = dir.join("m.yaml");
-    std::fs::write(
-        &minimal,
-        "resources: [{version: v1, kind: ConfigMap}]\nsink: {type: kafka, brokers: 'localhost:9092', create_topics: {}}\n",
-    )
-    .unwrap();
+    std::fs::write(&minimal, "resources: [{version: v1, kind: ConfigMap}]\nsink: {type: kafka, brokers: 'localhost:9092', create_topics: {}}\n").unwrap();
     let min = config::load(&minimal).unwrap();
     assert_eq!(serde_json::to_value(&all).unwrap(), serde_json::to_value(&min).unwrap());
 }
 
 /// Resources the README's config snippets refer to, for snippets that show other keys.
-const SNIPPET_RESOURCES: &str = "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[[resources]]\ngroup = \"apps\"\nversion = \"v1\"\nkind = \"Deployment\"\n";
+const SNIPPET_RESOURCES: &str =
+    "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[[resources]]\ngroup = \"apps\"\nversion = \"v1\"\nkind = \"Deployment\"\n";
 
 /// The TOML block that follows `<!-- config: NAME -->` in the README, loaded as a config
 /// (with ConfigMaps and Deployments as resources).
@@ -78,11 +75,7 @@ fn example(name: &str) -> String {
 /// `check`, then `run` until ready, as the README shows.
 fn check_and_run(name: &str, overrides: &[(&str, &str)]) {
     let deltaship = env!("CARGO_BIN_EXE_deltaship");
-    let out = std::process::Command::new(deltaship)
-        .args(["check", "--config", &example(name)])
-        .envs(overrides.iter().copied())
-        .output()
-        .unwrap();
+    let out = std::process::Command::new(deltaship).args(["check", "--config", &example(name)]).envs(overrides.iter().copied()).output().unwrap();
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "check {name} failed:\n{report}{}", String::from_utf8_lossy(&out.stderr));
     assert!(report.contains("[ok]   list and watch allowed on configmaps"), "{report}");

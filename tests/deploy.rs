@@ -19,9 +19,11 @@ use deltaship::config::{self, SinkConfig};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use support::bridge::Bridge;
-use support::chart::{allowed, chart, create, dry_run_all, helm, kinds, one, read_grants, render, render_text, rendered_config, root, service_account_kubeconfig, strings};
+use support::chart::{
+    allowed, chart, create, dry_run_all, helm, kinds, one, read_grants, render, render_text, rendered_config, root, service_account_kubeconfig, strings,
+};
 
 const MANIFEST: &str = "deploy/kubernetes/deltaship.yaml";
 const REGENERATE: &str = "{ sed '/^---$/,$d' deploy/kubernetes/deltaship.yaml; \
@@ -88,12 +90,7 @@ fn helm_lint_passes() {
         let mut args = vec!["lint", "--strict", &chart];
         args.extend_from_slice(extra);
         let out = helm(&args);
-        assert!(
-            out.status.success(),
-            "helm {args:?} failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "helm {args:?} failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     }
 }
 
@@ -104,17 +101,7 @@ fn the_default_render_has_every_object() {
     found.sort();
     assert_eq!(
         found,
-        [
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "ConfigMap",
-            "Deployment",
-            "PodDisruptionBudget",
-            "Role",
-            "RoleBinding",
-            "Service",
-            "ServiceAccount"
-        ],
+        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"],
         "a ServiceMonitor only when serviceMonitor.enabled"
     );
     // The config in the ConfigMap is one deltaship accepts, with the documented defaults.
@@ -129,20 +116,11 @@ fn the_default_render_has_every_object() {
 #[test]
 fn the_committed_manifest_is_a_fresh_render() {
     let committed = std::fs::read_to_string(root().join(MANIFEST)).expect("deploy/kubernetes/deltaship.yaml");
-    let (header, body) = committed
-        .split_once("\n---\n")
-        .map(|(h, b)| (h, format!("---\n{b}")))
-        .expect("a header comment, then the rendered documents");
+    let (header, body) = committed.split_once("\n---\n").map(|(h, b)| (h, format!("---\n{b}"))).expect("a header comment, then the rendered documents");
     assert!(header.lines().all(|l| l.starts_with('#')), "the header is comments only:\n{header}");
-    assert!(
-        header.contains("helm template deltaship deploy/helm/deltaship --namespace deltaship"),
-        "the header says how the file was generated:\n{header}"
-    );
+    assert!(header.contains("helm template deltaship deploy/helm/deltaship --namespace deltaship"), "the header says how the file was generated:\n{header}");
     let fresh = render_text("deltaship", "deltaship", &[]);
-    assert!(
-        body == fresh,
-        "{MANIFEST} is stale (it differs from a fresh render of the chart); regenerate it with:\n  {REGENERATE}"
-    );
+    assert!(body == fresh, "{MANIFEST} is stale (it differs from a fresh render of the chart); regenerate it with:\n  {REGENERATE}");
 }
 
 #[test]
@@ -171,10 +149,7 @@ fn the_deployment_is_hardened_and_probed() {
     assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "http"}));
     assert!(c["resources"]["requests"].is_object() && c["resources"]["limits"].is_object(), "{}", c["resources"]);
     let env = c["env"].as_array().unwrap();
-    assert!(
-        env.contains(&json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}})),
-        "{env:?}"
-    );
+    assert!(env.contains(&json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}})), "{env:?}");
     // The config: the ConfigMap's deltaship.yaml at /etc/deltaship/deltaship.yaml.
     let mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/etc/deltaship").expect("config mount");
     let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
@@ -221,10 +196,7 @@ fn the_rbac_grants_no_more_than_the_config_needs() {
     assert_cluster_role(&docs, &expected);
     let binding = one(&docs, "ClusterRoleBinding");
     assert_eq!(binding["roleRef"]["name"], one(&docs, "ClusterRole")["metadata"]["name"]);
-    assert_eq!(
-        binding["subjects"],
-        json!([{"kind": "ServiceAccount", "name": one(&docs, "ServiceAccount")["metadata"]["name"], "namespace": "deltaship"}])
-    );
+    assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": one(&docs, "ServiceAccount")["metadata"]["name"], "namespace": "deltaship"}]));
 
     // Leader election: the Lease only, in the release namespace.
     let role = one(&docs, "Role");
@@ -245,10 +217,7 @@ fn the_rbac_grants_no_more_than_the_config_needs() {
 
     // ConfigMaps and Deployments.
     let docs = render("deltaship", "deltaship", &TWO_RESOURCES);
-    assert_cluster_role(
-        &docs,
-        &BTreeSet::from([(String::new(), "configmaps".to_owned()), ("apps".to_owned(), "deployments".to_owned())]),
-    );
+    assert_cluster_role(&docs, &BTreeSet::from([(String::new(), "configmaps".to_owned()), ("apps".to_owned(), "deployments".to_owned())]));
     let (_, cfg) = rendered_config(&docs);
     assert_eq!(cfg.resources.len(), 2);
 
@@ -438,11 +407,8 @@ fn the_compose_file_fits_the_dockerfile_and_config_compose_toml() {
     assert_eq!(ds["build"]["dockerfile"], "deploy/Dockerfile");
     assert!(root().join(ds["build"]["dockerfile"].as_str().unwrap()).is_file());
     let ds_mounts = mounts(ds);
-    let config_target = ds_mounts
-        .iter()
-        .find(|(src, _)| src == "./config/compose.toml")
-        .map(|(_, t)| t.clone())
-        .expect("config/compose.toml mounted into deltaship");
+    let config_target =
+        ds_mounts.iter().find(|(src, _)| src == "./config/compose.toml").map(|(_, t)| t.clone()).expect("config/compose.toml mounted into deltaship");
     assert!(config_target.ends_with(".toml"), "deltaship picks the format by the extension: {config_target}");
     assert_eq!(ds["command"], json!(["run", "--config", config_target]));
     assert_eq!(ds["restart"], "on-failure");
@@ -492,7 +458,12 @@ fn the_digest_key_is_mounted_from_the_named_secret() {
     let c = &pod["containers"][0];
     let env = c["env"].as_array().unwrap();
     let file = env.iter().find(|e| e["name"] == "DELTASHIP_REDACTION__DIGEST_KEY_FILE").expect("the key file setting")["value"].as_str().unwrap();
-    let mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| file.starts_with(&format!("{}/", m["mountPath"].as_str().unwrap()))).expect("a mount holding the key file");
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| file.starts_with(&format!("{}/", m["mountPath"].as_str().unwrap())))
+        .expect("a mount holding the key file");
     assert_eq!(mount["readOnly"], true);
     let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
     let path = &file[mount["mountPath"].as_str().unwrap().len() + 1..];

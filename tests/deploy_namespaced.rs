@@ -9,9 +9,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
 use kube::Client;
-use serde_json::{json, Value};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
 use support::bridge::Bridge;
 use support::chart::{all, allowed, chart, create, dry_run_all, helm, kinds, one, read_grants, render, rendered_config, service_account_kubeconfig, template};
 use support::kube::{delete_namespace, eventually, namespace};
@@ -149,8 +149,7 @@ async fn deltaship_runs_with_only_the_roles_of_its_namespaces() {
     eventually(Duration::from_secs(30), "the Roles to take effect", || {
         let (sa_client, a, b) = (sa_client.clone(), a.clone(), b.clone());
         async move {
-            (allowed(&sa_client, "watch", "", "configmaps", Some(&a)).await && allowed(&sa_client, "watch", "", "configmaps", Some(&b)).await)
-                .then_some(())
+            (allowed(&sa_client, "watch", "", "configmaps", Some(&a)).await && allowed(&sa_client, "watch", "", "configmaps", Some(&b)).await).then_some(())
         }
     })
     .await;

@@ -84,7 +84,13 @@ fn read_kafka(brokers: &str, topic: &str, written: &BTreeMap<String, u64>, timeo
         let Some(m) = consumer.poll(Duration::from_millis(200)) else { continue };
         let m = m.expect("a Kafka record");
         let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)?.value.map(|v| String::from_utf8_lossy(v).into_owned()));
-        let item = Item::decode(&header("ce_type").unwrap_or_default(), header("ce_subject").as_deref(), &header("ce_id").unwrap_or_default(), header("ce_syncid").as_deref(), m.payload().unwrap_or_default());
+        let item = Item::decode(
+            &header("ce_type").unwrap_or_default(),
+            header("ce_subject").as_deref(),
+            &header("ce_id").unwrap_or_default(),
+            header("ce_syncid").as_deref(),
+            m.payload().unwrap_or_default(),
+        );
         arrivals.see(&item);
         logs[m.partition() as usize].push(item);
     }
@@ -105,7 +111,13 @@ async fn read_nats(js: &async_nats::jetstream::Context, stream: &str, prefix: &s
                 && m.subject.starts_with(prefix)
             {
                 let h = |name: &str| m.headers.get(name).map(|v| support::nats::percent_decode(v.as_str()));
-                let item = Item::decode(&h("ce-type").unwrap_or_default(), h("ce-subject").as_deref(), &h("ce-id").unwrap_or_default(), h("ce-syncid").as_deref(), &m.payload);
+                let item = Item::decode(
+                    &h("ce-type").unwrap_or_default(),
+                    h("ce-subject").as_deref(),
+                    &h("ce-id").unwrap_or_default(),
+                    h("ce-syncid").as_deref(),
+                    &m.payload,
+                );
                 arrivals.see(&item);
                 items.push(item);
             }
@@ -144,10 +156,11 @@ fn diagnose(bridge: &Bridge, a: &Audit) {
         return;
     }
     let m = metrics(bridge);
-    let gauges: Vec<String> = ["deltaship_in_flight_events", "deltaship_held_events", "deltaship_queued_events", "deltaship_sink_errors_total", "deltaship_ready"]
-        .iter()
-        .map(|g| format!("{g}={}", metric(&m, g)))
-        .collect();
+    let gauges: Vec<String> =
+        ["deltaship_in_flight_events", "deltaship_held_events", "deltaship_queued_events", "deltaship_sink_errors_total", "deltaship_ready"]
+            .iter()
+            .map(|g| format!("{g}={}", metric(&m, g)))
+            .collect();
     let dump = bridge.log.with_extension("threads.txt");
     let out = std::process::Command::new("gdb").args(["-p", &bridge.pid().to_string(), "-batch", "-ex", "thread apply all bt"]).output();
     let _ = std::fs::write(&dump, out.map(|o| o.stdout).unwrap_or_default());
@@ -247,7 +260,13 @@ async fn twenty_kafka_broker_restarts_in_a_row_on_a_busy_machine_lose_and_reorde
     let (figures, within) = recovery_figures(&recoveries);
     let errors = bridge.log_text().matches("Kafka client error").count();
     let replaced = metric(&m, "deltaship_sink_recoveries_total");
-    a.print("kafka-broker-restarts", churn.writes(), "20 Kafka broker restarts, one core busy", peak, &format!("{figures} producers_replaced={replaced} client_error_logs={errors}"));
+    a.print(
+        "kafka-broker-restarts",
+        churn.writes(),
+        "20 Kafka broker restarts, one core busy",
+        peak,
+        &format!("{figures} producers_replaced={replaced} client_error_logs={errors}"),
+    );
     diagnose(&bridge, &a);
     a.assert_clean();
     assert!(within, "a restart took longer than {RECOVERY_BOUND:?} to recover from:{figures}\n{}", bridge.log_text());
@@ -389,7 +408,11 @@ async fn a_broker_outage_longer_than_the_queues_pauses_the_watches_with_bounded_
     assert!(max_queued >= 190.0, "the queue never filled (max {max_queued} of 200): the outage did not back-pressure the watches");
     assert!(max_held <= 100.0, "in flight + held reached {max_held}, over delivery.max_in_flight = 100");
     assert!(peak < PEAK_MIB, "peak RSS {peak:.1} MiB while the broker was down, over {PEAK_MIB} MiB");
-    assert!(peak - baseline < GROWTH_MIB, "RSS grew {:.1} MiB (from {baseline:.1} to {peak:.1}) while the broker was down, over {GROWTH_MIB} MiB", peak - baseline);
+    assert!(
+        peak - baseline < GROWTH_MIB,
+        "RSS grew {:.1} MiB (from {baseline:.1} to {peak:.1}) while the broker was down, over {GROWTH_MIB} MiB",
+        peak - baseline
+    );
     drop(bridge);
     delete_namespace(&client, &ns).await;
 }

@@ -6,9 +6,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use deltaship::config::LeaderElectionConfig;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use deltaship::config::LeaderElectionConfig;
 use serde_json::json;
 use support::bridge::Bridge;
 use support::config::{TestConfig, kafka};

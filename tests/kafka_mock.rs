@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use cloudevents::event::AttributesWriter;
 use cloudevents::{EventBuilder, EventBuilderV10};
-use deltaship::model::{ChangeType, MarkerPhase};
 use deltaship::config::KafkaConfig;
 use deltaship::event::{Envelope, EnvelopeKind};
+use deltaship::model::{ChangeType, MarkerPhase};
 use deltaship::sink::{ErrorKind, KafkaSink, SendError};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -40,13 +40,7 @@ fn sink(mock: &Mock) -> KafkaSink {
 }
 
 fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
-    let mut event = EventBuilderV10::new()
-        .id(id)
-        .ty(kind.event_type())
-        .source("//mock/api/v1/configmaps")
-        .subject(key)
-        .build()
-        .expect("a CloudEvent");
+    let mut event = EventBuilderV10::new().id(id).ty(kind.event_type()).source("//mock/api/v1/configmaps").subject(key).build().expect("a CloudEvent");
     event.set_datacontenttype(Some("application/json"));
     Envelope {
         event,

@@ -120,19 +120,14 @@ async fn a_deleted_object_is_followed_by_a_tombstone_with_its_key() {
     cms.delete("gone", &DeleteParams::default()).await.unwrap();
 
     let key = format!("{ns}/gone");
-    let records = read_until(&env.kafka, &format!("{prefix}.core.configmaps"), WAIT, |rs| {
-        of_key(rs, &key).iter().any(|r| r.value.is_none())
-    });
+    let records = read_until(&env.kafka, &format!("{prefix}.core.configmaps"), WAIT, |rs| of_key(rs, &key).iter().any(|r| r.value.is_none()));
     let life = of_key(&records, &key);
     assert_eq!(types(&life), ["object.added", "object.deleted", "tombstone"]);
     let deleted = life[1];
     // The very next record of that partition: nothing may come between the delete and
     // its tombstone, or a compacting consumer could see the key resurrected.
-    let next = records
-        .iter()
-        .filter(|r| r.partition == deleted.partition && r.offset > deleted.offset)
-        .min_by_key(|r| r.offset)
-        .expect("a record after the delete");
+    let next =
+        records.iter().filter(|r| r.partition == deleted.partition && r.offset > deleted.offset).min_by_key(|r| r.offset).expect("a record after the delete");
     assert_eq!(next.key.as_deref(), Some(key.as_str()));
     assert!(next.value.is_none(), "a null value: {next:?}");
     let tombstones: Vec<_> = records.iter().filter(|r| r.value.is_none()).collect();
@@ -185,9 +180,7 @@ async fn a_deployment_lifecycle_ships_in_order_without_status_only_updates() {
     deploys.delete("web", &DeleteParams::default()).await.unwrap();
 
     let key = format!("{ns}/web");
-    let records = read_until(&env.kafka, &format!("{prefix}.apps.deployments"), WAIT, |rs| {
-        of_key(rs, &key).iter().any(|r| ty(r) == Some("object.deleted"))
-    });
+    let records = read_until(&env.kafka, &format!("{prefix}.apps.deployments"), WAIT, |rs| of_key(rs, &key).iter().any(|r| ty(r) == Some("object.deleted")));
     let life = of_key(&records, &key);
     let t = types(&life);
     assert_eq!(t.first().map(String::as_str), Some("object.added"), "{t:?}");
@@ -198,10 +191,7 @@ async fn a_deployment_lifecycle_ships_in_order_without_status_only_updates() {
     assert!(versions.windows(2).all(|w| w[0] < w[1]), "in the API server's order: {versions:?}");
     assert!(life.windows(2).all(|w| w[0].offset < w[1].offset));
     let objects: Vec<Value> = life.iter().map(|r| r.json()).collect();
-    assert!(
-        objects.iter().any(|o| o["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.28"),
-        "the image change is shipped"
-    );
+    assert!(objects.iter().any(|o| o["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.28"), "the image change is shipped");
     for (i, pair) in objects.windows(2).enumerate() {
         if t[i + 1] == "object.updated" {
             assert_ne!(visible(&pair[0]), visible(&pair[1]), "update #{} only changed /status", i + 1);

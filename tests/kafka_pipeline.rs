@@ -71,11 +71,8 @@ fn types(records: &[&Record]) -> Vec<String> {
 }
 
 fn has_completed_everywhere(records: &[Record], partitions: usize) -> bool {
-    let parts: HashSet<i32> = records
-        .iter()
-        .filter(|r| r.headers.get("ce_type").map(String::as_str) == Some("dev.deltaship.sync.completed"))
-        .map(|r| r.partition)
-        .collect();
+    let parts: HashSet<i32> =
+        records.iter().filter(|r| r.headers.get("ce_type").map(String::as_str) == Some("dev.deltaship.sync.completed")).map(|r| r.partition).collect();
     parts.len() == partitions
 }
 
@@ -160,10 +157,8 @@ async fn kafka_stream_carries_every_change_in_order_with_markers_on_every_partit
     assert_eq!(marker["mode"], "full");
     assert_eq!(marker["namespace"], ns.as_str());
     // The namespace may also hold kube-root-ca.crt (the controller-manager adds it).
-    let synced_in_sync = cm_records
-        .iter()
-        .filter(|r| r.event_type() == "dev.deltaship.object.synced" && r.header("ce_syncid") == marker["syncId"].as_str().unwrap())
-        .count();
+    let synced_in_sync =
+        cm_records.iter().filter(|r| r.event_type() == "dev.deltaship.object.synced" && r.header("ce_syncid") == marker["syncId"].as_str().unwrap()).count();
     assert!(synced_in_sync >= 1);
     assert_eq!(marker["counts"], json!({"added": 0, "updated": 0, "deleted": 0, "synced": synced_in_sync}));
     assert_eq!(marker["resource"], json!({"group": "", "version": "v1", "kind": "ConfigMap", "plural": "configmaps"}));
@@ -255,9 +250,8 @@ async fn the_same_change_gets_the_same_id_from_two_bridges() {
     cms.create(&pp(), &cm).await.unwrap();
     cms.patch("same", &PatchParams::default(), &Patch::Merge(&json!({"data": {"a": "2"}}))).await.unwrap();
     let subject = format!("{ns}/same");
-    let read = |suffix: &str| {
-        read_until(&env.kafka, &format!("{prefix}-{suffix}.core.configmaps"), Duration::from_secs(60), |r| events_of(r, &subject).len() >= 2)
-    };
+    let read =
+        |suffix: &str| read_until(&env.kafka, &format!("{prefix}-{suffix}.core.configmaps"), Duration::from_secs(60), |r| events_of(r, &subject).len() >= 2);
     let (ra, rb) = (read("a"), read("b"));
     let ids = |r: &[Record]| -> BTreeMap<String, String> {
         events_of(r, &subject).iter().map(|e| (e.event_type().to_string(), e.header("ce_id").to_string())).collect()
@@ -285,20 +279,16 @@ async fn a_restarted_bridge_starts_with_a_new_full_sync() {
         bridge.wait_ready(Duration::from_secs(60));
         bridge.signal("KILL");
     }
-    let records = read_until(&env.kafka, &topic, Duration::from_secs(30), |r| {
-        r.iter().filter(|r| r.event_type() == "dev.deltaship.sync.completed").count() == 6
-    });
+    let records =
+        read_until(&env.kafka, &topic, Duration::from_secs(30), |r| r.iter().filter(|r| r.event_type() == "dev.deltaship.sync.completed").count() == 6);
     let synced = events_of(&records, &format!("{ns}/x"));
     assert_eq!(types(&synced), ["object.synced", "object.synced"]);
     assert_ne!(synced[0].header("ce_id"), synced[1].header("ce_id"));
     assert_ne!(synced[0].header("ce_syncid"), synced[1].header("ce_syncid"));
-    let by_sync: HashMap<&str, usize> = records
-        .iter()
-        .filter(|r| r.event_type() == "dev.deltaship.sync.completed")
-        .fold(HashMap::new(), |mut m, r| {
-            *m.entry(r.header("ce_syncid")).or_default() += 1;
-            m
-        });
+    let by_sync: HashMap<&str, usize> = records.iter().filter(|r| r.event_type() == "dev.deltaship.sync.completed").fold(HashMap::new(), |mut m, r| {
+        *m.entry(r.header("ce_syncid")).or_default() += 1;
+        m
+    });
     assert_eq!(by_sync.len(), 2);
     assert!(by_sync.values().all(|n| *n == 3), "each sync completed on all 3 partitions: {by_sync:?}");
     delete_namespace(&client, &ns).await;

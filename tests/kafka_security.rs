@@ -32,11 +32,7 @@ struct Secured {
 fn secured() -> Secured {
     support::env();
     let var = support::var;
-    Secured {
-        mtls: var("DELTASHIP_TEST_KAFKA_MTLS"),
-        sasl_ssl: var("DELTASHIP_TEST_KAFKA_SASL_SSL"),
-        dir: PathBuf::from(var("DELTASHIP_TEST_KAFKA_TLS_DIR")),
-    }
+    Secured { mtls: var("DELTASHIP_TEST_KAFKA_MTLS"), sasl_ssl: var("DELTASHIP_TEST_KAFKA_SASL_SSL"), dir: PathBuf::from(var("DELTASHIP_TEST_KAFKA_TLS_DIR")) }
 }
 
 impl Secured {
@@ -57,7 +53,9 @@ impl Secured {
     fn tls(&self, client: Option<&str>) -> String {
         let ca = self.file("ca.pem");
         match client {
-            Some(c) => format!("tls = {{ ca_file = {ca:?}, cert_file = {:?}, key_file = {:?} }}", self.file(&format!("{c}.pem")), self.file(&format!("{c}.key"))),
+            Some(c) => {
+                format!("tls = {{ ca_file = {ca:?}, cert_file = {:?}, key_file = {:?} }}", self.file(&format!("{c}.pem")), self.file(&format!("{c}.key")))
+            }
             None => format!("tls = {{ ca_file = {ca:?} }}"),
         }
     }
@@ -174,10 +172,7 @@ async fn sasl_scram_sha_512_over_tls_ships_events_and_rebuild_reads_them_with_th
     assert!(!stderr.contains(&password), "{stderr}");
 
     // Without the config, the reader cannot get past SASL_SSL.
-    let out = Command::new(env!("CARGO_BIN_EXE_deltaship"))
-        .args(["rebuild", "--kafka", &s.sasl_ssl, "--topic", &shipped.topic])
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_deltaship")).args(["rebuild", "--kafka", &s.sasl_ssl, "--topic", &shipped.topic]).output().unwrap();
     assert!(!out.status.success(), "rebuild read a SASL_SSL listener without credentials");
 }
 

@@ -67,9 +67,7 @@ async fn a_nats_server_restart_mid_stream_loses_and_reorders_nothing() {
 
     let js = jetstream().await;
     let last = UPDATES.to_string();
-    let done = |m: &[Msg]| {
-        names.iter().all(|n| of(m, &format!("{ns}/{n}")).last().is_some_and(|e| e.json()["data"]["i"].as_str() == Some(last.as_str())))
-    };
+    let done = |m: &[Msg]| names.iter().all(|n| of(m, &format!("{ns}/{n}")).last().is_some_and(|e| e.json()["data"]["i"].as_str() == Some(last.as_str())));
     let msgs = read_until(&js, STREAM, Duration::from_secs(120), done).await;
     for n in names {
         let events = of(&msgs, &format!("{ns}/{n}"));

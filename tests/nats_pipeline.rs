@@ -117,12 +117,7 @@ async fn jetstream_stream_carries_every_change_with_headers_subjects_and_markers
     let again = life[1];
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Nats-Msg-Id", again.header("nats-msg-id"));
-    let ack = js
-        .publish_with_headers(again.subject.clone(), headers, again.payload.clone().into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    let ack = js.publish_with_headers(again.subject.clone(), headers, again.payload.clone().into()).await.unwrap().await.unwrap();
     assert!(ack.duplicate, "the stream recognised the redelivery: {ack:?}");
     assert_eq!(ack.sequence, again.sequence, "no second copy was stored");
 

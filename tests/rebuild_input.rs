@@ -43,10 +43,17 @@ fn records(prefix: &str, not_utf8: &[u8]) -> Vec<Rec> {
     let mut n = 0;
     let mut rec = |partition: i32, ty: &str, subject: Option<&str>, content_type: &str, value: Option<Vec<u8>>, bad: Option<&'static str>| {
         n += 1;
-        let mut headers: Vec<(String, Vec<u8>)> = [("id", format!("e{n}")), ("type", ty.to_string()), ("cluster", "c".into()), ("apiversion", "v1".into()), ("kind", "ConfigMap".into()), ("datacontenttype", content_type.into())]
-            .into_iter()
-            .map(|(k, v)| (format!("{prefix}{k}"), v.into_bytes()))
-            .collect();
+        let mut headers: Vec<(String, Vec<u8>)> = [
+            ("id", format!("e{n}")),
+            ("type", ty.to_string()),
+            ("cluster", "c".into()),
+            ("apiversion", "v1".into()),
+            ("kind", "ConfigMap".into()),
+            ("datacontenttype", content_type.into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (format!("{prefix}{k}"), v.into_bytes()))
+        .collect();
         if let Some(s) = subject {
             headers.push((format!("{prefix}subject"), s.as_bytes().to_vec()));
         }
@@ -98,12 +105,8 @@ fn assert_skips_and_rebuilds(out: &Output, recs: &[Rec], positions: &[(String, V
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "rebuild failed: {stderr}");
     let doc: Value = serde_json::from_slice(&out.stdout).expect("the state document");
-    let state: serde_json::Map<String, Value> = doc["resources"]["v1/ConfigMap"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, o)| (k.clone(), o["metadata"]["resourceVersion"].clone()))
-        .collect();
+    let state: serde_json::Map<String, Value> =
+        doc["resources"]["v1/ConfigMap"].as_object().unwrap().iter().map(|(k, o)| (k.clone(), o["metadata"]["resourceVersion"].clone())).collect();
     assert_eq!(Value::Object(state), good_state(), "{stderr}");
     assert_eq!(doc["resources"].as_object().unwrap().len(), 1, "foreign types stored: {}", doc["resources"]);
 
@@ -170,20 +173,21 @@ async fn kafka_rebuild_skips_and_reports_each_bad_record_and_rebuilds_the_good_o
 
 /// Publishes `recs` to a new stream `name` (subjects `name.>`): each one's sequence.
 async fn publish(js: &async_nats::jetstream::Context, name: &str, recs: &[Rec]) -> Vec<u64> {
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: name.to_string(),
-        subjects: vec![format!("{name}.>")],
-        ..Default::default()
-    })
-    .await
-    .expect("create the stream");
+    js.create_stream(async_nats::jetstream::stream::Config { name: name.to_string(), subjects: vec![format!("{name}.>")], ..Default::default() })
+        .await
+        .expect("create the stream");
     let mut sequences = Vec::new();
     for r in recs {
         let mut headers = HeaderMap::new();
         for (k, v) in &r.headers {
             headers.insert(k.as_str(), String::from_utf8(v.clone()).expect("NATS header values are text").as_str());
         }
-        let ack = js.publish_with_headers(format!("{name}.e"), headers, r.value.clone().unwrap_or_default().into()).await.unwrap().await.expect("the stream acknowledges");
+        let ack = js
+            .publish_with_headers(format!("{name}.e"), headers, r.value.clone().unwrap_or_default().into())
+            .await
+            .unwrap()
+            .await
+            .expect("the stream acknowledges");
         sequences.push(ack.sequence);
     }
     sequences
@@ -217,18 +221,18 @@ async fn nats_rebuild_reads_every_message_through_a_server_restart() {
     let mut server = NatsServer::start(&format!("http: \"{monitor}\""));
     let url = format!("nats://{}", server.addr());
     let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: "EVENTS".into(),
-        subjects: vec!["events.>".into()],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    js.create_stream(async_nats::jetstream::stream::Config { name: "EVENTS".into(), subjects: vec!["events.>".into()], ..Default::default() }).await.unwrap();
     for batch in (0..MESSAGES).collect::<Vec<_>>().chunks(500) {
         let mut acks = Vec::new();
         for i in batch {
             let mut headers = HeaderMap::new();
-            for (k, v) in [("ce-id", format!("e{i}")), ("ce-type", "dev.deltaship.object.added".into()), ("ce-apiversion", "v1".into()), ("ce-kind", "ConfigMap".into()), ("ce-subject", format!("ns/o-{i}"))] {
+            for (k, v) in [
+                ("ce-id", format!("e{i}")),
+                ("ce-type", "dev.deltaship.object.added".into()),
+                ("ce-apiversion", "v1".into()),
+                ("ce-kind", "ConfigMap".into()),
+                ("ce-subject", format!("ns/o-{i}")),
+            ] {
                 headers.insert(k, v.as_str());
             }
             acks.push(js.publish_with_headers("events.e", headers, configmap(&format!("o-{i}"), "1").into()).await.unwrap());

@@ -13,8 +13,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::bridge::Bridge;
 use support::kube::{client, delete_namespace, until_done};
@@ -118,10 +118,8 @@ async fn churn_step(client: &Client, namespaces: &[String], step: usize) {
                     until_done(&format!("delete {ns}/{name}"), 404, async || api.delete(&name, &DeleteParams::default()).await.map(drop)).await;
                 }
                 (true, true) if step % 2 == 1 => {
-                    until_done(&format!("update {ns}/{name}"), 0, async || {
-                        api.patch(&name, &PatchParams::default(), &Patch::Merge(&data)).await.map(drop)
-                    })
-                    .await;
+                    until_done(&format!("update {ns}/{name}"), 0, async || api.patch(&name, &PatchParams::default(), &Patch::Merge(&data)).await.map(drop))
+                        .await;
                 }
                 _ => continue,
             }

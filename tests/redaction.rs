@@ -141,7 +141,9 @@ create_topics = {{ partitions = 2 }}
     // A change only to a masked value is no change after redaction: not shipped. The next
     // change (of a hashed value) is.
     let merge = |v: Value| Patch::Merge(v);
-    cms.patch("creds", &PatchParams::default(), &merge(json!({"metadata": {"annotations": {"example.com/note": format!("{marker}-cm-note-2")}}}))).await.unwrap();
+    cms.patch("creds", &PatchParams::default(), &merge(json!({"metadata": {"annotations": {"example.com/note": format!("{marker}-cm-note-2")}}})))
+        .await
+        .unwrap();
     cms.patch("creds", &PatchParams::default(), &merge(json!({"data": {"user": "root"}}))).await.unwrap();
 
     let (early, late) = (format!("{ns}/early"), format!("{ns}/late"));
@@ -151,9 +153,12 @@ create_topics = {{ partitions = 2 }}
             && !of_type(r, &early, "dev.deltaship.object.updated").is_empty()
     });
     let creds = format!("{ns}/creds");
-    let shipped_cms = read_until(&env.kafka, &format!("{prefix}.core.configmaps"), Duration::from_secs(60), |r| !of_type(r, &creds, "dev.deltaship.object.updated").is_empty());
+    let shipped_cms = read_until(&env.kafka, &format!("{prefix}.core.configmaps"), Duration::from_secs(60), |r| {
+        !of_type(r, &creds, "dev.deltaship.object.updated").is_empty()
+    });
     let pin_key = format!("{ns}/pin");
-    let shipped_secrets = read_until(&env.kafka, &format!("{prefix}.core.secrets"), Duration::from_secs(60), |r| r.iter().any(|r| r.key.as_deref() == Some(pin_key.as_str())));
+    let shipped_secrets =
+        read_until(&env.kafka, &format!("{prefix}.core.secrets"), Duration::from_secs(60), |r| r.iter().any(|r| r.key.as_deref() == Some(pin_key.as_str())));
 
     // Not one byte of any value of the rules anywhere: keys, headers, values, markers.
     for (topic, records) in [("deployments", &shipped_deployments), ("configmaps", &shipped_cms), ("secrets", &shipped_secrets)] {
@@ -199,7 +204,11 @@ create_topics = {{ partitions = 2 }}
     let series = |resource: &str, action: &str| {
         metrics
             .lines()
-            .filter(|l| l.starts_with("deltaship_redacted_fields_total{") && l.contains(&format!("resource=\"{resource}\"")) && l.contains(&format!("action=\"{action}\"")))
+            .filter(|l| {
+                l.starts_with("deltaship_redacted_fields_total{")
+                    && l.contains(&format!("resource=\"{resource}\""))
+                    && l.contains(&format!("action=\"{action}\""))
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>()
     };
@@ -252,14 +261,26 @@ fn bad_rules_and_key_files_exit_2_naming_the_key_and_the_fix() {
         format!("[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nredact_fields = [\n  {{ path = \"/data/*\", action = \"hash\" }},\n  {rule},\n]\n")
     };
     let cases: [(&str, &[&str]); 5] = [
-        (r#"{ path = "data/password", action = "hash" }"#, &["`resources.0.redact_fields.1.path`: `data/password` is not a JSON pointer", "fix: start it with `/`"]),
+        (
+            r#"{ path = "data/password", action = "hash" }"#,
+            &["`resources.0.redact_fields.1.path`: `data/password` is not a JSON pointer", "fix: start it with `/`"],
+        ),
         (r#"{ path = "", action = "drop" }"#, &["`resources.0.redact_fields.1.path`: is empty", "fix: give a JSON pointer"]),
         (
             r#"{ path = "/metadata/annotations/a~2b", action = "mask" }"#,
-            &["`resources.0.redact_fields.1.path`: `/metadata/annotations/a~2b` has a `~` not followed by `0` or `1`", "fix: write `~0` for `~` and `~1` for `/`"],
+            &[
+                "`resources.0.redact_fields.1.path`: `/metadata/annotations/a~2b` has a `~` not followed by `0` or `1`",
+                "fix: write `~0` for `~` and `~1` for `/`",
+            ],
         ),
-        (r#"{ path = "/data/x", action = "wipe" }"#, &["`resources.0.redact_fields.1.action`: unknown variant: found `wipe`", "`drop`", "fix: use one of the listed values"]),
-        (r#"{ path = "/metadata", action = "mask" }"#, &["`resources.0.redact_fields.1.path`: `/metadata` would redact /metadata/name, which identifies the object"]),
+        (
+            r#"{ path = "/data/x", action = "wipe" }"#,
+            &["`resources.0.redact_fields.1.action`: unknown variant: found `wipe`", "`drop`", "fix: use one of the listed values"],
+        ),
+        (
+            r#"{ path = "/metadata", action = "mask" }"#,
+            &["`resources.0.redact_fields.1.path`: `/metadata` would redact /metadata/name, which identifies the object"],
+        ),
     ];
     for (rule, expected) in cases {
         let (status, _, stderr) = command(&["check"], &config(rule), &[]);
@@ -274,7 +295,8 @@ fn bad_rules_and_key_files_exit_2_naming_the_key_and_the_fix() {
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("`redaction.digest_key_file`: cannot read"), "{stderr}");
     // A key too short to resist guessing, without a rule: refused without showing it.
-    let (status, _, stderr) = command(&["check"], &format!("[redaction]\ndigest_key_file = \"{}\"\n[[resources]]\nversion = \"v1\"\nkind = \"Secret\"\n", short.display()), &[]);
+    let (status, _, stderr) =
+        command(&["check"], &format!("[redaction]\ndigest_key_file = \"{}\"\n[[resources]]\nversion = \"v1\"\nkind = \"Secret\"\n", short.display()), &[]);
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("`redaction.digest_key_file`: ") && stderr.contains("holds 11 bytes, fewer than 16"), "{stderr}");
     assert!(!stderr.contains("tiny-secret"), "{stderr}");

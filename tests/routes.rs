@@ -7,8 +7,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::bridge::Bridge;
 use support::churn::{ctl, metric, try_ctl};
@@ -104,11 +104,7 @@ fn values_by_object(msgs: &[Msg], cluster: &str) -> std::collections::BTreeMap<S
         if !ty.contains(".object.") {
             continue;
         }
-        let v = if ty.ends_with(".deleted") {
-            -1
-        } else {
-            m.json()["data"]["i"].as_str().and_then(|s| s.parse().ok()).unwrap_or(-2)
-        };
+        let v = if ty.ends_with(".deleted") { -1 } else { m.json()["data"]["i"].as_str().and_then(|s| s.parse().ok()).unwrap_or(-2) };
         out.entry(m.header("ce-subject").to_string()).or_default().push(v);
     }
     out

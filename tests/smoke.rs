@@ -56,23 +56,13 @@ async fn kafka_round_trips_a_record_with_headers_on_a_three_partition_topic() {
     let env = support::env();
     let topic = support::unique("smoke");
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", &env.kafka).create().unwrap();
-    let created = admin
-        .create_topics(&[NewTopic::new(&topic, 3, TopicReplication::Fixed(1))], &AdminOptions::new())
-        .await
-        .unwrap();
+    let created = admin.create_topics(&[NewTopic::new(&topic, 3, TopicReplication::Fixed(1))], &AdminOptions::new()).await.unwrap();
     assert!(created[0].is_ok(), "{created:?}");
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &env.kafka)
-        .set("enable.idempotence", "true")
-        .create()
-        .unwrap();
+    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &env.kafka).set("enable.idempotence", "true").create().unwrap();
     let headers = OwnedHeaders::new().insert(Header { key: "ce_id", value: Some("1") });
     for p in 0..3 {
         producer
-            .send(
-                FutureRecord::to(&topic).key("k").payload("v").partition(p).headers(headers.clone()),
-                Duration::from_secs(30),
-            )
+            .send(FutureRecord::to(&topic).key("k").payload("v").partition(p).headers(headers.clone()), Duration::from_secs(30))
             .await
             .expect("the broker acknowledges");
     }
@@ -90,14 +80,8 @@ async fn jetstream_keeps_one_message_for_two_publishes_with_the_same_msg_id() {
     let js = async_nats::jetstream::new(client);
     let name = support::unique("SMOKE").to_uppercase();
     let subject = format!("smoke.{name}");
-    let mut stream = js
-        .create_stream(async_nats::jetstream::stream::Config {
-            name: name.clone(),
-            subjects: vec![subject.clone()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let mut stream =
+        js.create_stream(async_nats::jetstream::stream::Config { name: name.clone(), subjects: vec![subject.clone()], ..Default::default() }).await.unwrap();
     for _ in 0..2 {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", "event-1");

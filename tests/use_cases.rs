@@ -66,7 +66,9 @@ async fn deploy_trigger_ships_exactly_one_event_per_pod_template_change() {
     let js = support::nats::jetstream().await;
     let subject = format!("deltaship.{cluster}.apps.deployment.{ns}.web");
     let image = |m: &support::nats::Msg| m.json()["spec"]["template"]["spec"]["containers"][0]["image"].clone();
-    let msgs = support::nats::read_until(&js, support::nats::STREAM, Duration::from_secs(60), |m| m.iter().any(|m| m.subject == subject && image(m) == "nginx:1.29")).await;
+    let msgs =
+        support::nats::read_until(&js, support::nats::STREAM, Duration::from_secs(60), |m| m.iter().any(|m| m.subject == subject && image(m) == "nginx:1.29"))
+            .await;
     let mine: Vec<_> = msgs.iter().filter(|m| m.subject == subject).collect();
     assert_eq!(mine.len(), 2, "exactly one trigger per template change: {:?}", mine.iter().map(|m| (m.event_type(), image(m))).collect::<Vec<_>>());
     assert!(mine.iter().all(|m| m.event_type() == "dev.deltaship.object.updated"));

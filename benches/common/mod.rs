@@ -7,20 +7,20 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use deltaship::config::ContentMode;
+use deltaship::config::{self, Config};
+use deltaship::event::Envelope;
+use deltaship::model::ResourceType;
 use deltaship::model::{Object, Observed};
 use deltaship::pipeline::Worker;
+use deltaship::plan::Scope;
 use deltaship::telemetry::Health;
 use futures::{Stream, StreamExt, stream};
 use kube::runtime::watcher;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
-use deltaship::config::{self, Config};
-use deltaship::config::ContentMode;
-use deltaship::event::Envelope;
-use deltaship::model::ResourceType;
-use deltaship::plan::Scope;
 use rdkafka::message::OwnedHeaders;
 use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// A 5.6 KB Pod and an 18 KB ConfigMap as the API server serves them (managedFields
 /// included; compact JSON).
@@ -68,13 +68,7 @@ impl Kind {
             Kind::Pod => ("Pod", "pods"),
             Kind::ConfigMap => ("ConfigMap", "configmaps"),
         };
-        ResourceType {
-            group: String::new(),
-            version: "v1".into(),
-            kind: kind.into(),
-            plural: plural.into(),
-            namespaced: true,
-        }
+        ResourceType { group: String::new(), version: "v1".into(), kind: kind.into(), plural: plural.into(), namespaced: true }
     }
 }
 
@@ -97,10 +91,7 @@ pub fn load_config(toml: &str) -> Config {
 /// `deltaship run` plans it.
 pub fn scope(cluster: &str, kind: Kind, sink_toml: &str) -> Arc<Scope> {
     let r = kind.resource();
-    let toml = format!(
-        "cluster = \"{cluster}\"\n[[resources]]\nversion = \"v1\"\nkind = \"{}\"\nnamespaces = [\"shop\"]\n\n{sink_toml}\n",
-        r.kind
-    );
+    let toml = format!("cluster = \"{cluster}\"\n[[resources]]\nversion = \"v1\"\nkind = \"{}\"\nnamespaces = [\"shop\"]\n\n{sink_toml}\n", r.kind);
     let config = load_config(&toml);
     let scopes = deltaship::plan::scopes(&config, &[r], "https://127.0.0.1:6443").expect("plan");
     scopes.into_iter().next().expect("one scope")
@@ -185,12 +176,7 @@ pub fn recording(kind: Kind, n: usize, objects: usize) -> Vec<Recorded> {
 /// worker over the recorded watch (decoded as the watch stage does, classified against the
 /// index, built into CloudEvents), its events put into `queue`.
 pub fn worker(cluster: &str, scope: Arc<Scope>, queue: mpsc::Sender<Envelope>) -> Worker {
-    Worker {
-        cluster: cluster.into(),
-        health: Health::single(1).watch(scope.describe()),
-        scope,
-        queues: vec![queue],
-    }
+    Worker { cluster: cluster.into(), health: Health::single(1).watch(scope.describe()), scope, queues: vec![queue] }
 }
 
 /// What the watch stage hands the worker for a recording.
@@ -232,6 +218,7 @@ pub fn encode_nats(env: &Envelope) -> (Bytes, async_nats::HeaderMap) {
 }
 
 /// CPU time of this process (all threads, live and exited), in seconds.
+#[allow(unsafe_code)]
 pub fn process_cpu() -> f64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the timespec we own.
@@ -264,7 +251,6 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 /// A test-environment variable; missing is a failure naming the command to run.
 pub fn test_env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: start the test servers with `tests/env/up` and `source tests/env/.state/env.sh`, or run `tests/bench`")
-    })
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: start the test servers with `tests/env/up` and `source tests/env/.state/env.sh`, or run `tests/bench`"))
 }

@@ -29,12 +29,7 @@ enum Destination {
     /// One Kafka topic for the resource: objects and markers.
     Topic(Arc<str>),
     /// A NATS subject per object, rendered from the template, and one marker subject.
-    Subject {
-        cluster: Arc<str>,
-        resource: ResourceType,
-        template: Template,
-        marker: Arc<str>,
-    },
+    Subject { cluster: Arc<str>, resource: ResourceType, template: Template, marker: Arc<str> },
 }
 
 impl Address {
@@ -69,12 +64,7 @@ impl Address {
         match &self.destination {
             Destination::Topic(t) => t.clone(),
             Destination::Subject { cluster, resource, template, .. } => {
-                let names = Names {
-                    cluster,
-                    resource,
-                    namespace: r.namespace.as_deref(),
-                    name: Some(&r.name),
-                };
+                let names = Names { cluster, resource, namespace: r.namespace.as_deref(), name: Some(&r.name) };
                 render(template, Style::Subject, &names).into()
             }
         }
@@ -111,11 +101,7 @@ impl Address {
 }
 
 fn key_prefix(resource: &ResourceType, template: &Template) -> String {
-    if template.names_resource() {
-        String::new()
-    } else {
-        format!("{}/", resource.label())
-    }
+    if template.names_resource() { String::new() } else { format!("{}/", resource.label()) }
 }
 
 fn marker_key_base(resource: &ResourceType) -> String {
@@ -129,27 +115,18 @@ pub fn check_topic_name(name: &str) -> Result<(), TemplateError> {
         && name != "."
         && name != ".."
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
-    if ok {
-        Ok(())
-    } else {
-        Err(TemplateError::TopicName { topic: name.into() })
-    }
+    if ok { Ok(()) } else { Err(TemplateError::TopicName { topic: name.into() }) }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::model::subject::decode_token;
-    use crate::model::{MarkerPhase, SyncMode};
     use super::*;
     use crate::model::fixtures::*;
+    use crate::model::subject::decode_token;
+    use crate::model::{MarkerPhase, SyncMode};
 
     fn object(ns: Option<&str>, name: &str) -> ObjectRef {
-        ObjectRef {
-            namespace: ns.map(Into::into),
-            name: name.into(),
-            uid: "u".into(),
-            resource_version: "1".into(),
-        }
+        ObjectRef { namespace: ns.map(Into::into), name: name.into(), uid: "u".into(), resource_version: "1".into() }
     }
 
     #[test]

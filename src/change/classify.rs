@@ -35,15 +35,7 @@ impl Classifier {
     /// `resource` is the metric label; `relist_mode` applies to relists after the first
     /// sync; `keep_content` keeps shipped content in the index (resyncs, patch payloads).
     pub fn new(resource: String, fingerprinter: Fingerprinter, relist_mode: SyncMode, keep_content: bool) -> Self {
-        Classifier {
-            resource,
-            index: Index::default(),
-            fingerprinter,
-            relist_mode,
-            keep_content,
-            sync: None,
-            synced_once: false,
-        }
+        Classifier { resource, index: Index::default(), fingerprinter, relist_mode, keep_content, sync: None, synced_once: false }
     }
 
     /// A periodic resync: every indexed object as `synced`, from the index, between
@@ -61,11 +53,7 @@ impl Classifier {
             sync.counts.count(ChangeType::Synced);
             out.push(Change::Object(ObjectChange {
                 change: ChangeType::Synced,
-                payload: Payload::Object(Object {
-                    reference: reference_from_key(key, entry.clone()),
-                    value: (**content).clone(),
-                    json: None,
-                }),
+                payload: Payload::Object(Object { reference: reference_from_key(key, entry.clone()), value: (**content).clone(), json: None }),
                 sync_id: Some(sync.id.clone()),
                 previous: None,
             }));
@@ -93,11 +81,7 @@ impl Classifier {
     }
 
     fn start_sync(&mut self, out: &mut Vec<Change>) {
-        let (reason, mode) = if self.synced_once {
-            (SyncReason::Relist, self.relist_mode)
-        } else {
-            (SyncReason::Initial, SyncMode::Full)
-        };
+        let (reason, mode) = if self.synced_once { (SyncReason::Relist, self.relist_mode) } else { (SyncReason::Initial, SyncMode::Full) };
         let sync = SyncInProgress::new(reason, mode);
         out.push(Change::Marker(marker(&sync, MarkerPhase::Started)));
         if reason == SyncReason::Relist {
@@ -199,15 +183,7 @@ impl Classifier {
         let content = self.keep_content.then(|| Arc::new(obj.value.clone()));
         let previous = self
             .index
-            .insert(
-                key,
-                Entry {
-                    uid: obj.reference.uid.clone(),
-                    resource_version: obj.reference.resource_version.clone(),
-                    fingerprint,
-                    content,
-                },
-            )
+            .insert(key, Entry { uid: obj.reference.uid.clone(), resource_version: obj.reference.resource_version.clone(), fingerprint, content })
             .and_then(|e| e.content)
             .filter(|_| change == ChangeType::Updated);
         self.push_with(change, Payload::Object(obj), sync, previous, out);
@@ -227,25 +203,13 @@ impl Classifier {
             current.counts.count(change);
         }
         let sync_id = sync.filter(|_| change == ChangeType::Synced);
-        out.push(Change::Object(ObjectChange {
-            change,
-            payload,
-            sync_id,
-            previous,
-        }));
+        out.push(Change::Object(ObjectChange { change, payload, sync_id, previous }));
     }
 }
 
 impl SyncInProgress {
     fn new(reason: SyncReason, mode: SyncMode) -> SyncInProgress {
-        SyncInProgress {
-            id: uuid::Uuid::new_v4().to_string().into(),
-            reason,
-            mode,
-            seen: HashSet::new(),
-            counts: SyncCounts::default(),
-            max_rv: None,
-        }
+        SyncInProgress { id: uuid::Uuid::new_v4().to_string().into(), reason, mode, seen: HashSet::new(), counts: SyncCounts::default(), max_rv: None }
     }
 
     /// Tracks the highest resourceVersion of the sync (for its `completed` marker).
@@ -285,12 +249,7 @@ fn reference_from_key(key: &str, entry: Entry) -> ObjectRef {
         Some((ns, name)) => (Some(ns.to_string()), name.to_string()),
         None => (None, key.to_string()),
     };
-    ObjectRef {
-        namespace,
-        name,
-        uid: entry.uid,
-        resource_version: entry.resource_version,
-    }
+    ObjectRef { namespace, name, uid: entry.uid, resource_version: entry.resource_version }
 }
 
 #[cfg(test)]
@@ -361,9 +320,9 @@ mod tests {
             &mut c,
             vec![
                 Observed::Apply(cm("a", "1", "x")),
-                Observed::Apply(cm("a", "1", "x")),  // same resourceVersion
+                Observed::Apply(cm("a", "1", "x")), // same resourceVersion
                 Observed::Apply(cm("a", "2", "y")),
-                Observed::Apply(status_only),       // only an ignored field changed
+                Observed::Apply(status_only), // only an ignored field changed
                 Observed::Delete(cm("a", "4", "y")),
             ],
         );
@@ -376,7 +335,13 @@ mod tests {
         let mut c = classifier();
         run(
             &mut c,
-            vec![Observed::Init, Observed::InitApply(cm("keep", "1", "x")), Observed::InitApply(cm("change", "2", "x")), Observed::InitApply(cm("gone", "3", "x")), Observed::InitDone],
+            vec![
+                Observed::Init,
+                Observed::InitApply(cm("keep", "1", "x")),
+                Observed::InitApply(cm("change", "2", "x")),
+                Observed::InitApply(cm("gone", "3", "x")),
+                Observed::InitDone,
+            ],
         );
         let recreated = configmap("keep2", "other-uid", "9", json!({}));
         run(&mut c, vec![Observed::Apply(configmap("keep2", "first-uid", "4", json!({})))]);
@@ -393,7 +358,15 @@ mod tests {
         );
         assert_eq!(
             summary(&out),
-            ["started:Relist", "updated:ns/change@5", "added:ns/new@6", "deleted:ns/keep2@4", "added:ns/keep2@9", "deleted:ns/gone@3", "completed:Relist:2/1/2/0"]
+            [
+                "started:Relist",
+                "updated:ns/change@5",
+                "added:ns/new@6",
+                "deleted:ns/keep2@4",
+                "added:ns/keep2@9",
+                "deleted:ns/gone@3",
+                "completed:Relist:2/1/2/0"
+            ]
         );
     }
 
@@ -465,11 +438,7 @@ mod tests {
     }
 
     fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            (0u8..6, 0u8..3).prop_map(|(k, v)| Op::Put(k, v)),
-            (0u8..6).prop_map(Op::Del),
-            Just(Op::Relist),
-        ]
+        prop_oneof![(0u8..6, 0u8..3).prop_map(|(k, v)| Op::Put(k, v)), (0u8..6).prop_map(Op::Del), Just(Op::Relist),]
     }
 
     proptest! {

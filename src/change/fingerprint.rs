@@ -24,12 +24,7 @@ pub struct Serialized {
 
 impl Fingerprinter {
     pub fn new(extra_ignored: &[String]) -> Fingerprinter {
-        let ignored = ALWAYS_IGNORED
-            .iter()
-            .copied()
-            .chain(extra_ignored.iter().map(String::as_str))
-            .filter_map(tokens)
-            .collect();
+        let ignored = ALWAYS_IGNORED.iter().copied().chain(extra_ignored.iter().map(String::as_str)).filter_map(tokens).collect();
         Fingerprinter { ignored }
     }
 
@@ -50,10 +45,7 @@ impl Fingerprinter {
             at = end;
         }
         hasher.update(&json[at..]);
-        Serialized {
-            json: json.into(),
-            fingerprint: hasher.digest128(),
-        }
+        Serialized { json: json.into(), fingerprint: hasher.digest128() }
     }
 }
 

@@ -55,8 +55,6 @@ impl Index {
     pub fn drain_unless(&mut self, keep: impl Fn(&str) -> bool) -> Vec<(String, Entry)> {
         let mut gone: Vec<String> = self.entries.keys().filter(|k| !keep(k)).cloned().collect();
         gone.sort();
-        gone.into_iter()
-            .filter_map(|k| self.entries.remove(&k).map(|e| (k, e)))
-            .collect()
+        gone.into_iter().filter_map(|k| self.entries.remove(&k).map(|e| (k, e))).collect()
     }
 }

@@ -35,9 +35,10 @@ fn check_nats_subjects(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
     for (k, f) in js.subjects.iter().enumerate() {
         let tokens: Vec<&str> = f.split('.').collect();
         let last = tokens.len() - 1;
-        let bad = tokens.iter().enumerate().any(|(i, t)| {
-            t.is_empty() || t.contains(char::is_whitespace) || (*t != "*" && t.contains('*')) || (t.contains('>') && (*t != ">" || i != last))
-        });
+        let bad = tokens
+            .iter()
+            .enumerate()
+            .any(|(i, t)| t.is_empty() || t.contains(char::is_whitespace) || (*t != "*" && t.contains('*')) || (t.contains('>') && (*t != ">" || i != last)));
         if bad {
             out.push(problem(
                 at(&format!("jetstream.subjects[{k}]")),
@@ -118,19 +119,21 @@ fn check_stream_subjects(out: &mut Vec<Problem>, c: &Config) {
                 let subjects: Vec<Vec<Option<String>>> = if per_object {
                     vec![tokens]
                 } else {
-                    MarkerSlot::suffixes()
-                        .map(|(mode, phase)| tokens.iter().cloned().chain([None, Some(mode.into()), Some(phase.into())]).collect())
-                        .collect()
+                    MarkerSlot::suffixes().map(|(mode, phase)| tokens.iter().cloned().chain([None, Some(mode.into()), Some(phase.into())]).collect()).collect()
                 };
                 let outside = subjects.iter().find(|s| !filters.iter().any(|f| filter_covers(f, s)));
                 if let Some(outside) = outside
                     && reported.insert(tkey.clone())
                 {
                     let shown: Vec<&str> = outside.iter().map(|t| t.as_deref().unwrap_or("*")).collect();
-                    let what = if per_object { "subjects" } else { "marker subjects (the template followed by `.<namespace>.<full|diff>.<started|completed>`)" };
+                    let what =
+                        if per_object { "subjects" } else { "marker subjects (the template followed by `.<namespace>.<full|diff>.<started|completed>`)" };
                     out.push(problem(
                         tkey,
-                        format!("{what} such as `{}` (resources[{i}]) fall outside the stream's subjects {filters:?}, so JetStream would not store them", shown.join(".")),
+                        format!(
+                            "{what} such as `{}` (resources[{i}]) fall outside the stream's subjects {filters:?}, so JetStream would not store them",
+                            shown.join(".")
+                        ),
                         format!("add a filter covering them to `{key}.jetstream.subjects` (e.g. `{}.>`), or change the template", shown[0]),
                     ));
                 }

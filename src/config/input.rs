@@ -80,7 +80,8 @@ pub fn check_env_names(names: impl IntoIterator<Item = OsString>) -> Vec<String>
             continue;
         }
         let levels: Vec<&str> = rest.split("__").collect();
-        let well_formed = levels.iter().all(|l| !l.is_empty() && !l.starts_with('_') && !l.ends_with('_') && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+        let well_formed =
+            levels.iter().all(|l| !l.is_empty() && !l.starts_with('_') && !l.ends_with('_') && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
         let spelled = levels
             .iter()
             .map(|l| l.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_ascii_uppercase())

@@ -211,9 +211,7 @@ impl KafkaConfig {
                 // Rejected by validation; the broker refuses it the same way.
                 (None, None) => Secret::new(""),
             };
-            c.set("sasl.mechanism", sasl.mechanism.as_str())
-                .set("sasl.username", &sasl.username)
-                .set("sasl.password", password.expose());
+            c.set("sasl.mechanism", sasl.mechanism.as_str()).set("sasl.username", &sasl.username).set("sasl.password", password.expose());
         }
         for (k, v) in &self.librdkafka {
             c.set(k, v);

@@ -55,11 +55,7 @@ pub enum ConfigError {
 }
 
 fn list(errors: &[String]) -> String {
-    errors
-        .iter()
-        .map(|e| format!("  - {e}"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    errors.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n")
 }
 
 /// Loads `file` (TOML or YAML by extension) with `DELTASHIP_` env overrides and validates
@@ -82,14 +78,13 @@ fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
         "toml" => (Figment::from(Toml::file_exact(file)), false),
         "yaml" | "yml" => (Figment::from(Yaml::file_exact(file)), true),
         _ => {
-            return Err(ConfigError::UnknownFormat {
-                file: file.to_owned(),
-            });
+            return Err(ConfigError::UnknownFormat { file: file.to_owned() });
         }
     };
     // Checked before parsing: a parser spends time and stack on every level.
     let text = std::fs::read_to_string(file).map_err(unreadable)?;
-    let mut errors: Vec<String> = input::check_depth(&text, yaml).err().map(|e| format!("the file {e}; fix: flatten it (no option is more than 8 levels deep)")).into_iter().collect();
+    let mut errors: Vec<String> =
+        input::check_depth(&text, yaml).err().map(|e| format!("the file {e}; fix: flatten it (no option is more than 8 levels deep)")).into_iter().collect();
     errors.extend(input::check_env_names(std::env::vars_os().map(|(name, _)| name)));
     if !errors.is_empty() {
         return Err(ConfigError::Invalid { file: file.to_owned(), errors });
@@ -101,26 +96,24 @@ fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
     let figment = figment.merge(env);
     let config: Config = figment.extract().map_err(|e| {
         let root = figment.find_value("").ok();
-        ConfigError::Invalid {
-            file: file.to_owned(),
-            errors: e.into_iter().map(|e| describe_figment_error(complete_sink_path(e, root.as_ref()))).collect(),
-        }
+        ConfigError::Invalid { file: file.to_owned(), errors: e.into_iter().map(|e| describe_figment_error(complete_sink_path(e, root.as_ref()))).collect() }
     })?;
     let problems = validate::validate(&config);
     if problems.is_empty() {
         Ok(config)
     } else {
-        Err(ConfigError::Invalid {
-            file: file.to_owned(),
-            errors: problems.iter().map(ToString::to_string).collect(),
-        })
+        Err(ConfigError::Invalid { file: file.to_owned(), errors: problems.iter().map(ToString::to_string).collect() })
     }
 }
 
 /// Deserializes a string parsed by `parse` into one of our own types (a template, an
 /// address); `expecting` describes the string. A refusal is `(problem, fix)`, written
 /// `problem; fix: fix`, which `describe_figment_error` shows with the key and the source.
-pub(crate) fn parse_str<'de, D: Deserializer<'de>, T>(d: D, expecting: &'static str, parse: impl FnOnce(&str) -> Result<T, (String, String)>) -> Result<T, D::Error> {
+pub(crate) fn parse_str<'de, D: Deserializer<'de>, T>(
+    d: D,
+    expecting: &'static str,
+    parse: impl FnOnce(&str) -> Result<T, (String, String)>,
+) -> Result<T, D::Error> {
     struct Parsed<F> {
         expecting: &'static str,
         parse: F,
@@ -155,7 +148,8 @@ fn complete_sink_path(mut e: figment::Error, root: Option<&Value>) -> figment::E
         })
     });
     if let Some(Value::Dict(_, sink)) = sink {
-        let refused = |field: &str| matches!(sink.get(field), Some(Value::String(_, t)) if Template::parse(t).is_err_and(|p| message.starts_with(&p.to_string())));
+        let refused =
+            |field: &str| matches!(sink.get(field), Some(Value::String(_, t)) if Template::parse(t).is_err_and(|p| message.starts_with(&p.to_string())));
         if let Some(field) = SINK_TEMPLATES.into_iter().find(|field| refused(field)) {
             e.path.push(field.into());
         }
@@ -200,24 +194,14 @@ fn describe_figment_error(mut e: figment::Error) -> String {
     }
     let fix = match &e.kind {
         // Only the stdout sink has no keys but `type`.
-        Kind::UnknownField(_, []) => {
-            "fix: remove the key: this sink takes no keys besides `type` (set `type` to `kafka` or `nats` for theirs)"
-        }
-        Kind::UnknownField(_, _) => {
-            "fix: remove the key or correct its spelling (the expected keys are listed)"
-        }
+        Kind::UnknownField(_, []) => "fix: remove the key: this sink takes no keys besides `type` (set `type` to `kafka` or `nats` for theirs)",
+        Kind::UnknownField(_, _) => "fix: remove the key or correct its spelling (the expected keys are listed)",
         Kind::MissingField(_) => "fix: add the key; it has no default",
         Kind::UnknownVariant(_, _) => "fix: use one of the listed values",
-        Kind::InvalidType(_, _) | Kind::InvalidValue(_, _) => {
-            "fix: give the key a value of the expected type"
-        }
+        Kind::InvalidType(_, _) | Kind::InvalidValue(_, _) => "fix: give the key a value of the expected type",
         _ => "fix: see the configuration reference in the README",
     };
-    if e.path.is_empty() {
-        format!("{}{from}; {fix}", e.kind)
-    } else {
-        format!("`{}`: {}{from}; {fix}", e.path.join("."), e.kind)
-    }
+    if e.path.is_empty() { format!("{}{from}; {fix}", e.kind) } else { format!("`{}`: {}{from}; {fix}", e.path.join("."), e.kind) }
 }
 
 /// Keys of raw client options whose values are secrets (`sasl.oauthbearer.config` holds
@@ -227,11 +211,7 @@ const SECRET_KEY_PARTS: [&str; 6] = ["password", "secret", "token", "jaas", "key
 /// Returns `key`'s value, or a mask when the key names a secret.
 pub fn mask_value(key: &str, value: &str) -> String {
     let key = key.to_ascii_lowercase();
-    if SECRET_KEY_PARTS.iter().any(|p| key.contains(p)) {
-        "***".into()
-    } else {
-        value.into()
-    }
+    if SECRET_KEY_PARTS.iter().any(|p| key.contains(p)) { "***".into() } else { value.into() }
 }
 
 /// `text` with the value of every secret-named option among `options` (as `mask_value`
@@ -309,10 +289,7 @@ mod tests {
     #[test]
     fn env_overrides_file_and_test_variables_are_ignored() {
         Jail::expect_with(|jail| {
-            jail.create_file(
-                "c.yaml",
-                "cluster: a\nresources:\n  - {version: v1, kind: ConfigMap}\nsink: {type: kafka, brokers: 'x:1'}\n",
-            )?;
+            jail.create_file("c.yaml", "cluster: a\nresources:\n  - {version: v1, kind: ConfigMap}\nsink: {type: kafka, brokers: 'x:1'}\n")?;
             jail.set_env("DELTASHIP_SINK__BROKERS", "127.0.0.1:9092");
             jail.set_env("DELTASHIP_CLUSTER", "prod");
             jail.set_env("DELTASHIP_TEST_KAFKA", "ignored");
@@ -329,10 +306,7 @@ mod tests {
     #[test]
     fn unknown_key_is_rejected_with_its_path_file_and_fix() {
         Jail::expect_with(|jail| {
-            jail.create_file(
-                "c.toml",
-                "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespace = \"x\"\n",
-            )?;
+            jail.create_file("c.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespace = \"x\"\n")?;
             let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
             assert!(e.contains("`resources.0.namespace`: unknown field: found `namespace`"), "{e}");
             assert!(e.contains("namespaces"), "lists the expected keys: {e}");
@@ -351,7 +325,10 @@ mod tests {
             jail.create_file("e.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"stdout\"\n")?;
             jail.set_env("DELTASHIP_SINK__BROKERS", "b:1");
             let e = load_in_jail(jail, "e.toml").unwrap_err().to_string();
-            assert!(e.contains("`sink.brokers`: unknown field: found `brokers`") && e.contains("DELTASHIP_SINK__BROKERS") && e.contains("no keys besides `type`"), "{e}");
+            assert!(
+                e.contains("`sink.brokers`: unknown field: found `brokers`") && e.contains("DELTASHIP_SINK__BROKERS") && e.contains("no keys besides `type`"),
+                "{e}"
+            );
             Ok(())
         });
     }
@@ -387,10 +364,7 @@ mod tests {
     #[test]
     fn unknown_sink_type_lists_the_valid_ones() {
         Jail::expect_with(|jail| {
-            jail.create_file(
-                "c.toml",
-                "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"kafak\"\n",
-            )?;
+            jail.create_file("c.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"kafak\"\n")?;
             let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
             assert!(e.contains("kafak") && e.contains("kafka") && e.contains("stdout"), "{e}");
             Ok(())
@@ -400,10 +374,7 @@ mod tests {
     #[test]
     fn wrong_type_names_the_key() {
         Jail::expect_with(|jail| {
-            jail.create_file(
-                "c.toml",
-                "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[delivery]\nqueue_capacity = \"big\"\n",
-            )?;
+            jail.create_file("c.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[delivery]\nqueue_capacity = \"big\"\n")?;
             let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
             assert!(e.contains("delivery.queue_capacity"), "{e}");
             Ok(())
@@ -415,8 +386,15 @@ mod tests {
         Jail::expect_with(|jail| {
             jail.create_file("r.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\ntopic = \"cm.{nope}\"\n")?;
             let e = load_in_jail(jail, "r.toml").unwrap_err().to_string();
-            assert!(e.contains("`resources.0.topic`: `cm.{nope}` uses the unknown placeholder `{nope}` (in ") && e.contains("r.toml); fix: use text and the placeholders"), "{e}");
-            jail.create_file("s.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"kafka\"\nbrokers = \"b:1\"\ntopic_template = \"t.{cluster\"\n")?;
+            assert!(
+                e.contains("`resources.0.topic`: `cm.{nope}` uses the unknown placeholder `{nope}` (in ")
+                    && e.contains("r.toml); fix: use text and the placeholders"),
+                "{e}"
+            );
+            jail.create_file(
+                "s.toml",
+                "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[sink]\ntype = \"kafka\"\nbrokers = \"b:1\"\ntopic_template = \"t.{cluster\"\n",
+            )?;
             let e = load_in_jail(jail, "s.toml").unwrap_err().to_string();
             assert!(e.contains("`sink.topic_template`: `t.{cluster` has a `{` without a closing `}`") && e.contains("fix: use text"), "{e}");
             jail.create_file("n.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[[routes]]\nname = \"a\"\nsink = { type = \"nats\", url = \"n:1\", marker_subject_template = \"\" }\n")?;
@@ -454,7 +432,14 @@ mod tests {
         Jail::expect_with(|jail| {
             jail.create_file("c.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nrelist = \"partial\"\n")?;
             let e = load_in_jail(jail, "c.toml").unwrap_err().to_string();
-            assert!(e.contains("`resources.0.relist`") && e.contains("partial") && e.contains("`diff`") && e.contains("`full`") && e.contains("fix: use one of the listed values"), "{e}");
+            assert!(
+                e.contains("`resources.0.relist`")
+                    && e.contains("partial")
+                    && e.contains("`diff`")
+                    && e.contains("`full`")
+                    && e.contains("fix: use one of the listed values"),
+                "{e}"
+            );
             jail.create_file("f.toml", "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nrelist = \"full\"\n")?;
             assert_eq!(load_in_jail(jail, "f.toml").unwrap().resources[0].relist, crate::model::SyncMode::Full);
             Ok(())
@@ -599,11 +584,30 @@ sink = { type = "nats", url = "nats://n:4222", auth = { token = "tok3n" } }
         /// Lines from which configs are assembled: real keys, odd values, tables, deep
         /// nesting and syntax errors, in both formats.
         const FRAGMENTS: [&str; 24] = [
-            "[[resources]]", "version = \"v1\"", "kind = \"ConfigMap\"", "namespaces = [\"a\", \"a\"]", "ignore_fields = [\"/a~2\"]",
-            "[sink]", "type = \"nats\"", "type = \"kafka\"", "url = \"n:1\"", "subject_template = \"x.*.{name}\"",
-            "[sink.jetstream]", "subjects = [\">\", \"a..b\", \"\"]", "[delivery]", "queue_capacity = 9223372036854775807",
-            "queue_capacity = -1", "[kubernetes]", "resync_secs = 0", "resources:", "  - {version: v1, kind: Pod}", "sink: {type: stdout, x: 1}",
-            "a = {b = {c = [[[1]]]}}", "x: [[[[", "\"\\u0000\" = 1", "log: {level: 'a=b=c'}",
+            "[[resources]]",
+            "version = \"v1\"",
+            "kind = \"ConfigMap\"",
+            "namespaces = [\"a\", \"a\"]",
+            "ignore_fields = [\"/a~2\"]",
+            "[sink]",
+            "type = \"nats\"",
+            "type = \"kafka\"",
+            "url = \"n:1\"",
+            "subject_template = \"x.*.{name}\"",
+            "[sink.jetstream]",
+            "subjects = [\">\", \"a..b\", \"\"]",
+            "[delivery]",
+            "queue_capacity = 9223372036854775807",
+            "queue_capacity = -1",
+            "[kubernetes]",
+            "resync_secs = 0",
+            "resources:",
+            "  - {version: v1, kind: Pod}",
+            "sink: {type: stdout, x: 1}",
+            "a = {b = {c = [[[1]]]}}",
+            "x: [[[[",
+            "\"\\u0000\" = 1",
+            "log: {level: 'a=b=c'}",
         ];
 
         proptest! {

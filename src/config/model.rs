@@ -376,11 +376,7 @@ pub struct HttpConfig {
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        HttpConfig {
-            listen: default_listen(),
-            max_connections: default_max_connections(),
-            request_timeout_secs: default_request_timeout_secs(),
-        }
+        HttpConfig { listen: default_listen(), max_connections: default_max_connections(), request_timeout_secs: default_request_timeout_secs() }
     }
 }
 
@@ -397,7 +393,9 @@ fn default_listen() -> SocketAddr {
 
 /// `http.listen`: serde's own refusal would say neither the value nor the fix.
 fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
-    super::parse_str(d, "an address IP:PORT, e.g. `0.0.0.0:9090`", |v| v.parse().map_err(|_| (format!("`{v}` is not an address"), "use IP:PORT, e.g. `0.0.0.0:9090`".into())))
+    super::parse_str(d, "an address IP:PORT, e.g. `0.0.0.0:9090`", |v| {
+        v.parse().map_err(|_| (format!("`{v}` is not an address"), "use IP:PORT, e.g. `0.0.0.0:9090`".into()))
+    })
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -414,10 +412,7 @@ pub struct LogConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig {
-            format: LogFormat::default(),
-            level: default_level(),
-        }
+        LogConfig { format: LogFormat::default(), level: default_level() }
     }
 }
 

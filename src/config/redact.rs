@@ -90,14 +90,8 @@ const PATH_EXAMPLE: &str = "e.g. `/spec/template/spec/containers/*/env` or `/met
 
 /// Fields that identify an object: redacting them (or a field above them) would ship
 /// events that neither consumers nor `deltaship rebuild` can attribute.
-const IDENTITY: [&[&str]; 6] = [
-    &["apiVersion"],
-    &["kind"],
-    &["metadata", "name"],
-    &["metadata", "namespace"],
-    &["metadata", "uid"],
-    &["metadata", "resourceVersion"],
-];
+const IDENTITY: [&[&str]; 6] =
+    [&["apiVersion"], &["kind"], &["metadata", "name"], &["metadata", "namespace"], &["metadata", "uid"], &["metadata", "resourceVersion"]];
 
 impl FieldPath {
     pub fn parse(path: &str) -> Result<FieldPath, PathError> {
@@ -118,7 +112,10 @@ impl FieldPath {
                 continue;
             }
             let Some(name) = unescape(raw) else {
-                return refuse(format!("`{path}` has a `~` not followed by `0` or `1`"), "write `~0` for `~` and `~1` for `/`, e.g. `/metadata/annotations/example.com~1token`");
+                return refuse(
+                    format!("`{path}` has a `~` not followed by `0` or `1`"),
+                    "write `~0` for `~` and `~1` for `/`, e.g. `/metadata/annotations/example.com~1token`",
+                );
             };
             let index = (name.bytes().all(|b| b.is_ascii_digit()) && (name == "0" || !name.starts_with('0'))).then(|| name.parse().ok()).flatten();
             segments.push(Segment::Key { name, index });
@@ -151,7 +148,9 @@ impl Serialize for FieldPath {
 
 impl<'de> Deserialize<'de> for FieldPath {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<FieldPath, D::Error> {
-        super::parse_str(d, "a JSON pointer such as `/spec/template/spec/containers/*/env`", |v| FieldPath::parse(v).map_err(|e| (e.problem, format!("{} ({PATH_EXAMPLE})", e.fix))))
+        super::parse_str(d, "a JSON pointer such as `/spec/template/spec/containers/*/env`", |v| {
+            FieldPath::parse(v).map_err(|e| (e.problem, format!("{} ({PATH_EXAMPLE})", e.fix)))
+        })
     }
 }
 
@@ -180,17 +179,14 @@ pub(super) fn validate(c: &Config) -> Vec<Problem> {
     if let Some(path) = &c.redaction.digest_key_file
         && let Err(e) = read_digest_key(path)
     {
-        out.push(Problem {
-            key: "redaction.digest_key_file".into(),
-            problem: e.to_string(),
-            fix: KEY_FIX.into(),
-        });
+        out.push(Problem { key: "redaction.digest_key_file".into(), problem: e.to_string(), fix: KEY_FIX.into() });
     }
     out
 }
 
 /// How to make a good key file, for every error about one.
-pub const KEY_FIX: &str = "give the path of a regular file holding at least 16 random bytes, e.g. from `openssl rand -hex 32`, mounted from a Kubernetes Secret";
+pub const KEY_FIX: &str =
+    "give the path of a regular file holding at least 16 random bytes, e.g. from `openssl rand -hex 32`, mounted from a Kubernetes Secret";
 
 /// The shortest accepted key, in bytes: a shorter key could itself be guessed.
 const MIN_KEY_BYTES: usize = 16;
@@ -253,14 +249,7 @@ mod tests {
         let p = FieldPath::parse("/spec/containers/*/env/0/a~1b~0c~01").unwrap();
         assert_eq!(
             p.segments(),
-            [
-                key("spec"),
-                key("containers"),
-                Segment::Any,
-                key("env"),
-                Segment::Key { name: "0".into(), index: Some(0) },
-                key("a/b~c~1"),
-            ]
+            [key("spec"), key("containers"), Segment::Any, key("env"), Segment::Key { name: "0".into(), index: Some(0) }, key("a/b~c~1"),]
         );
         // Leading zeros and signs are member names only (RFC 6901).
         assert_eq!(FieldPath::parse("/data/01").unwrap().segments()[1], key("01"));

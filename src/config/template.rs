@@ -123,7 +123,9 @@ impl Serialize for Template {
 
 impl<'de> Deserialize<'de> for Template {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Template, D::Error> {
-        super::parse_str(d, "a name template such as `deltaship.{cluster}.{group}.{plural}`", |v| Template::parse(v).map_err(|e| (e.to_string(), Template::HELP.into())))
+        super::parse_str(d, "a name template such as `deltaship.{cluster}.{group}.{plural}`", |v| {
+            Template::parse(v).map_err(|e| (e.to_string(), Template::HELP.into()))
+        })
     }
 }
 

@@ -23,11 +23,7 @@ impl fmt::Display for Problem {
 }
 
 pub(super) fn problem(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) -> Problem {
-    Problem {
-        key: key.into(),
-        problem: problem.into(),
-        fix: fix.into(),
-    }
+    Problem { key: key.into(), problem: problem.into(), fix: fix.into() }
 }
 
 /// The allowed range of every number in the configuration, documented on each field and in
@@ -70,22 +66,14 @@ pub mod ranges {
 /// `value` within `range`, else a problem naming `key`, the range and the unit.
 fn check_range<T: PartialOrd + fmt::Display>(out: &mut Vec<Problem>, key: impl Into<String>, value: T, range: RangeInclusive<T>, unit: &str) {
     if !range.contains(&value) {
-        out.push(problem(
-            key,
-            format!("{value} is out of range"),
-            format!("set {unit} from {} to {}", range.start(), range.end()),
-        ));
+        out.push(problem(key, format!("{value} is out of range"), format!("set {unit} from {} to {}", range.start(), range.end())));
     }
 }
 
 pub fn validate(c: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
     if !is_dns_subdomain(&c.cluster) {
-        out.push(problem(
-            "cluster",
-            format!("`{}` is not a valid cluster name", c.cluster),
-            "use lowercase letters, digits, `-` and `.`, e.g. `prod-eu-1`",
-        ));
+        out.push(problem("cluster", format!("`{}` is not a valid cluster name", c.cluster), "use lowercase letters, digits, `-` and `.`, e.g. `prod-eu-1`"));
     }
     // A missing kubeconfig is reported when the client starts (it may appear later, e.g. in a
     // shared volume), but one that is not a regular file (a FIFO) would block start-up.
@@ -158,7 +146,9 @@ pub fn validate(c: &Config) -> Vec<Problem> {
         ));
     }
     let le = &c.leader_election;
-    for (field, secs) in [("lease_duration_secs", le.lease_duration_secs), ("renew_deadline_secs", le.renew_deadline_secs), ("retry_period_secs", le.retry_period_secs)] {
+    for (field, secs) in
+        [("lease_duration_secs", le.lease_duration_secs), ("renew_deadline_secs", le.renew_deadline_secs), ("retry_period_secs", le.retry_period_secs)]
+    {
         check_range(&mut out, format!("leader_election.{field}"), secs, ranges::LEASE_SECS, "seconds");
     }
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&c.log.level) {
@@ -211,11 +201,7 @@ fn validate_routes(out: &mut Vec<Problem>, c: &Config) {
     if let Some(sink) = &c.sink {
         validate_sink(out, "sink", sink);
         if !c.routes.is_empty() {
-            out.push(problem(
-                "sink",
-                "is set together with `routes`",
-                "move the sink into a [[routes]] entry (with a `name`), or remove `routes`",
-            ));
+            out.push(problem("sink", "is set together with `routes`", "move the sink into a [[routes]] entry (with a `name`), or remove `routes`"));
         }
     }
     let mut names = HashSet::new();
@@ -229,7 +215,8 @@ fn validate_routes(out: &mut Vec<Problem>, c: &Config) {
         validate_sink(out, &at("sink"), &r.sink);
         for (j, selector) in r.resources.iter().enumerate() {
             if !c.resources.iter().any(|rc| selector_matches(selector, rc)) {
-                let known: Vec<String> = c.resources.iter().map(|rc| if rc.group.is_empty() { rc.kind.clone() } else { format!("{}/{}", rc.group, rc.kind) }).collect();
+                let known: Vec<String> =
+                    c.resources.iter().map(|rc| if rc.group.is_empty() { rc.kind.clone() } else { format!("{}/{}", rc.group, rc.kind) }).collect();
                 out.push(problem(
                     at(&format!("resources[{j}]")),
                     format!("`{selector}` matches none of `resources`"),
@@ -283,12 +270,26 @@ fn validate_kafka(out: &mut Vec<Problem>, key: &str, k: &KafkaConfig) {
     }
     if let Some(t) = &k.create_topics {
         check_range(out, at("create_topics.partitions"), t.partitions, ranges::PARTITIONS, "partitions per topic (e.g. 3)");
-        check_range(out, at("create_topics.replication_factor"), t.replication_factor, ranges::REPLICATION_FACTOR, "replicas per partition, at most the number of brokers");
+        check_range(
+            out,
+            at("create_topics.replication_factor"),
+            t.replication_factor,
+            ranges::REPLICATION_FACTOR,
+            "replicas per partition, at most the number of brokers",
+        );
     }
     if let Some(tls) = &k.tls {
         match (&tls.cert_file, &tls.key_file) {
-            (Some(_), None) => out.push(problem(at("tls.key_file"), "is missing: a client certificate (`cert_file`) needs its key", "set both `cert_file` and `key_file` (mutual TLS), or neither")),
-            (None, Some(_)) => out.push(problem(at("tls.cert_file"), "is missing: `key_file` needs its certificate", "set both `cert_file` and `key_file` (mutual TLS), or neither")),
+            (Some(_), None) => out.push(problem(
+                at("tls.key_file"),
+                "is missing: a client certificate (`cert_file`) needs its key",
+                "set both `cert_file` and `key_file` (mutual TLS), or neither",
+            )),
+            (None, Some(_)) => out.push(problem(
+                at("tls.cert_file"),
+                "is missing: `key_file` needs its certificate",
+                "set both `cert_file` and `key_file` (mutual TLS), or neither",
+            )),
             _ => {}
         }
         if tls.key_password_file.is_some() && tls.key_file.is_none() {
@@ -357,11 +358,7 @@ fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
     check_per_resource(out, at("marker_subject_template"), &n.marker_subject_template);
     let js = &n.jetstream;
     if js.stream.is_empty() || js.stream.contains(['.', '*', '>', ' ', '\t', '/', '\\']) {
-        out.push(problem(
-            at("jetstream.stream"),
-            format!("`{}` is not a valid stream name", js.stream),
-            "use letters, digits, `-` and `_`, e.g. `DELTASHIP`",
-        ));
+        out.push(problem(at("jetstream.stream"), format!("`{}` is not a valid stream name", js.stream), "use letters, digits, `-` and `_`, e.g. `DELTASHIP`"));
     }
     if js.create && js.subjects.is_empty() {
         out.push(problem(at("jetstream.subjects"), "is empty", "list the stream's subjects, e.g. [\"deltaship.>\"]"));
@@ -371,18 +368,9 @@ fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
     check_range(out, at("jetstream.max_msgs_per_subject"), js.max_msgs_per_subject, ranges::MAX_MSGS_PER_SUBJECT, "messages (0 = keep all)");
     check_range(out, at("jetstream.ack_timeout_secs"), js.ack_timeout_secs, ranges::ACK_TIMEOUT_SECS, "seconds to wait for an ack (e.g. 10)");
     let a = &n.auth;
-    let methods = [
-        a.user.is_some(),
-        a.token.is_some() || a.token_file.is_some(),
-        a.nkey_seed_file.is_some(),
-        a.credentials_file.is_some(),
-    ];
+    let methods = [a.user.is_some(), a.token.is_some() || a.token_file.is_some(), a.nkey_seed_file.is_some(), a.credentials_file.is_some()];
     if methods.iter().filter(|m| **m).count() > 1 {
-        out.push(problem(
-            at("auth"),
-            "sets more than one way to authenticate",
-            "keep one of: user with password, token, nkey_seed_file, credentials_file",
-        ));
+        out.push(problem(at("auth"), "sets more than one way to authenticate", "keep one of: user with password, token, nkey_seed_file, credentials_file"));
     }
     if a.password.is_some() && a.password_file.is_some() || a.token.is_some() && a.token_file.is_some() {
         out.push(problem(at("auth"), "sets a secret both inline and as a file", "keep only the *_file setting"));
@@ -410,11 +398,7 @@ fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
 }
 
 fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
+    !s.is_empty() && s.len() <= 63 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') && !s.starts_with('-') && !s.ends_with('-')
 }
 
 fn is_dns_subdomain(s: &str) -> bool {
@@ -561,7 +545,15 @@ pub(super) mod tests {
         .unwrap();
         assert_eq!(
             keys(&c),
-            ["sink.marker_subject_template", "sink.jetstream.stream", "sink.jetstream.ack_timeout_secs", "sink.auth", "sink.auth.user", "sink.tls.cert_file", "sink.tls.cert_file"]
+            [
+                "sink.marker_subject_template",
+                "sink.jetstream.stream",
+                "sink.jetstream.ack_timeout_secs",
+                "sink.auth",
+                "sink.auth.user",
+                "sink.tls.cert_file",
+                "sink.tls.cert_file"
+            ]
         );
         assert!(validate(&c)[6].problem.contains("cannot read /c.pem"), "{:?}", validate(&c));
     }

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use crate::model::{ChangeType, ObjectRef};
 use crate::model::ResourceType;
+use crate::model::{ChangeType, ObjectRef};
 
 /// (type, source, subject): `dev.knative.apiserver.resource.add|update|delete`, the API
 /// server's URL, and the object's API path `/apis/<apiVersion>/namespaces/<ns>/<plural>/<name>`
@@ -30,12 +30,7 @@ mod tests {
 
     #[test]
     fn knative_types_sources_and_subjects() {
-        let r = ObjectRef {
-            namespace: Some("shop".into()),
-            name: "web".into(),
-            uid: "u".into(),
-            resource_version: "1".into(),
-        };
+        let r = ObjectRef { namespace: Some("shop".into()), name: "web".into(), uid: "u".into(), resource_version: "1".into() };
         let (ty, source, subject) = attributes(ChangeType::Updated, &"https://10.96.0.1:443".into(), &deployments(), &r);
         assert_eq!(ty, "dev.knative.apiserver.resource.update");
         assert_eq!(source, "https://10.96.0.1:443");

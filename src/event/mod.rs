@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 
 use crate::change::{Change, Marker, ObjectChange, Payload};
 
-use crate::model::{ChangeType, MarkerPhase, ObjectRef, SyncReason};
 use crate::config::PayloadMode;
 use crate::model::MarkerSlot;
+use crate::model::{ChangeType, MarkerPhase, ObjectRef, SyncReason};
 use crate::plan::{Output, Scope};
 
 pub use id::event_id;
@@ -127,15 +127,7 @@ fn object_event(cluster: &str, scope: &Scope, output: &Output, c: ObjectChange, 
     }
     let mut event = b.build().map_err(|e| BuildError { key, reason: e.to_string() })?;
     event.set_datacontenttype(Some(content_type));
-    Ok(Envelope {
-        event,
-        data,
-        destination,
-        key: partition_key,
-        kind,
-        resource: resource.into(),
-        completes_initial_sync: false,
-    })
+    Ok(Envelope { event, data, destination, key: partition_key, kind, resource: resource.into(), completes_initial_sync: false })
 }
 
 /// The same event as a reference (identity only), marked with the extension
@@ -159,11 +151,7 @@ pub fn truncated(env: &Envelope) -> Option<Envelope> {
     let mut event = env.event.clone();
     event.set_datacontenttype(Some(JSON));
     event.set_extension("truncated", true);
-    Some(Envelope {
-        event,
-        data: to_bytes(&data),
-        ..env.clone()
-    })
+    Some(Envelope { event, data: to_bytes(&data), ..env.clone() })
 }
 
 /// Event data as JSON bytes, holding no more memory than they need (they may wait in a
@@ -206,11 +194,7 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
         },
         "resourceVersion": m.resource_version,
     });
-    for (field, value) in [
-        ("namespace", &scope.namespace),
-        ("labelSelector", &scope.label_selector),
-        ("fieldSelector", &scope.field_selector),
-    ] {
+    for (field, value) in [("namespace", &scope.namespace), ("labelSelector", &scope.label_selector), ("fieldSelector", &scope.field_selector)] {
         if let Some(v) = value {
             data[field] = json!(v);
         }
@@ -219,11 +203,7 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
         data["counts"] = json!(counts);
     }
     let completes_initial_sync = m.phase == MarkerPhase::Completed && m.reason == SyncReason::Initial;
-    let slot = MarkerSlot {
-        namespace: scope.namespace.as_deref(),
-        mode: m.mode,
-        phase: m.phase,
-    };
+    let slot = MarkerSlot { namespace: scope.namespace.as_deref(), mode: m.mode, phase: m.phase };
     let key = output.address.marker_key(slot);
     let mut event = EventBuilderV10::new()
         .id(id)

@@ -103,7 +103,6 @@ impl MarkerPhase {
     }
 }
 
-
 /// What tells one sync's markers apart from another's on a compacted topic or a stream
 /// that keeps one message per subject: the watch's namespace (None: every namespace), the
 /// sync's mode and the marker's phase. Compaction then keeps the latest `started` and the

@@ -56,16 +56,7 @@ impl Object {
         }
         let uid = meta("uid").ok_or_else(|| missing("uid"))?;
         let resource_version = meta("resourceVersion").ok_or_else(|| missing("resourceVersion"))?;
-        Ok(Object {
-            reference: ObjectRef {
-                namespace,
-                name,
-                uid,
-                resource_version,
-            },
-            value,
-            json: None,
-        })
+        Ok(Object { reference: ObjectRef { namespace, name, uid, resource_version }, value, json: None })
     }
 }
 

@@ -15,11 +15,7 @@ pub struct ResourceType {
 impl ResourceType {
     /// `v1` for the core group, else `group/version`.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
     }
 
     /// The CloudEvents `source`: `//<cluster>/api/v1/<plural>` for the core group,
@@ -35,11 +31,7 @@ impl ResourceType {
     /// `plural` for the core group, `plural.group` otherwise, as kubectl names resources.
     /// Used as the `resource` metric label (bounded: one per configured resource).
     pub fn label(&self) -> String {
-        if self.group.is_empty() {
-            self.plural.clone()
-        } else {
-            format!("{}.{}", self.plural, self.group)
-        }
+        if self.group.is_empty() { self.plural.clone() } else { format!("{}.{}", self.plural, self.group) }
     }
 
     /// The group as a name token: `core` for the core group.
@@ -53,23 +45,11 @@ pub(crate) mod fixtures {
     use super::ResourceType;
 
     pub fn configmaps() -> ResourceType {
-        ResourceType {
-            group: String::new(),
-            version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-            namespaced: true,
-        }
+        ResourceType { group: String::new(), version: "v1".into(), kind: "ConfigMap".into(), plural: "configmaps".into(), namespaced: true }
     }
 
     pub fn deployments() -> ResourceType {
-        ResourceType {
-            group: "apps".into(),
-            version: "v1".into(),
-            kind: "Deployment".into(),
-            plural: "deployments".into(),
-            namespaced: true,
-        }
+        ResourceType { group: "apps".into(), version: "v1".into(), kind: "Deployment".into(), plural: "deployments".into(), namespaced: true }
     }
 }
 

@@ -51,14 +51,7 @@ pub struct Dispatcher<P> {
 impl<P: Publisher> Dispatcher<P> {
     /// The dispatcher of one route: `health` is that route's.
     pub fn new(sink: P, max_in_flight: usize, oversize: OversizePolicy, retry: RetryPolicy, health: RouteHealth) -> Self {
-        Dispatcher {
-            sink,
-            max_in_flight,
-            oversize,
-            retry,
-            route: health.name().to_string(),
-            health,
-        }
+        Dispatcher { sink, max_in_flight, oversize, retry, route: health.name().to_string(), health }
     }
 
     /// Delivers everything received on `rx` until it is closed and drained.
@@ -159,12 +152,7 @@ impl<P: Publisher> Dispatcher<P> {
             }
             let started = Instant::now();
             let result = send.await;
-            Outcome {
-                env,
-                result,
-                attempt,
-                started,
-            }
+            Outcome { env, result, attempt, started }
         })
     }
 
@@ -197,11 +185,7 @@ impl<P: Publisher> Dispatcher<P> {
                     SendError::TooLarge { source } => self.oversized(env, source),
                     SendError::Fatal { kind, source } => {
                         tracing::error!(sink, route = %self.route, resource = %env.resource, error_kind = kind.as_str(), error = %source, "Sink refused an event for good; stopping");
-                        Settled::Fatal(DispatchError::SinkFatal {
-                            resource: env.resource.to_string(),
-                            kind,
-                            source,
-                        })
+                        Settled::Fatal(DispatchError::SinkFatal { resource: env.resource.to_string(), kind, source })
                     }
                 }
             }
@@ -224,11 +208,7 @@ impl<P: Publisher> Dispatcher<P> {
         }
         if self.oversize == OversizePolicy::Fail {
             tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %source, "Event too large for the sink; stopping (delivery.oversize = fail)");
-            return Settled::Fatal(DispatchError::SinkFatal {
-                resource,
-                kind: ErrorKind::TooLarge,
-                source,
-            });
+            return Settled::Fatal(DispatchError::SinkFatal { resource, kind: ErrorKind::TooLarge, source });
         }
         metrics::counter!(m::DROPPED, "resource" => resource, "reason" => "too_large", "route" => self.route.clone()).increment(1);
         tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %source, "Event too large for the sink; skipped");
@@ -316,10 +296,7 @@ mod tests {
 
     async fn deliver(sink: Scripted, input: Vec<Envelope>, max_in_flight: usize) -> Vec<String> {
         let (tx, rx) = mpsc::channel(4);
-        let retry = RetryPolicy {
-            initial: Duration::from_millis(10),
-            max: Duration::from_millis(100),
-        };
+        let retry = RetryPolicy { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
         let d = Dispatcher::new(sink.clone(), max_in_flight, OversizePolicy::Reference, retry, Health::single(0).route(0));
         let run = tokio::spawn(d.run(rx));
         for e in input {
@@ -343,10 +320,7 @@ mod tests {
                 input.push(envelope(key, &id, EnvelopeKind::Object(ChangeType::Updated)));
             }
         }
-        let sink = Scripted {
-            fail_first: Arc::new(fail),
-            ..Default::default()
-        };
+        let sink = Scripted { fail_first: Arc::new(fail), ..Default::default() };
         let acked = deliver(sink.clone(), input, 100).await;
         assert_eq!(acked.len(), 20, "every event delivered exactly once: {acked:?}");
         for key in ["a", "b", "c", "d"] {
@@ -367,10 +341,7 @@ mod tests {
             envelope("a", "a2", EnvelopeKind::Object(ChangeType::Added)),
             envelope("d", "d1", EnvelopeKind::Object(ChangeType::Added)),
         ];
-        let sink = Scripted {
-            fail_first: Arc::new(["b1".to_string(), "marker".to_string()].into()),
-            ..Default::default()
-        };
+        let sink = Scripted { fail_first: Arc::new(["b1".to_string(), "marker".to_string()].into()), ..Default::default() };
         let acked = deliver(sink, input, 100).await;
         let at = |id: &str| acked.iter().position(|a| a == id).unwrap();
         for before in ["a1", "b1", "c1"] {
@@ -425,7 +396,13 @@ mod tests {
         for (policy, delivered, fails) in [(OversizePolicy::Reference, 1, false), (OversizePolicy::Skip, 0, false), (OversizePolicy::Fail, 0, true)] {
             let sink = Small::default();
             let (tx, rx) = mpsc::channel(1);
-            let d = Dispatcher::new(sink.clone(), 10, policy, RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) }, Health::single(0).route(0));
+            let d = Dispatcher::new(
+                sink.clone(),
+                10,
+                policy,
+                RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) },
+                Health::single(0).route(0),
+            );
             tx.send(object("a", "a1")).await.unwrap();
             drop(tx);
             let result = d.run(rx).await;
@@ -451,7 +428,13 @@ mod tests {
             }
         }
         let (tx, rx) = mpsc::channel(1);
-        let d = Dispatcher::new(Refuses, 10, OversizePolicy::Reference, RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) }, Health::single(0).route(0));
+        let d = Dispatcher::new(
+            Refuses,
+            10,
+            OversizePolicy::Reference,
+            RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) },
+            Health::single(0).route(0),
+        );
         tx.send(envelope("a", "a1", EnvelopeKind::Object(ChangeType::Added))).await.unwrap();
         let e = d.run(rx).await.unwrap_err().to_string();
         assert!(e.contains("(authorization)") && e.contains("TopicAuthorizationFailed") && e.contains("configmaps"), "{e}");

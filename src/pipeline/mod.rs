@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, SinkConfig};
 use crate::leader::{Elector, LeaderError};
+use crate::plan;
 use crate::sink::{Publisher, Sink, SinkError};
 use crate::telemetry::{self, Health, RouteHealth};
-use crate::plan;
 use crate::watch::{self, access::AccessError, client::ClientError, discovery::DiscoveryError};
 
 pub use dispatch::{DispatchError, Dispatcher};
@@ -148,22 +148,13 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
 
     // Each route: its own bounded queue, then its sink's preparation and dispatcher, so
     // that a route whose sink is down holds back the others by its queue at most.
-    let retry = RetryPolicy {
-        initial: Duration::from_millis(config.delivery.retry_initial_ms),
-        max: Duration::from_millis(config.delivery.retry_max_ms),
-    };
+    let retry = RetryPolicy { initial: Duration::from_millis(config.delivery.retry_initial_ms), max: Duration::from_millis(config.delivery.retry_max_ms) };
     let mut queues = Vec::new();
     let mut deliveries = JoinSet::new();
     for (i, (route, sink)) in routes.iter().zip(&sinks).enumerate() {
         let (tx, rx) = mpsc::channel(config.delivery.queue_capacity);
         queues.push(tx);
-        let delivery = Delivery {
-            sink: sink.clone(),
-            config: route.sink.clone(),
-            at: sink_key(&config, i),
-            topics: plan::topics(&scopes, i),
-            retry,
-        };
+        let delivery = Delivery { sink: sink.clone(), config: route.sink.clone(), at: sink_key(&config, i), topics: plan::topics(&scopes, i), retry };
         let dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, config.delivery.oversize, retry, health.route(i));
         let stop = stop.clone();
         names.spawn(&mut deliveries, format!("delivery of route {}", route.name), async move {
@@ -180,12 +171,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     for scope in scopes {
         let observed = watch::observe(client.clone(), &scope, &config.kubernetes);
         let name = format!("watch of {}", scope.describe());
-        let worker = Worker {
-            cluster: cluster.clone(),
-            health: health.watch(scope.describe()),
-            queues: queues.clone(),
-            scope,
-        };
+        let worker = Worker { cluster: cluster.clone(), health: health.watch(scope.describe()), queues: queues.clone(), scope };
         names.spawn(&mut watches, name, worker.run(observed, watch_stop.clone()));
     }
     // The watches hold the only senders: a route's queue closes when they end.
@@ -229,7 +215,10 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     .await;
     if drained.is_err() {
         deliveries.abort_all();
-        tracing::error!(timeout_secs = timeout.as_secs(), "Queued events not delivered within the shutdown timeout; they are re-delivered by the next run's initial sync");
+        tracing::error!(
+            timeout_secs = timeout.as_secs(),
+            "Queued events not delivered within the shutdown timeout; they are re-delivered by the next run's initial sync"
+        );
     }
     for sink in &sinks {
         if let Err(e) = sink.flush(Duration::from_secs(5)).await {

@@ -25,10 +25,7 @@ mod tests {
 
     #[test]
     fn delays_grow_and_stay_under_the_cap() {
-        let p = RetryPolicy {
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(2),
-        };
+        let p = RetryPolicy { initial: Duration::from_millis(100), max: Duration::from_secs(2) };
         let d0 = p.delay(0);
         assert!(d0 >= Duration::from_millis(50) && d0 < Duration::from_millis(100));
         let d3 = p.delay(3);

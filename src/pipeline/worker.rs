@@ -204,7 +204,8 @@ mod tests {
     #[tokio::test]
     async fn watch_errors_are_counted_and_the_watch_goes_on() {
         let (w, mut rx) = worker(scope(TWO_ROUTES), 2);
-        let observed = stream::iter([Err(watcher::Error::NoResourceVersion), Ok(Observed::Init), Ok(Observed::InitApply(cm("a", "1", "x"))), Ok(Observed::InitDone)]);
+        let observed =
+            stream::iter([Err(watcher::Error::NoResourceVersion), Ok(Observed::Init), Ok(Observed::InitApply(cm("a", "1", "x"))), Ok(Observed::InitDone)]);
         w.run(observed, CancellationToken::new()).await;
         assert_eq!(received(&mut rx[0]).await, ["sync.started", "synced ns/a", "sync.completed"]);
     }
@@ -216,7 +217,7 @@ mod tests {
         let observed = stream::iter([Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone]).map(Ok).chain(stream::pending());
         let stop = CancellationToken::new();
         let task = tokio::spawn(w.run(observed, stop.clone()));
-                for want in ["sync.started", "synced", "sync.completed"] {
+        for want in ["sync.started", "synced", "sync.completed"] {
             assert_eq!(rx.recv().await.map(|e| e.kind.label()), Some(want));
         }
         tokio::time::advance(Duration::from_secs(59)).await;

@@ -26,11 +26,7 @@ pub struct Filter {
 
 impl Filter {
     pub fn new(cfg: &FilterConfig) -> Filter {
-        Filter {
-            types: cfg.types.clone(),
-            changed_paths: cfg.changed_paths.clone(),
-            generation_changed: cfg.generation_changed,
-        }
+        Filter { types: cfg.types.clone(), changed_paths: cfg.changed_paths.clone(), generation_changed: cfg.generation_changed }
     }
 
     /// Whether deciding needs each object's previously shipped content.
@@ -54,8 +50,7 @@ impl Filter {
             return true;
         };
         let differs = |pointer: &str| previous.pointer(pointer) != now.pointer(pointer);
-        (self.changed_paths.is_empty() || self.changed_paths.iter().any(|p| differs(p)))
-            && (!self.generation_changed || differs("/metadata/generation"))
+        (self.changed_paths.is_empty() || self.changed_paths.iter().any(|p| differs(p))) && (!self.generation_changed || differs("/metadata/generation"))
     }
 }
 

@@ -47,7 +47,14 @@ fn address(cluster: &str, sink: &SinkConfig, index: usize, rc: &ResourceConfig, 
 }
 
 /// The outputs of `resources[index]`: one per route that ships it.
-fn outputs(config: &Config, routes: &[RouteConfig], index: usize, rc: &ResourceConfig, resource: &ResourceType, api_server: &str) -> Result<Vec<Output>, PlanError> {
+fn outputs(
+    config: &Config,
+    routes: &[RouteConfig],
+    index: usize,
+    rc: &ResourceConfig,
+    resource: &ResourceType,
+    api_server: &str,
+) -> Result<Vec<Output>, PlanError> {
     let mut out = Vec::new();
     for (position, route) in routes.iter().enumerate().filter(|(_, r)| r.selects(rc)) {
         out.push(Output {
@@ -80,19 +87,11 @@ pub fn scopes(config: &Config, resources: &[ResourceType], api_server: &str) -> 
                 && *other != resource.label()
                 && prefix.is_empty()
             {
-                return Err(PlanError::SharedTopic {
-                    topic: shared.1.to_string(),
-                    a: other.clone(),
-                    b: resource.label(),
-                });
+                return Err(PlanError::SharedTopic { topic: shared.1.to_string(), a: other.clone(), b: resource.label() });
             }
             owners.insert(shared, (resource.label(), o.address.key_prefix.clone()));
         }
-        let namespaces: Vec<Option<String>> = if rc.namespaces.is_empty() {
-            vec![None]
-        } else {
-            rc.namespaces.iter().cloned().map(Some).collect()
-        };
+        let namespaces: Vec<Option<String>> = if rc.namespaces.is_empty() { vec![None] } else { rc.namespaces.iter().cloned().map(Some).collect() };
         for namespace in namespaces {
             out.push(Arc::new(Scope {
                 index,
@@ -103,9 +102,7 @@ pub fn scopes(config: &Config, resources: &[ResourceType], api_server: &str) -> 
                 redaction: redactions[index].clone(),
                 ignore_fields: rc.ignore_fields.clone(),
                 relist: rc.relist,
-                resync: Some(rc.resync_secs.unwrap_or(config.kubernetes.resync_secs))
-                    .filter(|s| *s > 0)
-                    .map(Duration::from_secs),
+                resync: Some(rc.resync_secs.unwrap_or(config.kubernetes.resync_secs)).filter(|s| *s > 0).map(Duration::from_secs),
                 outputs: outputs.clone(),
             }));
         }
@@ -116,10 +113,8 @@ pub fn scopes(config: &Config, resources: &[ResourceType], api_server: &str) -> 
 /// The distinct marker destinations of `route` (by position) in `scopes`: for Kafka,
 /// every topic it writes.
 pub fn topics(scopes: &[Arc<Scope>], route: usize) -> Vec<String> {
-    let mut t: Vec<String> = scopes
-        .iter()
-        .flat_map(|s| s.outputs.iter().filter(|o| o.route == route).map(|o| o.address.marker_destination().to_string()))
-        .collect();
+    let mut t: Vec<String> =
+        scopes.iter().flat_map(|s| s.outputs.iter().filter(|o| o.route == route).map(|o| o.address.marker_destination().to_string())).collect();
     t.sort();
     t.dedup();
     t

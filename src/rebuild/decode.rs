@@ -133,11 +133,7 @@ pub fn decode(binding: Binding, headers: &[(&[u8], &[u8])], value: Option<&[u8]>
 }
 
 /// The event of these attributes and (parsed only for the contract's types) data.
-fn event_of(
-    attribute: &dyn Fn(&str) -> Result<Option<String>, Bad>,
-    data: impl FnOnce() -> Result<Option<Value>, Bad>,
-    partition: i32,
-) -> Result<Step, Bad> {
+fn event_of(attribute: &dyn Fn(&str) -> Result<Option<String>, Bad>, data: impl FnOnce() -> Result<Option<Value>, Bad>, partition: i32) -> Result<Step, Bad> {
     let required = |name: &str| attribute(name)?.ok_or_else(|| Bad::new(Reason::MissingAttribute, format!("no {name} attribute")));
     let ty = required("type")?;
     let change = match ty.strip_prefix("dev.deltaship.") {
@@ -237,10 +233,7 @@ fn percent_decode(b: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let hex = b
-            .get(i + 1..i + 3)
-            .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
-            .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        let hex = b.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit)).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
         match (b[i], hex) {
             (b'%', Some(byte)) => {
                 out.push(byte);
@@ -266,7 +259,8 @@ mod tests {
         decode(Binding::Kafka, &headers, Some(value), 0)
     }
 
-    const ADDED: &[(&str, &str)] = &[("ce_id", "1"), ("ce_type", "dev.deltaship.object.added"), ("ce_apiversion", "v1"), ("ce_kind", "ConfigMap"), ("ce_subject", "ns/a")];
+    const ADDED: &[(&str, &str)] =
+        &[("ce_id", "1"), ("ce_type", "dev.deltaship.object.added"), ("ce_apiversion", "v1"), ("ce_kind", "ConfigMap"), ("ce_subject", "ns/a")];
 
     fn reason(r: Result<Step, Bad>) -> Reason {
         r.expect_err("a bad record").reason
@@ -335,8 +329,23 @@ mod tests {
     /// Header names a decoder looks for, and others.
     fn header_name() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
-            prop::sample::select(vec!["ce_id", "ce_type", "ce_subject", "ce_apiversion", "ce_kind", "ce_datacontenttype", "content-type", "ce-id", "ce-type", "ce-subject", "ce-apiversion", "ce-kind", "ce-datacontenttype", "Content-Type"])
-                .prop_map(|n| n.as_bytes().to_vec()),
+            prop::sample::select(vec![
+                "ce_id",
+                "ce_type",
+                "ce_subject",
+                "ce_apiversion",
+                "ce_kind",
+                "ce_datacontenttype",
+                "content-type",
+                "ce-id",
+                "ce-type",
+                "ce-subject",
+                "ce-apiversion",
+                "ce-kind",
+                "ce-datacontenttype",
+                "Content-Type"
+            ])
+            .prop_map(|n| n.as_bytes().to_vec()),
             prop::collection::vec(any::<u8>(), 0..12),
         ]
     }
@@ -367,8 +376,13 @@ mod tests {
         let json = leaf.prop_recursive(6, 48, 6, |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::from),
-                prop::collection::btree_map(prop::sample::select(vec!["id", "type", "data", "syncId", "resource", "kind", "version", "op", "path", "value", "subject"]).prop_map(String::from), inner, 0..6)
-                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+                prop::collection::btree_map(
+                    prop::sample::select(vec!["id", "type", "data", "syncId", "resource", "kind", "version", "op", "path", "value", "subject"])
+                        .prop_map(String::from),
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
             ]
         });
         prop::option::of(prop_oneof![

@@ -29,21 +29,15 @@ pub fn read(brokers: &str, topics: &[String], connection: Option<&KafkaConfig>, 
             config.set(key, value);
         }
     }
-    let kafka: BaseConsumer = config
-        .create()
-        .map_err(|e| RebuildError::Source(format!("cannot create a Kafka consumer: {e}")))?;
+    let kafka: BaseConsumer = config.create().map_err(|e| RebuildError::Source(format!("cannot create a Kafka consumer: {e}")))?;
     for topic in topics {
-        let md = kafka
-            .fetch_metadata(Some(topic), TIMEOUT)
-            .map_err(|e| RebuildError::Source(format!("no metadata for topic {topic}: {e}")))?;
+        let md = kafka.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| RebuildError::Source(format!("no metadata for topic {topic}: {e}")))?;
         let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
         if partitions.is_empty() {
             return Err(RebuildError::Source(format!("topic {topic} does not exist")));
         }
         for p in partitions {
-            let (low, high) = kafka
-                .fetch_watermarks(topic, p, TIMEOUT)
-                .map_err(|e| RebuildError::Source(format!("no offsets for {topic}/{p}: {e}")))?;
+            let (low, high) = kafka.fetch_watermarks(topic, p, TIMEOUT).map_err(|e| RebuildError::Source(format!("no offsets for {topic}/{p}: {e}")))?;
             if high <= low {
                 continue;
             }
@@ -57,11 +51,7 @@ pub fn read(brokers: &str, topics: &[String], connection: Option<&KafkaConfig>, 
                     None => return Err(RebuildError::Source(format!("no record from {topic}/{p} within {TIMEOUT:?}"))),
                 };
                 let offset = m.offset();
-                let at = || Position::Kafka {
-                    topic: topic.clone(),
-                    partition: p,
-                    offset,
-                };
+                let at = || Position::Kafka { topic: topic.clone(), partition: p, offset };
                 consumer.record(at, decode(Binding::Kafka, &headers(&m), m.payload(), p))?;
                 if offset + 1 >= high {
                     break;
@@ -75,6 +65,7 @@ pub fn read(brokers: &str, topics: &[String], connection: Option<&KafkaConfig>, 
 /// The record's headers as (name, value); headers with a null value are left out.
 /// rdkafka's own `Headers::iter` panics on a name that is not UTF-8, which a hostile
 /// producer can write: read them through librdkafka's C API instead.
+#[allow(unsafe_code)]
 fn headers<'m>(m: &'m BorrowedMessage<'_>) -> Vec<(&'m [u8], &'m [u8])> {
     use rdkafka::bindings as rd;
     use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR as OK;

@@ -32,7 +32,10 @@ pub enum Source {
         topics: Vec<String>,
         connection: Option<Box<crate::config::KafkaConfig>>,
     },
-    Nats { url: String, stream: String },
+    Nats {
+        url: String,
+        stream: String,
+    },
 }
 
 /// Where a record was read: a Kafka partition and offset, or a stream sequence.
@@ -97,11 +100,7 @@ impl Consumer {
             return Err(RebuildError::BadRecord { at, bad });
         }
         *self.state.summary.skipped.entry(bad.reason).or_default() += 1;
-        self.skipped.push(Skipped {
-            at,
-            reason: bad.reason,
-            problem: bad.problem,
-        });
+        self.skipped.push(Skipped { at, reason: bad.reason, problem: bad.problem });
         Ok(())
     }
 }
@@ -113,11 +112,7 @@ impl Consumer {
 /// several clusters; without it their objects of the same key would overwrite each other).
 /// Bad records are skipped and listed, or with `strict` end the rebuild with an error.
 pub async fn rebuild(source: Source, cluster: Option<String>, strict: bool) -> Result<Rebuilt, RebuildError> {
-    let mut consumer = Consumer {
-        state: State::new(cluster),
-        strict,
-        skipped: Vec::new(),
-    };
+    let mut consumer = Consumer { state: State::new(cluster), strict, skipped: Vec::new() };
     match source {
         Source::Kafka { brokers, topics, connection } => {
             // The Kafka reader blocks; keep it off the async threads.
@@ -129,8 +124,5 @@ pub async fn rebuild(source: Source, cluster: Option<String>, strict: bool) -> R
     }
     let mut document = consumer.state.document();
     document["skipped"] = serde_json::to_value(&consumer.skipped).expect("skipped records serialize");
-    Ok(Rebuilt {
-        document,
-        skipped: consumer.skipped,
-    })
+    Ok(Rebuilt { document, skipped: consumer.skipped })
 }

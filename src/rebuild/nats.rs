@@ -18,28 +18,23 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// retried for the same sequence, and a sequence the stream holds no message for is
 /// reported as `missing`, so no message is ever skipped silently.
 pub async fn read(url: &str, stream: &str, consumer: &mut Consumer) -> Result<(), RebuildError> {
-    let client = async_nats::connect(url)
-        .await
-        .map_err(|e| RebuildError::Source(format!("cannot connect to {url}: {e}")))?;
+    let client = async_nats::connect(url).await.map_err(|e| RebuildError::Source(format!("cannot connect to {url}: {e}")))?;
     let js = jetstream::new(client);
-    let mut s = js
-        .get_stream(stream)
-        .await
-        .map_err(|e| RebuildError::Source(format!("stream {stream}: {e}")))?;
+    let mut s = js.get_stream(stream).await.map_err(|e| RebuildError::Source(format!("stream {stream}: {e}")))?;
     let info = s.info().await.map_err(|e| RebuildError::Source(e.to_string()))?.clone();
     let (first, last) = (info.state.first_sequence.max(1), info.state.last_sequence);
     let mut seq = first;
     let mut failing_since: Option<Instant> = None;
     let mut backoff = Duration::from_millis(100);
     while seq <= last {
-        let at = || Position::Nats {
-            stream: stream.to_string(),
-            sequence: seq,
-        };
+        let at = || Position::Nats { stream: stream.to_string(), sequence: seq };
         match s.get_raw_message(seq).await {
             Ok(m) => {
-                let headers: Vec<(&[u8], &[u8])> =
-                    m.headers.iter().flat_map(|(name, values)| values.iter().map(move |v| (AsRef::<str>::as_ref(name).as_bytes(), v.as_str().as_bytes()))).collect();
+                let headers: Vec<(&[u8], &[u8])> = m
+                    .headers
+                    .iter()
+                    .flat_map(|(name, values)| values.iter().map(move |v| (AsRef::<str>::as_ref(name).as_bytes(), v.as_str().as_bytes())))
+                    .collect();
                 consumer.record(at, decode(Binding::Nats, &headers, Some(&m.payload), 0))?;
             }
             Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => {

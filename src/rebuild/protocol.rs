@@ -36,20 +36,9 @@ pub struct Received {
 #[derive(Debug, Clone)]
 pub enum Body {
     /// `sync.started` or `sync.completed`; `resource` is `apiVersion/Kind`.
-    Marker {
-        started: bool,
-        sync_id: String,
-        full: bool,
-        resource: String,
-        namespace: Option<String>,
-    },
+    Marker { started: bool, sync_id: String, full: bool, resource: String, namespace: Option<String> },
     /// An object event: `resource` is `apiVersion/Kind`, `key` the subject.
-    Object {
-        change: Change,
-        resource: String,
-        key: String,
-        content: Content,
-    },
+    Object { change: Change, resource: String, key: String, content: Content },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,10 +122,7 @@ pub struct Summary {
 impl State {
     /// A consumer of the events of `cluster` only, or of every cluster.
     pub fn new(cluster: Option<String>) -> State {
-        State {
-            only_cluster: cluster,
-            ..State::default()
-        }
+        State { only_cluster: cluster, ..State::default() }
     }
 
     /// Applies one decoded record; Err for a record the protocol cannot apply (a patch that
@@ -168,25 +154,11 @@ impl State {
         }
         *self.summary.by_type.entry(e.short_type().to_string()).or_default() += 1;
         match e.body {
-            Body::Marker {
-                started,
-                sync_id,
-                full,
-                resource,
-                namespace,
-            } => {
+            Body::Marker { started, sync_id, full, resource, namespace } => {
                 let slot = (e.partition, sync_id);
                 if started {
                     if full {
-                        self.open.insert(
-                            slot,
-                            OpenSync {
-                                cluster: e.cluster,
-                                resource,
-                                namespace,
-                                touched: HashSet::new(),
-                            },
-                        );
+                        self.open.insert(slot, OpenSync { cluster: e.cluster, resource, namespace, touched: HashSet::new() });
                     }
                 } else if let Some(sync) = self.open.remove(&slot) {
                     self.remove_untouched(e.partition, sync);
@@ -241,11 +213,7 @@ impl State {
         let gone: Vec<String> = objects
             .keys()
             .filter(|k| in_scope(k) && !sync.touched.contains(*k))
-            .filter(|k| {
-                self.partitions
-                    .get(&(sync.resource.clone(), (*k).clone()))
-                    .is_some_and(|(p, cluster)| *p == partition && *cluster == sync.cluster)
-            })
+            .filter(|k| self.partitions.get(&(sync.resource.clone(), (*k).clone())).is_some_and(|(p, cluster)| *p == partition && *cluster == sync.cluster))
             .cloned()
             .collect();
         for k in gone {
@@ -324,8 +292,14 @@ mod tests {
     /// A binary-mode Kafka record of `ty` (without `dev.deltaship.`), decoded.
     fn record(id: &str, ty: &str, subject: Option<&str>, content_type: &str, data: Value, partition: i32) -> Received {
         let ty = format!("dev.deltaship.{ty}");
-        let mut headers: Vec<(&[u8], &[u8])> =
-            vec![(b"ce_id", id.as_bytes()), (b"ce_type", ty.as_bytes()), (b"ce_cluster", b"c1"), (b"ce_apiversion", b"v1"), (b"ce_kind", b"ConfigMap"), (b"content-type", content_type.as_bytes())];
+        let mut headers: Vec<(&[u8], &[u8])> = vec![
+            (b"ce_id", id.as_bytes()),
+            (b"ce_type", ty.as_bytes()),
+            (b"ce_cluster", b"c1"),
+            (b"ce_apiversion", b"v1"),
+            (b"ce_kind", b"ConfigMap"),
+            (b"content-type", content_type.as_bytes()),
+        ];
         if let Some(s) = subject {
             headers.push((b"ce_subject", s.as_bytes()));
         }
@@ -344,7 +318,13 @@ mod tests {
     }
 
     fn marker(id: &str, phase: &str, sync: &str, partition: i32) -> Received {
-        ev(id, phase, None, json!({"syncId": sync, "mode": "full", "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}, "namespace": "ns"}), partition)
+        ev(
+            id,
+            phase,
+            None,
+            json!({"syncId": sync, "mode": "full", "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}, "namespace": "ns"}),
+            partition,
+        )
     }
 
     fn keys(s: &State) -> Vec<String> {

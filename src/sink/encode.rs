@@ -55,13 +55,8 @@ mod tests {
 
     #[test]
     fn binary_attributes_carry_extensions_and_the_content_type() {
-        let mut e = EventBuilderV10::new()
-            .id("1")
-            .ty("dev.deltaship.object.added")
-            .source("//c/api/v1/configmaps")
-            .extension("partitionkey", "ns/a")
-            .build()
-            .unwrap();
+        let mut e =
+            EventBuilderV10::new().id("1").ty("dev.deltaship.object.added").source("//c/api/v1/configmaps").extension("partitionkey", "ns/a").build().unwrap();
         e.set_datacontenttype(Some("application/json"));
         let attrs: Vec<_> = binary_attributes(&e).collect();
         assert!(attrs.contains(&("id", "1".into())));

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage, stream};
 use async_nats::{ConnectOptions, HeaderMap};
-use cloudevents::AttributesReader;
 use bytes::Bytes;
+use cloudevents::AttributesReader;
 
-use super::{ErrorKind, Failure, SendError, SinkError};
 use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, percent_encode, structured_bytes};
+use super::{ErrorKind, Failure, SendError, SinkError};
 use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Secret, Storage};
 use crate::event::Envelope;
 
@@ -28,17 +28,13 @@ impl NatsSink {
     /// Connects in the background: an unreachable server is retried without end (the sink
     /// is then not ready), never a start-up failure. Credentials and TLS files are read now.
     pub async fn connect(cfg: &NatsConfig) -> Result<NatsSink, SinkError> {
-        let mut opts = ConnectOptions::new()
-            .name("deltaship")
-            .retry_on_initial_connect()
-            .max_reconnects(None)
-            .event_callback({
-                let log = Arc::new(ConnectionLog::default());
-                move |event| {
-                    let log = log.clone();
-                    async move { log.record(event) }
-                }
-            });
+        let mut opts = ConnectOptions::new().name("deltaship").retry_on_initial_connect().max_reconnects(None).event_callback({
+            let log = Arc::new(ConnectionLog::default());
+            move |event| {
+                let log = log.clone();
+                async move { log.record(event) }
+            }
+        });
         let a = &cfg.auth;
         if let Some(user) = &a.user {
             let password = match (&a.password, &a.password_file) {
@@ -57,10 +53,7 @@ impl NatsSink {
             opts = opts.nkey(Secret::from_file("sink.auth.nkey_seed_file", f)?.expose().to_string());
         }
         if let Some(f) = &a.credentials_file {
-            opts = opts
-                .credentials_file(f)
-                .await
-                .map_err(|source| SinkError::NatsCredentials { file: f.clone(), source })?;
+            opts = opts.credentials_file(f).await.map_err(|source| SinkError::NatsCredentials { file: f.clone(), source })?;
         }
         if let Some(ca) = &cfg.tls.ca_file {
             opts = opts.add_root_certificates(ca.clone());
@@ -72,24 +65,12 @@ impl NatsSink {
             opts = opts.require_tls(true);
         }
         let servers: Vec<&str> = cfg.url.split(',').map(str::trim).collect();
-        let client = opts
-            .connect(servers)
-            .await
-            .map_err(SinkError::NatsConnect)?;
+        let client = opts.connect(servers).await.map_err(SinkError::NatsConnect)?;
         let jetstream = match cfg.mode {
-            NatsMode::Jetstream => Some(
-                jetstream::ContextBuilder::new()
-                    .timeout(Duration::from_secs(cfg.jetstream.ack_timeout_secs))
-                    .build(client.clone()),
-            ),
+            NatsMode::Jetstream => Some(jetstream::ContextBuilder::new().timeout(Duration::from_secs(cfg.jetstream.ack_timeout_secs)).build(client.clone())),
             NatsMode::Core => None,
         };
-        Ok(NatsSink {
-            client,
-            jetstream,
-            stream: cfg.jetstream.clone(),
-            content_mode: cfg.content_mode,
-        })
+        Ok(NatsSink { client, jetstream, stream: cfg.jetstream.clone(), content_mode: cfg.content_mode })
     }
 
     /// JetStream mode: whether the configured stream exists (None in core mode).
@@ -98,10 +79,7 @@ impl NatsSink {
         match js.get_stream(&self.stream.stream).await {
             Ok(_) => Ok(Some(true)),
             Err(e) if is_stream_not_found(&e) => Ok(Some(false)),
-            Err(source) => Err(SinkError::StreamLookup {
-                stream: self.stream.stream.clone(),
-                source,
-            }),
+            Err(source) => Err(SinkError::StreamLookup { stream: self.stream.stream.clone(), source }),
         }
     }
 
@@ -156,14 +134,8 @@ impl NatsSink {
                 self.client
                     .publish_with_headers(subject, headers, payload)
                     .await
-                    .map_err(|e| SendError::Retryable {
-                        kind: ErrorKind::Publish,
-                        source: Failure::NatsPublish(e),
-                    })?;
-                self.client.flush().await.map_err(|e| SendError::Retryable {
-                    kind: ErrorKind::Flush,
-                    source: Failure::NatsFlush(e),
-                })?;
+                    .map_err(|e| SendError::Retryable { kind: ErrorKind::Publish, source: Failure::NatsPublish(e) })?;
+                self.client.flush().await.map_err(|e| SendError::Retryable { kind: ErrorKind::Flush, source: Failure::NatsFlush(e) })?;
             }
         }
         Ok(())
@@ -178,12 +150,7 @@ impl NatsSink {
     }
 
     pub async fn flush(&self) -> Result<(), SinkError> {
-        self.client.flush().await.map_err(|e| {
-            SinkError::Request(SendError::Retryable {
-                kind: ErrorKind::Flush,
-                source: Failure::NatsFlush(e),
-            })
-        })
+        self.client.flush().await.map_err(|e| SinkError::Request(SendError::Retryable { kind: ErrorKind::Flush, source: Failure::NatsFlush(e) }))
     }
 }
 

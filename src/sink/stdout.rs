@@ -20,9 +20,7 @@ impl Default for StdoutSink {
 
 impl StdoutSink {
     pub fn to(out: Box<dyn Write + Send>) -> StdoutSink {
-        StdoutSink {
-            out: Arc::new(Mutex::new(out)),
-        }
+        StdoutSink { out: Arc::new(Mutex::new(out)) }
     }
 
     pub fn send(&self, env: &Envelope) -> Result<(), SendError> {
@@ -30,11 +28,6 @@ impl StdoutSink {
         line.push(b'\n');
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         // Flush per event: a reader of a pipe sees each event as soon as it is "acked".
-        out.write_all(&line)
-            .and_then(|_| out.flush())
-            .map_err(|e| SendError::Fatal {
-                kind: ErrorKind::Io,
-                source: Failure::Stdout(e),
-            })
+        out.write_all(&line).and_then(|_| out.flush()).map_err(|e| SendError::Fatal { kind: ErrorKind::Io, source: Failure::Stdout(e) })
     }
 }

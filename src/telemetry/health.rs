@@ -98,11 +98,7 @@ impl Health {
 
     /// Registers a watch, named as logs name it.
     pub fn watch(self: &Arc<Self>, name: String) -> WatchHealth {
-        let state = Arc::new(WatchState {
-            name,
-            failing_since_ms: AtomicU64::new(NOT_FAILING),
-            last_error: Mutex::new(""),
-        });
+        let state = Arc::new(WatchState { name, failing_since_ms: AtomicU64::new(NOT_FAILING), last_error: Mutex::new("") });
         self.watches.lock().expect("never poisoned").push(state.clone());
         WatchHealth { health: self.clone(), state }
     }
@@ -122,11 +118,7 @@ impl Health {
     /// What is wrong with each route, prefixed by the route's name when there are several.
     fn problems(&self, check: impl Fn(&RouteState) -> Option<String>) -> Result<(), String> {
         let several = self.routes.len() > 1;
-        let found: Vec<String> = self
-            .routes
-            .iter()
-            .filter_map(|r| check(r).map(|p| if several { format!("route {}: {p}", r.name) } else { p }))
-            .collect();
+        let found: Vec<String> = self.routes.iter().filter_map(|r| check(r).map(|p| if several { format!("route {}: {p}", r.name) } else { p })).collect();
         if found.is_empty() { Ok(()) } else { Err(found.join("; ")) }
     }
 
@@ -197,10 +189,7 @@ impl RouteHealth {
 
     /// The sink acknowledged the `sync.completed` of one watch's initial sync.
     pub fn initial_sync_delivered(&self) {
-        let _ = self
-            .state()
-            .initial_syncs_pending
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        let _ = self.state().initial_syncs_pending.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         self.health.publish();
     }
 

@@ -32,7 +32,13 @@ struct AppState {
 /// `max_connections` connections, each closed when a request does not arrive within
 /// `request_timeout` (see `Bounded`). Binding happens before this returns, so a taken port
 /// is a start-up error.
-pub async fn serve(addr: SocketAddr, max_connections: usize, request_timeout: Duration, health: Arc<Health>, stop: CancellationToken) -> Result<tokio::task::JoinHandle<()>, HttpError> {
+pub async fn serve(
+    addr: SocketAddr,
+    max_connections: usize,
+    request_timeout: Duration,
+    health: Arc<Health>,
+    stop: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, HttpError> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(super::metrics::PUBLISH_LATENCY.into()), &super::metrics::LATENCY_BUCKETS)
         .map_err(|e| HttpError::Recorder(e.to_string()))?

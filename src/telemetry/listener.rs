@@ -73,16 +73,7 @@ impl Slots {
 
 impl Bounded {
     pub fn new(listener: TcpListener, max: usize, timeout: Duration) -> Bounded {
-        Bounded {
-            listener,
-            slots: Arc::new(Slots {
-                free: Arc::new(Semaphore::new(max)),
-                open: Mutex::new(Open::default()),
-            }),
-            timeout,
-            max,
-            full: false,
-        }
+        Bounded { listener, slots: Arc::new(Slots { free: Arc::new(Semaphore::new(max)), open: Mutex::new(Open::default()) }), timeout, max, full: false }
     }
 }
 
@@ -99,7 +90,10 @@ impl axum::serve::Listener for Bounded {
             }
             Err(_) => {
                 if !self.full {
-                    tracing::warn!(max_connections = self.max, "HTTP connection limit reached; closing the connections idle the longest (logged once until a slot is free)");
+                    tracing::warn!(
+                        max_connections = self.max,
+                        "HTTP connection limit reached; closing the connections idle the longest (logged once until a slot is free)"
+                    );
                     self.full = true;
                 }
                 self.slots.evict_idlest();

@@ -40,13 +40,19 @@ pub fn describe() {
     describe_counter!(DROPPED, "Events the sink refused and that were skipped by policy, by resource, reason and route.");
     describe_counter!(TRUNCATED, "Events too large for the sink, shipped as truncated references, by resource and route.");
     describe_counter!(SINK_ERRORS, "Failed sends (retried or not), by sink, route and error_kind.");
-    describe_counter!(SINK_RECOVERIES, "Sink clients replaced because they held events without any report while the brokers answered a new client, by sink and route.");
+    describe_counter!(
+        SINK_RECOVERIES,
+        "Sink clients replaced because they held events without any report while the brokers answered a new client, by sink and route."
+    );
     describe_histogram!(PUBLISH_LATENCY, Unit::Seconds, "Time from send to the sink's acknowledgement, by sink and route.");
     describe_gauge!(IN_FLIGHT, "Events sent and not yet acknowledged, by route.");
     describe_gauge!(HELD, "Events waiting behind an earlier event of the same object, by route.");
     describe_gauge!(QUEUED, "Events queued between the watches and the route's sink, by route.");
     describe_gauge!(INDEXED, "Objects in the index, by resource.");
-    describe_counter!(LEASE_ERRORS, "Failed Lease API calls of leader election, retried, by error_kind (throttled, server_error, timeout, connection, rejected).");
+    describe_counter!(
+        LEASE_ERRORS,
+        "Failed Lease API calls of leader election, retried, by error_kind (throttled, server_error, timeout, connection, rejected)."
+    );
     describe_gauge!(LEADER, "With leader election: 1 while this replica leads, 0 while it stands by.");
     describe_gauge!(READY, "1 when every route delivered its initial syncs and its sink is reachable.");
     describe_gauge!(SINK_REACHABLE, "1 while the route's sink answers probes, by route.");

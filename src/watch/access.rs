@@ -1,8 +1,8 @@
 //! Access checks: SelfSubjectAccessReviews for list and watch of every watch scope.
 
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
-use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
 
 use crate::plan::Scope;
 
@@ -11,12 +11,7 @@ pub enum AccessError {
     #[error("access review failed: {0}")]
     ReviewFailed(#[source] kube::Error),
     #[error("not allowed to {verb} {resource}{}{}; grant it with a (Cluster)Role bound to this identity", scope_text(.namespace), reason_text(.reason))]
-    Denied {
-        verb: &'static str,
-        resource: String,
-        namespace: Option<String>,
-        reason: String,
-    },
+    Denied { verb: &'static str, resource: String, namespace: Option<String>, reason: String },
     #[error("resources[{index}]: the API server rejected listing {resource}: {message}; fix resources[{index}].label_selector or .field_selector")]
     Rejected { index: usize, resource: String, message: String },
     #[error("resources[{index}]: listing {resource} failed: {source}")]
@@ -54,11 +49,7 @@ pub async fn check(client: &Client, scope: &Scope) -> Result<(), AccessError> {
     let (index, resource) = (scope.index, scope.resource.label());
     match api.list_metadata(&params).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 400 => Err(AccessError::Rejected {
-            index,
-            resource,
-            message: e.message,
-        }),
+        Err(kube::Error::Api(e)) if e.code == 400 => Err(AccessError::Rejected { index, resource, message: e.message }),
         Err(source) => Err(AccessError::ListFailed { index, resource, source }),
     }
 }

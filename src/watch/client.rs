@@ -17,26 +17,13 @@ pub enum ClientError {
 
 /// A client, and the API server's URL (the `source` of Knative-shaped events).
 pub async fn connect(cfg: &KubernetesConfig) -> Result<(Client, String), ClientError> {
-    let options = KubeConfigOptions {
-        context: cfg.context.clone(),
-        ..Default::default()
-    };
+    let options = KubeConfigOptions { context: cfg.context.clone(), ..Default::default() };
     let config = match &cfg.kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
-                path: path.display().to_string(),
-                source,
-            })?;
-            Config::from_custom_kubeconfig(kc, &options)
-                .await
-                .map_err(|source| ClientError::Kubeconfig {
-                    path: path.display().to_string(),
-                    source,
-                })?
+            let kc = Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig { path: path.display().to_string(), source })?;
+            Config::from_custom_kubeconfig(kc, &options).await.map_err(|source| ClientError::Kubeconfig { path: path.display().to_string(), source })?
         }
-        None if cfg.context.is_some() => Config::from_kubeconfig(&options)
-            .await
-            .map_err(|e| ClientError::Infer(e.to_string()))?,
+        None if cfg.context.is_some() => Config::from_kubeconfig(&options).await.map_err(|e| ClientError::Infer(e.to_string()))?,
         None => Config::infer().await.map_err(|e| ClientError::Infer(e.to_string()))?,
     };
     let url = config.cluster_url.to_string().trim_end_matches('/').to_string();

@@ -19,11 +19,7 @@ pub enum DiscoveryError {
 }
 
 fn suggest(close: &[String]) -> String {
-    if close.is_empty() {
-        "; list what is served with `kubectl api-resources`".into()
-    } else {
-        format!("; did you mean {}?", close.join(" or "))
-    }
+    if close.is_empty() { "; list what is served with `kubectl api-resources`".into() } else { format!("; did you mean {}?", close.join(" or ")) }
 }
 
 /// What the API server serves, from one discovery run.
@@ -31,12 +27,7 @@ pub struct Served(Vec<(ApiResource, ApiCapabilities)>);
 
 pub async fn discover(client: Client) -> Result<Served, DiscoveryError> {
     let discovery = Discovery::new(client).run().await.map_err(DiscoveryError::Failed)?;
-    Ok(Served(
-        discovery
-            .groups()
-            .flat_map(|g| g.versions().flat_map(|v| g.versioned_resources(v)).collect::<Vec<_>>())
-            .collect(),
-    ))
+    Ok(Served(discovery.groups().flat_map(|g| g.versions().flat_map(|v| g.versioned_resources(v)).collect::<Vec<_>>()).collect()))
 }
 
 impl Served {
@@ -55,15 +46,8 @@ pub async fn resolve(client: Client, resources: &[ResourceConfig]) -> Result<Vec
 
 fn resolve_one(index: usize, rc: &ResourceConfig, served: &[(ApiResource, ApiCapabilities)]) -> Result<ResourceType, DiscoveryError> {
     let wanted = describe(&rc.group, &rc.version, &rc.kind);
-    let Some((ar, caps)) = served
-        .iter()
-        .find(|(ar, _)| ar.group == rc.group && ar.version == rc.version && ar.kind == rc.kind)
-    else {
-        return Err(DiscoveryError::Unknown {
-            index,
-            wanted,
-            close: close_matches(rc, served),
-        });
+    let Some((ar, caps)) = served.iter().find(|(ar, _)| ar.group == rc.group && ar.version == rc.version && ar.kind == rc.kind) else {
+        return Err(DiscoveryError::Unknown { index, wanted, close: close_matches(rc, served) });
     };
     for verb in [verbs::LIST, verbs::WATCH] {
         if !caps.supports_operation(verb) {
@@ -74,21 +58,11 @@ fn resolve_one(index: usize, rc: &ResourceConfig, served: &[(ApiResource, ApiCap
     if !namespaced && !rc.namespaces.is_empty() {
         return Err(DiscoveryError::NamespacesOnClusterScoped { index, wanted });
     }
-    Ok(ResourceType {
-        group: ar.group.clone(),
-        version: ar.version.clone(),
-        kind: ar.kind.clone(),
-        plural: ar.plural.clone(),
-        namespaced,
-    })
+    Ok(ResourceType { group: ar.group.clone(), version: ar.version.clone(), kind: ar.kind.clone(), plural: ar.plural.clone(), namespaced })
 }
 
 fn describe(group: &str, version: &str, kind: &str) -> String {
-    if group.is_empty() {
-        format!("kind {kind} in core/{version}")
-    } else {
-        format!("kind {kind} in {group}/{version}")
-    }
+    if group.is_empty() { format!("kind {kind} in core/{version}") } else { format!("kind {kind} in {group}/{version}") }
 }
 
 /// Served resources whose kind is within a small edit distance of the wanted one (case
@@ -130,11 +104,7 @@ mod tests {
     use kube::core::GroupVersionKind;
 
     fn served() -> Vec<(ApiResource, ApiCapabilities)> {
-        let caps = |scope| ApiCapabilities {
-            scope,
-            subresources: vec![],
-            operations: vec![verbs::LIST.into(), verbs::WATCH.into()],
-        };
+        let caps = |scope| ApiCapabilities { scope, subresources: vec![], operations: vec![verbs::LIST.into(), verbs::WATCH.into()] };
         vec![
             (ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")), caps(ApiScope::Namespaced)),
             (ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment")), caps(ApiScope::Namespaced)),

@@ -30,12 +30,12 @@ pub fn observe(client: Client, scope: &Arc<Scope>, kubernetes: &KubernetesConfig
     let label = scope.resource.label();
     let redactor = scope.redaction.redactor(&label);
     let decoding = scope.clone();
-    watcher(api(client, scope), watcher_config(scope, kubernetes))
-        .default_backoff()
-        .filter_map(move |item| std::future::ready(match item {
+    watcher(api(client, scope), watcher_config(scope, kubernetes)).default_backoff().filter_map(move |item| {
+        std::future::ready(match item {
             Ok(event) => decode(event, &decoding, &redactor, &label).map(Ok),
             Err(e) => Some(Err(e)),
-        }))
+        })
+    })
 }
 
 fn watcher_config(scope: &Scope, kubernetes: &KubernetesConfig) -> watcher::Config {
@@ -109,13 +109,7 @@ impl FailureKind {
 /// The API of the scope's resource within its namespace (or all).
 pub fn api(client: Client, scope: &Scope) -> Api<WatchedObject> {
     let r = &scope.resource;
-    let ar = ApiResource {
-        group: r.group.clone(),
-        version: r.version.clone(),
-        api_version: r.api_version(),
-        kind: r.kind.clone(),
-        plural: r.plural.clone(),
-    };
+    let ar = ApiResource { group: r.group.clone(), version: r.version.clone(), api_version: r.api_version(), kind: r.kind.clone(), plural: r.plural.clone() };
     match &scope.namespace {
         Some(ns) => Api::namespaced_with(client, ns, &ar),
         None => Api::all_with(client, &ar),
@@ -165,13 +159,7 @@ mod tests {
 
     #[test]
     fn list_items_get_their_type_and_secrets_among_them_are_redacted() {
-        let secrets = ResourceType {
-            group: String::new(),
-            version: "v1".into(),
-            kind: "Secret".into(),
-            plural: "secrets".into(),
-            namespaced: true,
-        };
+        let secrets = ResourceType { group: String::new(), version: "v1".into(), kind: "Secret".into(), plural: "secrets".into(), namespaced: true };
         // As an item of a list response: no apiVersion, no kind.
         let item = json!({"metadata": {"name": "db", "namespace": "ns", "uid": "u", "resourceVersion": "1"}, "data": {"password": "aHVudGVyMg=="}});
         let watched: WatchedObject = serde_json::from_value(item).unwrap();

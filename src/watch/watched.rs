@@ -2,9 +2,9 @@
 
 use std::borrow::Cow;
 
+use kube::Resource;
 use kube::api::{ApiResource, ObjectMeta};
 use kube::core::DynamicResourceScope;
-use kube::Resource;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
@@ -23,13 +23,7 @@ impl<'de> Deserialize<'de> for WatchedObject {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let value = Value::deserialize(deserializer)?;
         let resource_version = value.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
-        Ok(WatchedObject {
-            metadata: ObjectMeta {
-                resource_version,
-                ..ObjectMeta::default()
-            },
-            value,
-        })
+        Ok(WatchedObject { metadata: ObjectMeta { resource_version, ..ObjectMeta::default() }, value })
     }
 }
 
@@ -80,6 +74,9 @@ mod tests {
         let line = br#"{"type":"MODIFIED","object":{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","resourceVersion":"7","x-unknown":1},"spec":{"deep":[1,2]}}}"#;
         let WatchEvent::Modified(o) = serde_json::from_slice::<WatchEvent<WatchedObject>>(line).unwrap() else { panic!("a MODIFIED event") };
         assert_eq!(o.resource_version().as_deref(), Some("7"));
-        assert_eq!(o.value, json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "resourceVersion": "7", "x-unknown": 1}, "spec": {"deep": [1, 2]}}));
+        assert_eq!(
+            o.value,
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "resourceVersion": "7", "x-unknown": 1}, "spec": {"deep": [1, 2]}})
+        );
     }
 }

@@ -42,13 +42,7 @@ fn scratch_dir() -> PathBuf {
 pub fn command(args: &[&str], config_toml: &str, envs: &[(&str, &str)]) -> (ExitStatus, String, String) {
     let path = scratch_dir().join("config.toml");
     std::fs::write(&path, config_toml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_deltaship"))
-        .args(args)
-        .arg("--config")
-        .arg(&path)
-        .envs(envs.iter().copied())
-        .output()
-        .expect("run deltaship");
+    let out = Command::new(env!("CARGO_BIN_EXE_deltaship")).args(args).arg("--config").arg(&path).envs(envs.iter().copied()).output().expect("run deltaship");
     (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -96,13 +90,7 @@ impl Bridge {
                 lines.lock().unwrap().push(line);
             }
         });
-        Bridge {
-            child,
-            http: format!("127.0.0.1:{port}"),
-            config,
-            stdout,
-            log,
-        }
+        Bridge { child, http: format!("127.0.0.1:{port}"), config, stdout, log }
     }
 
     /// The process id of the running bridge (for /proc/<pid>/status).

@@ -9,9 +9,9 @@ use deltaship::config;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Client;
 use kube::api::{Api, DynamicObject, GroupVersionKind, PostParams};
 use kube::discovery::Scope;
-use kube::Client;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -45,10 +45,7 @@ pub fn template(release: &str, namespace: &str, extra: &[&str]) -> std::process:
 
 /// The documents of a multi-document YAML stream, empty ones left out.
 pub fn docs(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml)
-        .map(|d| Value::deserialize(d).expect("rendered YAML parses"))
-        .filter(|v| !v.is_null())
-        .collect()
+    serde_yaml::Deserializer::from_str(yaml).map(|d| Value::deserialize(d).expect("rendered YAML parses")).filter(|v| !v.is_null()).collect()
 }
 
 pub fn render(release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> {
@@ -72,11 +69,7 @@ pub fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
 }
 
 pub fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not a list: {v}"))
-        .iter()
-        .map(|s| s.as_str().unwrap().to_owned())
-        .collect()
+    v.as_array().unwrap_or_else(|| panic!("not a list: {v}")).iter().map(|s| s.as_str().unwrap().to_owned()).collect()
 }
 
 pub fn name_of(doc: &Value) -> String {
@@ -121,13 +114,8 @@ pub async fn api_for(client: &Client, doc: &Value) -> Option<Api<DynamicObject>>
 /// or duplicate field (a typo in a template) is an error. kube's `Api::create` leaves
 /// fieldValidation to the server's default, which only warns, hence the request by hand.
 async fn dry_run_create(client: &Client, api: &Api<DynamicObject>, doc: &Value) -> kube::Result<DynamicObject> {
-    let dry_run = PostParams {
-        dry_run: true,
-        field_manager: None,
-    };
-    let mut req = kube::core::Request::new(api.resource_url())
-        .create(&dry_run, serde_json::to_vec(doc).unwrap())
-        .unwrap();
+    let dry_run = PostParams { dry_run: true, field_manager: None };
+    let mut req = kube::core::Request::new(api.resource_url()).create(&dry_run, serde_json::to_vec(doc).unwrap()).unwrap();
     let uri = format!("{}&fieldValidation=Strict", req.uri());
     assert!(uri.contains("dryRun=All&"), "{uri}");
     *req.uri_mut() = uri.parse().unwrap();
@@ -143,9 +131,7 @@ pub async fn dry_run_all(client: &Client, docs: &[Value], what: &str) -> Vec<Str
             skipped.push(doc["kind"].as_str().unwrap().to_owned());
             continue;
         };
-        let created = dry_run_create(client, &api, doc)
-            .await
-            .unwrap_or_else(|e| panic!("the API server rejects {} ({what}): {e}", name_of(doc)));
+        let created = dry_run_create(client, &api, doc).await.unwrap_or_else(|e| panic!("the API server rejects {} ({what}): {e}", name_of(doc)));
         assert_eq!(created.metadata.name.as_deref(), doc["metadata"]["name"].as_str());
         // Dry run: nothing was stored.
         assert!(api.get_opt(doc["metadata"]["name"].as_str().unwrap()).await.unwrap().is_none(), "{} exists", name_of(doc));
@@ -169,13 +155,7 @@ pub async fn service_account_kubeconfig(client: &Client, namespace: &str, name: 
         .create_token_request(
             name,
             &PostParams::default(),
-            &TokenRequest {
-                spec: TokenRequestSpec {
-                    expiration_seconds: Some(600),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
+            &TokenRequest { spec: TokenRequestSpec { expiration_seconds: Some(600), ..Default::default() }, ..Default::default() },
         )
         .await
         .expect("a token for the chart's ServiceAccount")
@@ -191,9 +171,7 @@ pub async fn service_account_kubeconfig(client: &Client, namespace: &str, name: 
     let path = scratch_dir().join("sa.kubeconfig");
     std::fs::write(&path, serde_yaml::to_string(&kubeconfig).unwrap()).unwrap();
     let sa_client = Client::try_from(
-        kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&path).unwrap(), &kube::config::KubeConfigOptions::default())
-            .await
-            .unwrap(),
+        kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&path).unwrap(), &kube::config::KubeConfigOptions::default()).await.unwrap(),
     )
     .unwrap();
     (path, sa_client)

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::kube::until_done;
@@ -162,8 +162,17 @@ impl Churn {
 #[derive(Debug, Clone)]
 pub enum Item {
     /// `seq` is None for objects not written by the churn (kube-root-ca.crt).
-    Object { key: String, seq: Option<u64>, id: String, digest: u64, synced: bool },
-    Started { reason: String, sync_id: String },
+    Object {
+        key: String,
+        seq: Option<u64>,
+        id: String,
+        digest: u64,
+        synced: bool,
+    },
+    Started {
+        reason: String,
+        sync_id: String,
+    },
     Completed,
 }
 
@@ -336,7 +345,15 @@ impl Audit {
     pub fn print(&self, test: &str, writes: usize, faults: &str, peak_rss_mib: f64, extra: &str) {
         eprintln!(
             "FAULT-FIGURES test={test} writes={writes} events={} faults=\"{faults}\" lost={} reordered={} duplicates={} inexact_duplicates={} skipped_by_sync={} relists={} initial_syncs={} reordered_across_runs={} peak_rss_mib={peak_rss_mib:.1}{extra}",
-            self.events, self.lost, self.reordered, self.duplicates, self.inexact_duplicates, self.skipped_by_sync, self.relists, self.initial_syncs, self.reordered_across_runs
+            self.events,
+            self.lost,
+            self.reordered,
+            self.duplicates,
+            self.inexact_duplicates,
+            self.skipped_by_sync,
+            self.relists,
+            self.initial_syncs,
+            self.reordered_across_runs
         );
     }
 
@@ -398,4 +415,3 @@ pub fn metric(text: &str, name: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .fold(0.0, |sum, v| sum + v) // not sum(): an empty f64 sum is -0
 }
-

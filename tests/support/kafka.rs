@@ -72,11 +72,7 @@ pub fn read_until(brokers: &str, topic: &str, timeout: Duration, done: impl Fn(&
                 key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
                 headers: m
                     .headers()
-                    .map(|h| {
-                        h.iter()
-                            .map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()))
-                            .collect()
-                    })
+                    .map(|h| h.iter().map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())).collect())
                     .unwrap_or_default(),
                 value: m.payload().map(<[u8]>::to_vec),
             }),

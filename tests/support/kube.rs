@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DeleteParams, PostParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 pub async fn client() -> Client {
@@ -17,10 +17,7 @@ pub async fn client() -> Client {
 pub async fn namespace(client: &Client, prefix: &str) -> String {
     let name = super::unique(prefix);
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("create the test namespace");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create the test namespace");
     name
 }
 

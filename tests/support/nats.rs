@@ -65,17 +65,9 @@ pub async fn read_until(js: &jetstream::Context, name: &str, timeout: Duration, 
             let first = msgs.last().map(|m| m.sequence + 1).unwrap_or(info.state.first_sequence.max(1));
             for seq in first..=info.state.last_sequence {
                 let m = stream.get_raw_message(seq).await.expect("read a stored message");
-                let headers = m
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.to_string().to_ascii_lowercase(), percent_decode(v.first().map(|v| v.as_str()).unwrap_or(""))))
-                    .collect();
-                msgs.push(Msg {
-                    sequence: m.sequence,
-                    subject: m.subject.to_string(),
-                    headers,
-                    payload: m.payload.to_vec(),
-                });
+                let headers =
+                    m.headers.iter().map(|(k, v)| (k.to_string().to_ascii_lowercase(), percent_decode(v.first().map(|v| v.as_str()).unwrap_or("")))).collect();
+                msgs.push(Msg { sequence: m.sequence, subject: m.subject.to_string(), headers, payload: m.payload.to_vec() });
             }
         }
         if done(&msgs) {

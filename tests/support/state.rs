@@ -67,5 +67,7 @@ pub fn differences(api: &BTreeMap<String, String>, rebuilt: &BTreeMap<String, St
     let missing: Vec<&String> = api.keys().filter(|k| !rebuilt.contains_key(*k)).collect();
     let extra: Vec<&String> = rebuilt.keys().filter(|k| !api.contains_key(*k)).collect();
     let stale: Vec<_> = api.iter().filter_map(|(k, v)| rebuilt.get(k).filter(|r| *r != v).map(|r| (k, v, r))).collect();
-    format!("missing from the rebuilt state: {missing:?}\nextra in the rebuilt state: {extra:?}\ndiffering resourceVersions (key, api, rebuilt): {stale:#?}\nrebuild summary: {summary}")
+    format!(
+        "missing from the rebuilt state: {missing:?}\nextra in the rebuilt state: {extra:?}\ndiffering resourceVersions (key, api, rebuilt): {stale:#?}\nrebuild summary: {summary}"
+    )
 }

@@ -20,11 +20,7 @@ pub async fn create_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), S
     let admin: AdminClient<QuietContext> = config.create_with_context(QuietContext::default()).map_err(|e| client_refused("admin client", &config, e))?;
     let new: Vec<NewTopic> = topics
         .iter()
-        .map(|t| {
-            tc.config
-                .iter()
-                .fold(NewTopic::new(t, tc.partitions, TopicReplication::Fixed(tc.replication_factor)), |n, (k, v)| n.set(k, v))
-        })
+        .map(|t| tc.config.iter().fold(NewTopic::new(t, tc.partitions, TopicReplication::Fixed(tc.replication_factor)), |n, (k, v)| n.set(k, v)))
         .collect();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = admin.create_topics(&new, &opts).await.map_err(|e| explain(admin.inner().context(), e))?;
@@ -39,10 +35,7 @@ pub async fn create_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), S
 
 /// A blocking metadata call's task that failed.
 fn metadata_task_failed(e: tokio::task::JoinError) -> SendError {
-    SendError::Retryable {
-        kind: ErrorKind::Metadata,
-        source: Failure::Blocking(e),
-    }
+    SendError::Retryable { kind: ErrorKind::Metadata, source: Failure::Blocking(e) }
 }
 
 impl KafkaSink {
@@ -62,10 +55,7 @@ impl KafkaSink {
         .map_err(|e| explain(self.context(), e))?;
         match md {
             Some(p) if !p.is_empty() => Ok(p),
-            _ => Err(SendError::Retryable {
-                kind: ErrorKind::Metadata,
-                source: Failure::NoPartitions,
-            }),
+            _ => Err(SendError::Retryable { kind: ErrorKind::Metadata, source: Failure::NoPartitions }),
         }
     }
 
@@ -86,19 +76,12 @@ impl KafkaSink {
     pub async fn topic_partitions(&self, topics: Vec<String>) -> Result<Vec<(String, Option<usize>)>, SinkError> {
         let (producer, context) = (self.producer(), self.context().clone());
         let found = tokio::task::spawn_blocking(move || {
-            let md = producer
-                .client()
-                .fetch_metadata(None, Timeout::After(Duration::from_secs(10)))
-                .map_err(|e| explain(&context, e))?;
+            let md = producer.client().fetch_metadata(None, Timeout::After(Duration::from_secs(10))).map_err(|e| explain(&context, e))?;
             Ok::<_, SendError>(
                 topics
                     .into_iter()
                     .map(|t| {
-                        let n = md
-                            .topics()
-                            .iter()
-                            .find(|m| m.name() == t && m.error().is_none())
-                            .map(|m| m.partitions().len());
+                        let n = md.topics().iter().find(|m| m.name() == t && m.error().is_none()).map(|m| m.partitions().len());
                         (t, n)
                     })
                     .collect(),

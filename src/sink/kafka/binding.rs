@@ -13,17 +13,11 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, OwnedHeaders) {
         ContentMode::Binary => (
             env.data.clone(),
             data_content_type(&env.event),
-            binary_attributes(&env.event)
-                .filter(|(name, _)| *name != "datacontenttype")
-                .map(|(name, value)| (format!("ce_{name}"), value))
-                .collect(),
+            binary_attributes(&env.event).filter(|(name, _)| *name != "datacontenttype").map(|(name, value)| (format!("ce_{name}"), value)).collect(),
         ),
         ContentMode::Structured => (structured_bytes(&env.event, &env.data).into(), STRUCTURED_CONTENT_TYPE, Vec::new()),
     };
-    let mut headers = OwnedHeaders::new_with_capacity(attrs.len() + 1).insert(Header {
-        key: "content-type",
-        value: Some(content_type),
-    });
+    let mut headers = OwnedHeaders::new_with_capacity(attrs.len() + 1).insert(Header { key: "content-type", value: Some(content_type) });
     for (k, v) in &attrs {
         headers = headers.insert(Header { key: k, value: Some(v) });
     }

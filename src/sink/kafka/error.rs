@@ -43,18 +43,9 @@ pub(super) fn classify(e: KafkaError) -> SendError {
 pub(super) fn explain(ctx: &QuietContext, e: KafkaError) -> SendError {
     match (classify(e), ctx.recent_cause(RECENT_CAUSE)) {
         (SendError::Retryable { kind, source: Failure::Kafka(source) }, Some(Cause { kind: cause_kind, text: cause, .. })) => match cause_kind {
-            ErrorKind::Authentication => SendError::Retryable {
-                kind: cause_kind,
-                source: Failure::KafkaCredentialsRefused { source, cause },
-            },
-            ErrorKind::Tls => SendError::Retryable {
-                kind: cause_kind,
-                source: Failure::KafkaTlsFailed { source, cause },
-            },
-            _ => SendError::Retryable {
-                kind,
-                source: Failure::KafkaUnreachable { source, cause },
-            },
+            ErrorKind::Authentication => SendError::Retryable { kind: cause_kind, source: Failure::KafkaCredentialsRefused { source, cause } },
+            ErrorKind::Tls => SendError::Retryable { kind: cause_kind, source: Failure::KafkaTlsFailed { source, cause } },
+            _ => SendError::Retryable { kind, source: Failure::KafkaUnreachable { source, cause } },
         },
         (other, _) => other,
     }
@@ -63,10 +54,7 @@ pub(super) fn explain(ctx: &QuietContext, e: KafkaError) -> SendError {
 /// The error of a client that cannot be created with `config`, with the values of secret
 /// options masked: librdkafka echoes the value of an option it refuses.
 pub(super) fn client_refused(client: &'static str, config: &ClientConfig, e: KafkaError) -> SinkError {
-    SinkError::KafkaClient {
-        client,
-        masked: mask_secrets_in(&e.to_string(), config.config_map()),
-    }
+    SinkError::KafkaClient { client, masked: mask_secrets_in(&e.to_string(), config.config_map()) }
 }
 
 #[cfg(test)]
@@ -105,7 +93,10 @@ mod tests {
         let e = explain(&ctx, timeout());
         assert!(matches!(e, SendError::Retryable { kind: ErrorKind::Authentication, .. }), "{e:?}");
         assert!(e.to_string().contains("SASL authentication error"), "{e}");
-        ctx.error(KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure), "ssl://h:1/bootstrap: Receive failed: SSL routines::sslv3 alert bad certificate");
+        ctx.error(
+            KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure),
+            "ssl://h:1/bootstrap: Receive failed: SSL routines::sslv3 alert bad certificate",
+        );
         let e = explain(&ctx, timeout());
         assert!(matches!(e, SendError::Retryable { kind: ErrorKind::Tls, .. }) && e.to_string().contains("TLS failed"), "{e}");
         ctx.error(KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure), "h:1/bootstrap: Connect to ipv4#h:1 failed: Connection refused");

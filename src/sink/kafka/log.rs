@@ -97,11 +97,8 @@ impl ClientContext for QuietContext {
         let failure = failure_kind(code, reason);
         // "1/1 brokers are down" follows every failed attempt and would hide its cause.
         if code != Some(RDKafkaErrorCode::AllBrokersDown) {
-            *self.state.last_cause.lock().unwrap_or_else(|p| p.into_inner()) = Some(Cause {
-                kind: failure.unwrap_or(ErrorKind::Broker),
-                text: reason.to_string(),
-                at: Instant::now(),
-            });
+            *self.state.last_cause.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(Cause { kind: failure.unwrap_or(ErrorKind::Broker), text: reason.to_string(), at: Instant::now() });
         }
         let key = failure.map_or_else(|| format!("{code:?}"), |kind| kind.as_str().to_string());
         let mut warned = self.state.last_warned.lock().unwrap_or_else(|p| p.into_inner());

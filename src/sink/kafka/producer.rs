@@ -13,9 +13,9 @@ use super::binding::encode;
 use super::error::{classify, client_refused};
 use super::log::QuietContext;
 use super::recover::{Progress, STATISTICS_INTERVAL_MS, Tracked};
-use crate::model::ChangeType;
 use crate::config::{ClientRole, ContentMode, KafkaConfig};
 use crate::event::{Envelope, EnvelopeKind};
+use crate::model::ChangeType;
 use crate::sink::{ErrorKind, Failure, SendError, SinkError};
 
 #[derive(Clone)]
@@ -42,12 +42,7 @@ impl KafkaSink {
         let context = QuietContext::default();
         let producer = create_producer(&config, &context)?;
         Ok(KafkaSink {
-            shared: Arc::new(Shared {
-                config,
-                context,
-                producer: RwLock::new(producer),
-                progress: Arc::default(),
-            }),
+            shared: Arc::new(Shared { config, context, producer: RwLock::new(producer), progress: Arc::default() }),
             content_mode: cfg.content_mode,
             tombstones: cfg.tombstones,
         })
@@ -136,10 +131,7 @@ impl KafkaSink {
         let producer = self.producer();
         tokio::task::spawn_blocking(move || producer.flush(Timeout::After(timeout)))
             .await
-            .map_err(|e| SendError::Retryable {
-                kind: ErrorKind::Flush,
-                source: Failure::Blocking(e),
-            })?
+            .map_err(|e| SendError::Retryable { kind: ErrorKind::Flush, source: Failure::Blocking(e) })?
             .map_err(|e| classify(e).into())
     }
 }
@@ -156,10 +148,7 @@ async fn await_delivery(d: Tracked<DeliveryFuture>) -> Result<(), SendError> {
     match d.delivery.await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err((e, _))) => Err(classify(e)),
-        Err(e) => Err(SendError::Retryable {
-            kind: ErrorKind::Canceled,
-            source: Failure::DeliveryDropped(e),
-        }),
+        Err(e) => Err(SendError::Retryable { kind: ErrorKind::Canceled, source: Failure::DeliveryDropped(e) }),
     }
 }
 

@@ -53,11 +53,7 @@ pub struct Progress {
 
 impl Default for Progress {
     fn default() -> Self {
-        Progress {
-            origin: Instant::now(),
-            waiting: AtomicUsize::new(0),
-            last_report_ms: AtomicU64::new(0),
-        }
+        Progress { origin: Instant::now(), waiting: AtomicUsize::new(0), last_report_ms: AtomicU64::new(0) }
     }
 }
 
@@ -82,10 +78,7 @@ impl Progress {
         if self.waiting.fetch_add(1, Ordering::AcqRel) == 0 {
             self.last_report_ms.store(self.now_ms(), Ordering::Release);
         }
-        Tracked {
-            delivery,
-            _report: Report(self.clone()),
-        }
+        Tracked { delivery, _report: Report(self.clone()) }
     }
 }
 
@@ -116,10 +109,7 @@ pub struct KnownBrokers {
 
 impl Default for KnownBrokers {
     fn default() -> Self {
-        KnownBrokers {
-            origin: Instant::now(),
-            none_since_ms: AtomicU64::new(u64::MAX),
-        }
+        KnownBrokers { origin: Instant::now(), none_since_ms: AtomicU64::new(u64::MAX) }
     }
 }
 
