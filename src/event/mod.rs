@@ -73,10 +73,11 @@ impl EnvelopeKind {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot build the CloudEvent of {key}: {reason}")]
+#[error("cannot build the CloudEvent of {key}: {source}")]
 pub struct BuildError {
     pub key: String,
-    pub reason: String,
+    #[source]
+    pub source: cloudevents::event::EventBuilderError,
 }
 
 /// Builds the envelope of a change of the watch `scope` observed at `now`, shaped and
@@ -125,7 +126,7 @@ fn object_event(cluster: &str, scope: &Scope, output: &Output, c: ObjectChange, 
     if let Some(s) = &c.sync_id {
         b = b.extension("syncid", s.as_ref());
     }
-    let mut event = b.build().map_err(|e| BuildError { key, reason: e.to_string() })?;
+    let mut event = b.build().map_err(|source| BuildError { key, source })?;
     event.set_datacontenttype(Some(content_type));
     Ok(Envelope { event, data, destination, key: partition_key, kind, resource: resource.into(), completes_initial_sync: false })
 }
@@ -216,7 +217,7 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
         .extension("syncid", m.sync_id.as_ref())
         .extension("partitionkey", key.as_str())
         .build()
-        .map_err(|e| BuildError { key: key.clone(), reason: e.to_string() })?;
+        .map_err(|source| BuildError { key: key.clone(), source })?;
     event.set_datacontenttype(Some(JSON));
     Ok(Envelope {
         event,

@@ -145,18 +145,20 @@ mod tests {
     use crate::model::fixtures::{configmap, configmaps};
     use crate::telemetry::Health;
 
-    /// The scopes of ConfigMaps as `run` plans them from `routes` (TOML route tables).
-    fn scope(extra: &str) -> Arc<Scope> {
-        let dir = std::env::temp_dir().join(format!("deltaship-worker-{}-{:?}", std::process::id(), std::thread::current().id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("config.toml");
-        std::fs::write(&file, format!("cluster = \"c\"\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n{extra}\n")).unwrap();
-        let config = crate::config::load(&file).unwrap();
-        let mut scopes = crate::plan::scopes(&config, &[configmaps()], "https://api").unwrap();
-        scopes.remove(0)
+    /// The scope of ConfigMaps as `run` plans it from `config` (the resource added).
+    fn scope(mut config: serde_json::Value) -> Arc<Scope> {
+        config["resources"] = json!([{"version": "v1", "kind": "ConfigMap", "resync_secs": config["resync_secs"].take()}]);
+        config.as_object_mut().unwrap().remove("resync_secs");
+        let config = serde_json::from_value(config).unwrap();
+        crate::plan::scopes(&config, &[configmaps()], "https://api").unwrap().remove(0)
     }
 
-    const TWO_ROUTES: &str = "[[routes]]\nname = \"all\"\nsink = { type = \"stdout\" }\n[[routes]]\nname = \"updates\"\nsink = { type = \"stdout\" }\nfilter = { types = [\"updated\"] }\n";
+    fn two_routes() -> serde_json::Value {
+        json!({"routes": [
+            {"name": "all", "sink": {"type": "stdout"}},
+            {"name": "updates", "sink": {"type": "stdout"}, "filter": {"types": ["updated"]}},
+        ]})
+    }
 
     /// A worker for `scope` with one queue per route; the receivers, by route.
     fn worker(scope: Arc<Scope>, routes: usize) -> (Worker, Vec<mpsc::Receiver<Envelope>>) {
@@ -183,7 +185,7 @@ mod tests {
 
     #[tokio::test]
     async fn each_route_gets_the_watch_in_order_through_its_own_filter() {
-        let (w, mut rx) = worker(scope(TWO_ROUTES), 2);
+        let (w, mut rx) = worker(scope(two_routes()), 2);
         let observed = stream::iter([
             Observed::Init,
             Observed::InitApply(cm("a", "1", "x")),
@@ -203,7 +205,7 @@ mod tests {
 
     #[tokio::test]
     async fn watch_errors_are_counted_and_the_watch_goes_on() {
-        let (w, mut rx) = worker(scope(TWO_ROUTES), 2);
+        let (w, mut rx) = worker(scope(two_routes()), 2);
         let observed =
             stream::iter([Err(watcher::Error::NoResourceVersion), Ok(Observed::Init), Ok(Observed::InitApply(cm("a", "1", "x"))), Ok(Observed::InitDone)]);
         w.run(observed, CancellationToken::new()).await;
@@ -212,7 +214,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn resyncs_ship_the_index_between_observations_on_the_period() {
-        let (w, rx) = worker(scope("resync_secs = 60\n[sink]\ntype = \"stdout\"\n"), 1);
+        let (w, rx) = worker(scope(json!({"resync_secs": 60, "sink": {"type": "stdout"}})), 1);
         let mut rx = rx.into_iter().next().unwrap();
         let observed = stream::iter([Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone]).map(Ok).chain(stream::pending());
         let stop = CancellationToken::new();
@@ -234,7 +236,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_closed_queue_ends_the_worker() {
-        let (w, rx) = worker(scope(TWO_ROUTES), 2);
+        let (w, rx) = worker(scope(two_routes()), 2);
         drop(rx);
         let observed = stream::iter([Observed::Init, Observed::InitDone]).map(Ok).chain(stream::pending());
         tokio::time::timeout(Duration::from_secs(5), w.run(observed, CancellationToken::new())).await.expect("ends without waiting for more observations");

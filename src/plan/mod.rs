@@ -124,3 +124,90 @@ pub fn topics(scopes: &[Arc<Scope>], route: usize) -> Vec<String> {
 pub fn watches_of(scopes: &[Arc<Scope>], route: usize) -> usize {
     scopes.iter().filter(|s| s.outputs.iter().any(|o| o.route == route)).count()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::config::PayloadMode;
+    use crate::model::SyncMode;
+    use crate::model::fixtures::{configmaps, deployments};
+
+    fn config(v: Value) -> Config {
+        serde_json::from_value(v).unwrap()
+    }
+
+    const KAFKA: &str = "127.0.0.1:9092";
+
+    #[test]
+    fn each_listed_namespace_is_a_watch_with_the_resources_settings() {
+        let c = config(json!({
+            "kubernetes": {"resync_secs": 600},
+            "resources": [
+                {"version": "v1", "kind": "ConfigMap", "namespaces": ["a", "b"], "relist": "full", "label_selector": "app=x"},
+                {"group": "apps", "version": "v1", "kind": "Deployment", "resync_secs": 0},
+            ],
+            "sink": {"type": "kafka", "brokers": KAFKA},
+        }));
+        let scopes = scopes(&c, &[configmaps(), deployments()], "https://api").unwrap();
+        let got: Vec<_> = scopes.iter().map(|s| (s.describe(), s.relist, s.resync, s.label_selector.clone())).collect();
+        let ten_minutes = Some(Duration::from_secs(600));
+        assert_eq!(
+            got,
+            [
+                ("configmaps in a".to_string(), SyncMode::Full, ten_minutes, Some("app=x".to_string())),
+                ("configmaps in b".to_string(), SyncMode::Full, ten_minutes, Some("app=x".to_string())),
+                ("deployments.apps".to_string(), SyncMode::Diff, None, None),
+            ],
+            "a resource's resync_secs = 0 turns the default off for it"
+        );
+        assert_eq!(topics(&scopes, 0), ["deltaship.local.apps.deployments", "deltaship.local.core.configmaps"]);
+        assert_eq!(watches_of(&scopes, 0), 3);
+    }
+
+    #[test]
+    fn routes_pick_their_resources_and_override_the_shape() {
+        let c = config(json!({
+            "resources": [
+                {"version": "v1", "kind": "ConfigMap", "payload": "patch"},
+                {"group": "apps", "version": "v1", "kind": "Deployment"},
+            ],
+            "routes": [
+                {"name": "audit", "sink": {"type": "kafka", "brokers": KAFKA, "topic_template": "audit.{group}.{plural}"}},
+                {"name": "functions", "resources": ["apps/Deployment"], "payload": "reference", "format": "knative", "sink": {"type": "stdout"}},
+            ],
+        }));
+        let scopes = scopes(&c, &[configmaps(), deployments()], "https://api").unwrap();
+        let routes = |i: usize| scopes[i].outputs.iter().map(|o| (o.route_name.to_string(), o.payload, o.knative_source.clone())).collect::<Vec<_>>();
+        assert_eq!(routes(0), [("audit".into(), PayloadMode::Patch, None)], "ConfigMaps: only the route that selects every resource");
+        assert_eq!(routes(1), [("audit".into(), PayloadMode::Object, None), ("functions".into(), PayloadMode::Reference, Some("https://api".into()))]);
+        assert!(scopes[0].keeps_content(), "patch payloads need the shipped content");
+        assert!(!scopes[1].keeps_content());
+        assert_eq!(topics(&scopes, 0), ["audit.apps.deployments", "audit.core.configmaps"]);
+        assert_eq!((watches_of(&scopes, 0), watches_of(&scopes, 1)), (2, 1));
+    }
+
+    #[test]
+    fn two_resources_in_one_topic_with_the_same_keys_are_refused() {
+        // Deployments' keys are unprefixed in their topic (its name names the resource);
+        // ConfigMaps sent there too would be told apart by their keys only on their side.
+        let c = config(json!({
+            "resources": [
+                {"group": "apps", "version": "v1", "kind": "Deployment", "topic": "t.{group}.{plural}"},
+                {"version": "v1", "kind": "ConfigMap", "topic": "t.apps.deployments"},
+            ],
+            "sink": {"type": "kafka", "brokers": KAFKA},
+        }));
+        let e = scopes(&c, &[deployments(), configmaps()], "https://api").unwrap_err().to_string();
+        assert!(e.starts_with("topic t.apps.deployments would hold both deployments.apps and configmaps with the same keys"), "{e}");
+        // One topic for every resource: keys get the resource as a prefix, so it is fine.
+        let c = config(json!({
+            "resources": [{"version": "v1", "kind": "ConfigMap"}, {"group": "apps", "version": "v1", "kind": "Deployment"}],
+            "sink": {"type": "kafka", "brokers": KAFKA, "topic_template": "all-{cluster}"},
+        }));
+        let scopes = scopes(&c, &[configmaps(), deployments()], "https://api").unwrap();
+        assert_eq!(topics(&scopes, 0), ["all-local"]);
+        assert_eq!(scopes[1].outputs[0].address.key_prefix, "deployments.apps/");
+    }
+}
