@@ -147,8 +147,7 @@ mod tests {
 
     /// The scope of ConfigMaps as `run` plans it from `config` (the resource added).
     fn scope(mut config: serde_json::Value) -> Arc<Scope> {
-        config["resources"] = json!([{"version": "v1", "kind": "ConfigMap", "resync_secs": config["resync_secs"].take()}]);
-        config.as_object_mut().unwrap().remove("resync_secs");
+        config["resources"] = json!([{"version": "v1", "kind": "ConfigMap"}]);
         let config = serde_json::from_value(config).unwrap();
         crate::plan::scopes(&config, &[configmaps()], "https://api").unwrap().remove(0)
     }
@@ -214,7 +213,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn resyncs_ship_the_index_between_observations_on_the_period() {
-        let (w, rx) = worker(scope(json!({"resync_secs": 60, "sink": {"type": "stdout"}})), 1);
+        let (w, rx) = worker(scope(json!({"kubernetes": {"resync_secs": 60}, "sink": {"type": "stdout"}})), 1);
         let mut rx = rx.into_iter().next().unwrap();
         let observed = stream::iter([Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone]).map(Ok).chain(stream::pending());
         let stop = CancellationToken::new();
