@@ -4,6 +4,7 @@
 pub mod address;
 pub mod change;
 pub mod check;
+pub mod checkpoint;
 pub mod config;
 pub mod event;
 pub mod leader;

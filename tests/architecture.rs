@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("event", 7),
     ("sink", 8),
     ("leader", 9),
+    ("checkpoint", 9),
     ("rebuild", 9),
     ("pipeline", 10),
     ("check", 11),

@@ -19,6 +19,10 @@ pub struct Classifier {
     keep_content: bool,
     sync: Option<SyncInProgress>,
     synced_once: bool,
+    /// Set while the index holds a checkpoint's state and nothing was observed yet: the
+    /// checkpoint's resourceVersion. The watch either continues from it
+    /// (`Observed::Resumed`) or lists, and the list is shipped as a diff against it.
+    resuming: Option<String>,
 }
 
 #[derive(Debug)]
@@ -35,7 +39,18 @@ impl Classifier {
     /// `resource` is the metric label; `relist_mode` applies to relists after the first
     /// sync; `keep_content` keeps shipped content in the index (resyncs, patch payloads).
     pub fn new(resource: String, fingerprinter: Fingerprinter, relist_mode: SyncMode, keep_content: bool) -> Self {
-        Classifier { resource, index: Index::default(), fingerprinter, relist_mode, keep_content, sync: None, synced_once: false }
+        Classifier { resource, index: Index::default(), fingerprinter, relist_mode, keep_content, sync: None, synced_once: false, resuming: None }
+    }
+
+    /// Starts from a checkpoint instead of an empty index: `entries` is what was
+    /// acknowledged, `resource_version` the watch position it was acknowledged at. The
+    /// first sync is then a `resume` diff instead of an `initial` full sync.
+    pub fn resume_from(&mut self, entries: impl IntoIterator<Item = (String, Entry)>, resource_version: String) {
+        for (key, entry) in entries {
+            self.index.insert(key, entry);
+        }
+        self.synced_once = true;
+        self.resuming = Some(resource_version);
     }
 
     /// A periodic resync: every indexed object as `synced`, from the index, between
@@ -56,6 +71,7 @@ impl Classifier {
                 payload: Payload::Object(Object { reference: reference_from_key(key, entry.clone()), value: (**content).clone(), json: None }),
                 sync_id: Some(sync.id.clone()),
                 previous: None,
+                fingerprint: entry.fingerprint,
             }));
         }
         let mut done = marker(&sync, MarkerPhase::Completed);
@@ -77,11 +93,31 @@ impl Classifier {
             Observed::InitDone => self.finish_sync(out),
             Observed::Apply(obj) => self.applied(obj, None, out),
             Observed::Delete(obj) => self.deleted(obj, out),
+            Observed::Resumed => self.resumed(out),
         }
     }
 
+    /// The watch continues from the checkpoint: a `resume` sync with nothing in it says
+    /// so; what changed since comes as live changes.
+    fn resumed(&mut self, out: &mut Vec<Change>) {
+        let Some(resource_version) = self.resuming.take() else { return };
+        let mut sync = SyncInProgress::new(SyncReason::Resume, SyncMode::Diff);
+        out.push(Change::Marker(marker(&sync, MarkerPhase::Started)));
+        sync.max_rv = Some((0, resource_version));
+        let mut done = marker(&sync, MarkerPhase::Completed);
+        done.counts = Some(SyncCounts::default());
+        out.push(Change::Marker(done));
+        metrics::counter!(m::SYNCS, "resource" => self.resource.clone(), "reason" => SyncReason::Resume.as_str()).increment(1);
+    }
+
     fn start_sync(&mut self, out: &mut Vec<Change>) {
-        let (reason, mode) = if self.synced_once { (SyncReason::Relist, self.relist_mode) } else { (SyncReason::Initial, SyncMode::Full) };
+        let (reason, mode) = if self.resuming.take().is_some() {
+            (SyncReason::Resume, SyncMode::Diff)
+        } else if self.synced_once {
+            (SyncReason::Relist, self.relist_mode)
+        } else {
+            (SyncReason::Initial, SyncMode::Full)
+        };
         let sync = SyncInProgress::new(reason, mode);
         out.push(Change::Marker(marker(&sync, MarkerPhase::Started)));
         if reason == SyncReason::Relist {
@@ -139,6 +175,7 @@ impl Classifier {
             && prev.uid == obj.reference.uid
             && prev.resource_version == obj.reference.resource_version
         {
+            self.keep_as_shipped(&key, obj);
             metrics::counter!(m::DEDUPE_SKIPS, "resource" => self.resource.clone(), "reason" => "resource_version").increment(1);
             return;
         }
@@ -154,11 +191,23 @@ impl Classifier {
                 // entry as shipped (consumers hold that version; patches and resyncs start
                 // from it).
                 metrics::counter!(m::DEDUPE_SKIPS, "resource" => self.resource.clone(), "reason" => "fingerprint").increment(1);
+                self.keep_as_shipped(&key, obj);
                 return;
             }
             Some(_) => ChangeType::Updated,
         };
         self.emit(key, obj, fingerprint, change, sync, out);
+    }
+
+    /// An entry loaded from a checkpoint has no content; where the index keeps content,
+    /// an unchanged object seen again supplies it (it is what consumers hold).
+    fn keep_as_shipped(&mut self, key: &str, obj: Object) {
+        if self.keep_content
+            && let Some(entry) = self.index.get_mut(key)
+            && entry.content.is_none()
+        {
+            entry.content = Some(Arc::new(obj.value));
+        }
     }
 
     /// When the indexed object under `key` has another uid than `current`, the old one was
@@ -186,24 +235,32 @@ impl Classifier {
             .insert(key, Entry { uid: obj.reference.uid.clone(), resource_version: obj.reference.resource_version.clone(), fingerprint, content })
             .and_then(|e| e.content)
             .filter(|_| change == ChangeType::Updated);
-        self.push_with(change, Payload::Object(obj), sync, previous, out);
+        self.push_with(change, Payload::Object(obj), sync, previous, fingerprint, out);
     }
 
     /// Appends an object change. `sync` is set when the change is part of the current
     /// sync: it is counted for the `completed` marker, and `synced` events carry its id
     /// (diff changes are ordinary changes and do not).
     fn push(&mut self, change: ChangeType, payload: Payload, sync: Option<Arc<str>>, out: &mut Vec<Change>) {
-        self.push_with(change, payload, sync, None, out);
+        self.push_with(change, payload, sync, None, 0, out);
     }
 
-    fn push_with(&mut self, change: ChangeType, payload: Payload, sync: Option<Arc<str>>, previous: Option<Arc<serde_json::Value>>, out: &mut Vec<Change>) {
+    fn push_with(
+        &mut self,
+        change: ChangeType,
+        payload: Payload,
+        sync: Option<Arc<str>>,
+        previous: Option<Arc<serde_json::Value>>,
+        fingerprint: u128,
+        out: &mut Vec<Change>,
+    ) {
         if let (Some(id), Some(current)) = (&sync, self.sync.as_mut())
             && *id == current.id
         {
             current.counts.count(change);
         }
         let sync_id = sync.filter(|_| change == ChangeType::Synced);
-        out.push(Change::Object(ObjectChange { change, payload, sync_id, previous }));
+        out.push(Change::Object(ObjectChange { change, payload, sync_id, previous, fingerprint }));
     }
 }
 

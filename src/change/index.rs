@@ -26,6 +26,10 @@ impl Index {
         self.entries.get(key)
     }
 
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut Entry> {
+        self.entries.get_mut(key)
+    }
+
     /// Inserts or replaces; returns the replaced entry.
     pub fn insert(&mut self, key: String, entry: Entry) -> Option<Entry> {
         self.entries.insert(key, entry)

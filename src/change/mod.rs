@@ -40,6 +40,8 @@ pub struct ObjectChange {
     pub sync_id: Option<Arc<str>>,
     /// On `updated` changes where the index keeps content: what was shipped before.
     pub previous: Option<Arc<serde_json::Value>>,
+    /// The fingerprint the index keeps for the object after this change (0 on deletes).
+    pub fingerprint: u128,
 }
 
 impl ObjectChange {

@@ -44,6 +44,9 @@ pub struct Config {
     /// Keyed digests of redacted values (Secret values, `hash` field rules).
     #[serde(default)]
     pub redaction: super::RedactionConfig,
+    /// Checkpoints of what each route acknowledged, to start from after a restart.
+    #[serde(default)]
+    pub resume: super::ResumeConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -212,6 +215,10 @@ pub struct ResourceConfig {
     /// `deltaship_filtered_events_total` and still tracked by the index.
     #[serde(default)]
     pub filter: FilterConfig,
+    /// Start this resource's watches from the routes' checkpoints (`resume.enabled`
+    /// on). False: every start is a full initial sync for it. Default: true.
+    #[serde(default = "default_true")]
+    pub resume: bool,
 }
 
 fn default_true() -> bool {

@@ -203,7 +203,7 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
     if let Some(counts) = &m.counts {
         data["counts"] = json!(counts);
     }
-    let completes_initial_sync = m.phase == MarkerPhase::Completed && m.reason == SyncReason::Initial;
+    let completes_initial_sync = m.phase == MarkerPhase::Completed && matches!(m.reason, SyncReason::Initial | SyncReason::Resume);
     let slot = MarkerSlot { namespace: scope.namespace.as_deref(), mode: m.mode, phase: m.phase };
     let key = output.address.marker_key(slot);
     let mut event = EventBuilderV10::new()
@@ -272,6 +272,7 @@ mod tests {
             payload: Payload::Object(configmap("a", "u1", "2", json!({"v": "new"}))),
             sync_id: None,
             previous: previous.map(Arc::new),
+            fingerprint: 0,
         })
     }
 

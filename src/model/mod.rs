@@ -26,6 +26,18 @@ pub enum Observed {
     Apply(Object),
     /// DELETED, with the object's final state.
     Delete(Object),
+    /// The watch continues from the resourceVersion of the checkpoint the index was
+    /// loaded from: nothing was missed, nothing is listed.
+    Resumed,
+}
+
+/// Where an event stands in its watch's order (`watch`: the watch's position in the plan,
+/// `seq`: the change's number within it), so that its acknowledgement moves that watch's
+/// checkpoint on the event's route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub watch: usize,
+    pub seq: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -55,6 +67,8 @@ pub enum SyncReason {
     Relist,
     /// A periodic resync, from the index.
     Resync,
+    /// A start from a checkpoint: only what changed since it was written.
+    Resume,
 }
 
 impl SyncReason {
@@ -63,6 +77,7 @@ impl SyncReason {
             SyncReason::Initial => "initial",
             SyncReason::Relist => "relist",
             SyncReason::Resync => "resync",
+            SyncReason::Resume => "resume",
         }
     }
 }

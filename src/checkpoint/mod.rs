@@ -1,0 +1,40 @@
+//! Resume: each route keeps a checkpoint of what its sink acknowledged (every object's
+//! uid, resourceVersion and fingerprint, and each watch's position), where its events go.
+//! A start loads it into the watch's index and continues the watch from that position,
+//! or lists and ships only the differences when the API server no longer has it.
+
+mod progress;
+mod record;
+mod store;
+
+use sha2::{Digest, Sha256};
+
+pub use progress::{Effect, Progress, Records, Start};
+pub use record::{Loaded, Saved, Unusable, WatchRecord, object_key, parse, route_prefix, watch_key, watch_prefix};
+pub use store::{Store, StoreError};
+
+use crate::plan::{Output, Scope};
+
+/// The digest of what decides the events of one watch on one route: the cluster, the
+/// resource and its watch scope, what is fingerprinted and redacted, and the route's
+/// filters, shape and destinations. A checkpoint written under another digest is not
+/// resumed from (its fingerprints or what its consumers hold may differ).
+pub fn digest(cluster: &str, scope: &Scope, output: &Output) -> String {
+    let described = format!(
+        "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+        record::FORMAT,
+        cluster,
+        scope.resource,
+        scope.namespace,
+        scope.label_selector,
+        scope.field_selector,
+        scope.ignore_fields,
+        scope.redaction,
+        output.payload,
+        output.filters,
+        output.knative_source,
+        output.address,
+    );
+    let hash = Sha256::digest(described.as_bytes());
+    hash[..12].iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,252 @@
+//! The records a checkpoint is written as: one per watch (its position and the digest of
+//! its configuration) and one per acknowledged object (uid, resourceVersion, fingerprint),
+//! under keys that are valid Kafka keys, NATS key-value keys and file lines alike.
+//!
+//! Keys: `<cluster>.<route>.<resource>.<namespace>.w` for a watch and
+//! `<cluster>.<route>.<resource>.<namespace>.o.<object key>` for its objects, every part
+//! encoded by `token` (`=` for all namespaces).
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The format of the records' values; a checkpoint of another format is not read.
+pub const FORMAT: u32 = 1;
+
+/// `value` as one key token: ASCII letters, digits, `-`, `_` and `/` are kept, every other
+/// byte becomes `=XX` (upper-case hex), so the token holds no `.` and only characters NATS
+/// key-value keys allow. The empty value is `=`.
+pub fn token(value: &str) -> String {
+    if value.is_empty() {
+        return "=".into();
+    }
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push('=');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+    out
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// The key prefix of everything `route` of `cluster` keeps.
+pub fn route_prefix(cluster: &str, route: &str) -> String {
+    format!("{}.{}", token(cluster), token(route))
+}
+
+/// The key prefix of one watch's records within its route's prefix.
+pub fn watch_prefix(route_prefix: &str, resource_label: &str, namespace: Option<&str>) -> String {
+    format!("{route_prefix}.{}.{}", token(resource_label), token(namespace.unwrap_or("")))
+}
+
+pub fn watch_key(watch_prefix: &str) -> String {
+    format!("{watch_prefix}.w")
+}
+
+pub fn object_key(watch_prefix: &str, object_key: &str) -> String {
+    format!("{watch_prefix}.o.{}", token(object_key))
+}
+
+/// A watch's record: where it stood and for which configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchRecord {
+    pub format: u32,
+    /// The digest of the watch's configuration on this route (`Scope` and `Output`): a
+    /// checkpoint written under another configuration is not resumed from.
+    pub digest: String,
+    /// The watch position everything recorded was acknowledged at; `None` until the first
+    /// sync was acknowledged whole.
+    pub resource_version: Option<String>,
+    /// How many object records belong to it (a check that none was lost).
+    pub objects: u64,
+}
+
+/// An object's record: what the consumers of the route hold of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Saved {
+    pub uid: String,
+    #[serde(rename = "rv")]
+    pub resource_version: String,
+    /// The fingerprint (`change::Fingerprinter`), 32 hex digits.
+    #[serde(rename = "fp", with = "hex128")]
+    pub fingerprint: u128,
+}
+
+mod hex128 {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(v: &u128, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{v:032x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u128, D::Error> {
+        let s = <&str>::deserialize(d)?;
+        u128::from_str_radix(s, 16).map_err(D::Error::custom)
+    }
+}
+
+/// One watch's checkpoint as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loaded {
+    pub watch: WatchRecord,
+    /// By object key (`namespace/name`).
+    pub objects: HashMap<String, Saved>,
+}
+
+/// Why a watch's checkpoint cannot be resumed from: the bounded `reason` label of
+/// `deltaship_resume_fallbacks_total` and what the log says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unusable {
+    /// No record of the watch (first start, or resume was off).
+    Missing,
+    /// A record that does not parse, of another format, or objects missing.
+    Corrupt,
+    /// Written under another configuration of the watch or route.
+    Foreign,
+    /// The first sync was never acknowledged whole.
+    Incomplete,
+    /// The checkpoint store could not be read.
+    Unreadable,
+    /// The route keeps no checkpoint (stdout without `resume.directory`).
+    NoStore,
+}
+
+impl Unusable {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unusable::Missing => "missing",
+            Unusable::Corrupt => "corrupt",
+            Unusable::Foreign => "foreign",
+            Unusable::Incomplete => "incomplete",
+            Unusable::Unreadable => "unreadable",
+            Unusable::NoStore => "no_store",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Unusable::Missing => "no checkpoint of this watch",
+            Unusable::Corrupt => "the checkpoint is corrupt (a record does not parse, or records are missing)",
+            Unusable::Foreign => "the checkpoint was written under another configuration of this watch or route",
+            Unusable::Incomplete => "the checkpoint was written before the first sync was acknowledged whole",
+            Unusable::Unreadable => "the checkpoint store could not be read",
+            Unusable::NoStore => "the route keeps no checkpoint",
+        }
+    }
+}
+
+/// The watches of one route's records (latest value per key), by watch prefix: their
+/// checkpoint, or why it is unusable. Object records of a watch without a watch record
+/// are reported under their prefix as `Corrupt`, so that they are cleared.
+pub fn parse(records: HashMap<String, Vec<u8>>) -> HashMap<String, Result<Loaded, (Unusable, Vec<String>)>> {
+    let mut watches: HashMap<String, (Option<Vec<u8>>, Vec<(String, String, Vec<u8>)>)> = HashMap::new();
+    for (key, value) in records {
+        if let Some(prefix) = key.strip_suffix(".w") {
+            watches.entry(prefix.to_string()).or_default().0 = Some(value);
+        } else if let Some((prefix, object)) = key.split_once(".o.") {
+            watches.entry(prefix.to_string()).or_default().1.push((key.clone(), object.to_string(), value));
+        }
+    }
+    watches
+        .into_iter()
+        .map(|(prefix, (watch, objects))| {
+            let keys: Vec<String> = objects.iter().map(|(k, _, _)| k.clone()).collect();
+            let loaded = read_watch(watch, objects).map_err(|why| (why, keys));
+            (prefix, loaded)
+        })
+        .collect()
+}
+
+fn read_watch(watch: Option<Vec<u8>>, objects: Vec<(String, String, Vec<u8>)>) -> Result<Loaded, Unusable> {
+    let watch: WatchRecord = serde_json::from_slice(&watch.ok_or(Unusable::Corrupt)?).map_err(|_| Unusable::Corrupt)?;
+    if watch.format != FORMAT || watch.objects != objects.len() as u64 {
+        return Err(Unusable::Corrupt);
+    }
+    let mut out = HashMap::with_capacity(objects.len());
+    for (_, token, value) in objects {
+        let key = untoken(&token).ok_or(Unusable::Corrupt)?;
+        out.insert(key, serde_json::from_slice(&value).map_err(|_| Unusable::Corrupt)?);
+    }
+    Ok(Loaded { watch, objects: out })
+}
+
+/// The value of a `token`.
+fn untoken(token: &str) -> Option<String> {
+    let bytes = token.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'=' {
+            out.push(u8::from_str_radix(token.get(i + 1..i + 3)?, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn saved(rv: &str) -> Saved {
+        Saved { uid: "u".into(), resource_version: rv.into(), fingerprint: 0xabc }
+    }
+
+    fn records(watch: &WatchRecord, objects: &[(&str, Saved)]) -> HashMap<String, Vec<u8>> {
+        let prefix = watch_prefix(&route_prefix("c", "r"), "configmaps", None);
+        let mut out: HashMap<_, _> = objects.iter().map(|(k, s)| (object_key(&prefix, k), serde_json::to_vec(s).unwrap())).collect();
+        out.insert(watch_key(&prefix), serde_json::to_vec(watch).unwrap());
+        out
+    }
+
+    #[test]
+    fn a_watch_and_its_objects_read_back() {
+        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2 };
+        let parsed = parse(records(&watch, &[("ns/a", saved("1")), ("system:admin", saved("2"))]));
+        let loaded = parsed.into_values().next().unwrap().unwrap();
+        assert_eq!(loaded.watch, watch);
+        assert_eq!(loaded.objects["system:admin"], saved("2"));
+        assert_eq!(serde_json::to_string(&saved("1")).unwrap(), r#"{"uid":"u","rv":"1","fp":"00000000000000000000000000000abc"}"#);
+    }
+
+    #[test]
+    fn lost_or_unparsable_records_make_the_checkpoint_corrupt() {
+        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2 };
+        let parsed = parse(records(&watch, &[("ns/a", saved("1"))]));
+        let (why, keys) = parsed.into_values().next().unwrap().unwrap_err();
+        assert_eq!((why, keys.len()), (Unusable::Corrupt, 1), "one object record lost");
+        let mut garbage = records(&watch, &[("ns/a", saved("1")), ("ns/b", saved("2"))]);
+        garbage.values_mut().for_each(|v| v.truncate(5));
+        assert_eq!(parse(garbage).into_values().next().unwrap().unwrap_err().0, Unusable::Corrupt);
+    }
+
+    #[test]
+    fn keys_are_valid_nats_key_value_keys() {
+        let prefix = watch_prefix(&route_prefix("prod.eu", "all routes"), "deployments.apps", Some("ns"));
+        let key = object_key(&prefix, "ns/system:controller:x.y");
+        assert!(key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_/=.".contains(&b)), "{key}");
+        assert_eq!(key, "prod=2Eeu.all=20routes.deployments=2Eapps.ns.o.ns/system=3Acontroller=3Ax=2Ey");
+    }
+
+    proptest! {
+        #[test]
+        fn tokens_round_trip_without_dots(s in ".{0,60}") {
+            let t = token(&s);
+            prop_assert!(!t.contains('.') && !t.is_empty());
+            if !s.is_empty() {
+                prop_assert_eq!(untoken(&t), Some(s));
+            }
+        }
+    }
+}

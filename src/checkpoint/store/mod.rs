@@ -1,0 +1,70 @@
+//! Where a route keeps its checkpoint: beside its events. Kafka routes in a compacted
+//! topic on the route's brokers, NATS routes in a JetStream key-value bucket, stdout routes
+//! in a file. Every store holds the latest value per key and is written in order.
+
+mod file;
+mod kafka;
+mod nats;
+
+use std::collections::HashMap;
+
+use super::progress::Records;
+use crate::config::{ResumeConfig, SinkConfig};
+
+pub use file::FileStore;
+pub use kafka::KafkaStore;
+pub use nats::NatsStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("checkpoint file {path}: {source}")]
+    File {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("checkpoint topic {topic}: {reason}")]
+    Kafka { topic: String, reason: String },
+    #[error("checkpoint bucket {bucket}: {reason}")]
+    Nats { bucket: String, reason: String },
+}
+
+pub enum Store {
+    Kafka(KafkaStore),
+    Nats(NatsStore),
+    File(FileStore),
+}
+
+impl Store {
+    /// The store of the route `route` whose sink is `sink`; `None` when that route keeps
+    /// no checkpoint (stdout without `resume.directory`).
+    pub async fn open(sink: &SinkConfig, resume: &ResumeConfig, route: &str) -> Result<Option<Store>, StoreError> {
+        Ok(Some(match sink {
+            SinkConfig::Kafka(k) => Store::Kafka(KafkaStore::open(k, &resume.kafka_topic).await?),
+            SinkConfig::Nats(n) => Store::Nats(NatsStore::open(n, &resume.nats_bucket).await?),
+            SinkConfig::Stdout {} => match &resume.directory {
+                Some(dir) => Store::File(FileStore::open(dir, route)?),
+                None => return Ok(None),
+            },
+        }))
+    }
+
+    /// The latest value of every key that starts with `prefix` followed by `.`.
+    pub async fn load(&self, prefix: &str) -> Result<HashMap<String, Vec<u8>>, StoreError> {
+        match self {
+            Store::Kafka(s) => s.load(prefix).await,
+            Store::Nats(s) => s.load(prefix).await,
+            Store::File(s) => s.load(prefix),
+        }
+    }
+
+    /// Writes `records` in order (a `None` value deletes its key) and returns once the
+    /// store holds all of them.
+    pub async fn write(&self, records: &Records) -> Result<(), StoreError> {
+        match self {
+            Store::Kafka(s) => s.write(records).await,
+            Store::Nats(s) => s.write(records).await,
+            Store::File(s) => s.write(records),
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! `resume`: where each route keeps its checkpoint, so that a restart ships only what
+//! changed while deltaship was down.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeConfig {
+    /// Keep a checkpoint of what each route's sink acknowledged and start from it: a
+    /// restart, rollout or leader handover ships only the changes made meanwhile. False:
+    /// every start is a full initial sync. Default: true.
+    #[serde(default = "default_enabled")]
+    pub enabled: bool,
+    /// How often acknowledged progress is written, in milliseconds (and once more on
+    /// shutdown). Default: 1000.
+    #[serde(default = "default_interval_ms")]
+    pub interval_ms: u64,
+    /// Kafka routes: the compacted topic of checkpoints, on the route's brokers (created
+    /// with one partition when missing). Default: `deltaship.checkpoints`.
+    #[serde(default = "default_kafka_topic")]
+    pub kafka_topic: String,
+    /// NATS routes: the JetStream key-value bucket of checkpoints (created when missing).
+    /// Default: `deltaship-checkpoints`.
+    #[serde(default = "default_nats_bucket")]
+    pub nats_bucket: String,
+    /// stdout routes: the directory of checkpoint files, one per route. Default: none
+    /// (stdout routes start with a full sync).
+    pub directory: Option<PathBuf>,
+}
+
+fn default_enabled() -> bool {
+    true
+}
+
+fn default_interval_ms() -> u64 {
+    1000
+}
+
+fn default_kafka_topic() -> String {
+    "deltaship.checkpoints".into()
+}
+
+fn default_nats_bucket() -> String {
+    "deltaship-checkpoints".into()
+}
+
+impl Default for ResumeConfig {
+    fn default() -> Self {
+        ResumeConfig {
+            enabled: default_enabled(),
+            interval_ms: default_interval_ms(),
+            kafka_topic: default_kafka_topic(),
+            nats_bucket: default_nats_bucket(),
+            directory: None,
+        }
+    }
+}
