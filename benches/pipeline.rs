@@ -78,7 +78,7 @@ impl Setup {
     fn updated(&mut self) -> Change {
         let mut obj = self.next_object();
         obj.json = Some(Fingerprinter::new(&self.kafka.ignore_fields).serialize(&obj.value).json);
-        Change::Object(ObjectChange { change: ChangeType::Updated, payload: Payload::Object(obj), sync_id: None, previous: None })
+        Change::Object(ObjectChange { change: ChangeType::Updated, payload: Payload::Object(obj), sync_id: None, previous: None, fingerprint: 0 })
     }
 
     fn envelope(&mut self, scope: &Scope) -> Envelope {

@@ -50,6 +50,7 @@ fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
         kind,
         resource: "configmaps".into(),
         completes_initial_sync: false,
+        position: None,
     }
 }
 

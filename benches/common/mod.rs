@@ -176,7 +176,15 @@ pub fn recording(kind: Kind, n: usize, objects: usize) -> Vec<Recorded> {
 /// worker over the recorded watch (decoded as the watch stage does, classified against the
 /// index, built into CloudEvents), its events put into `queue`.
 pub fn worker(cluster: &str, scope: Arc<Scope>, queue: mpsc::Sender<Envelope>) -> Worker {
-    Worker { cluster: cluster.into(), health: Health::single(1).watch(scope.describe()), scope, queues: vec![queue] }
+    Worker {
+        cluster: cluster.into(),
+        health: Health::single(1).watch(scope.describe()),
+        scope,
+        queues: vec![queue],
+        slot: 0,
+        progress: Vec::new(),
+        resume: None,
+    }
 }
 
 /// What the watch stage hands the worker for a recording.

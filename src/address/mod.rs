@@ -4,7 +4,7 @@ mod render;
 
 use std::sync::Arc;
 
-use crate::config::{Template, TemplateError};
+use crate::config::Template;
 use crate::model::subject::encode_token;
 use crate::model::{MarkerSlot, ObjectRef, ResourceType};
 
@@ -108,16 +108,6 @@ fn marker_key_base(resource: &ResourceType) -> String {
     format!("/deltaship/sync/{}", resource.label())
 }
 
-/// Kafka topic names: ASCII letters, digits, `.`, `_`, `-`, at most 249 characters.
-pub fn check_topic_name(name: &str) -> Result<(), TemplateError> {
-    let ok = !name.is_empty()
-        && name.len() <= 249
-        && name != "."
-        && name != ".."
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
-    if ok { Ok(()) } else { Err(TemplateError::TopicName { topic: name.into() }) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,11 +157,5 @@ mod tests {
         let ns = crate::model::ResourceType { namespaced: false, kind: "Namespace".into(), plural: "namespaces".into(), ..configmaps() };
         let r = Address::subject("prod", &ns, &t, &m);
         assert_eq!(&*r.object_destination(&object(None, "kube-system")), "deltaship.prod._.namespace._.kube-system");
-    }
-
-    #[test]
-    fn topic_names_kafka_refuses_are_explained() {
-        assert!(check_topic_name("a/b").unwrap_err().to_string().contains("`a/b` is not a valid Kafka topic name"));
-        assert!(check_topic_name("deltaship.c.core.configmaps").is_ok());
     }
 }

@@ -387,6 +387,65 @@ mod tests {
         assert!(out.iter().all(|c| matches!(c, Change::Object(o) if o.sync_id.is_none())));
     }
 
+    /// A classifier whose index holds what a checkpoint recorded of `a`, `b` and `gone`
+    /// (as a first run would have shipped them), at resourceVersion 7.
+    fn resumed() -> Classifier {
+        let mut first = classifier();
+        let shipped = run(
+            &mut first,
+            vec![
+                Observed::Init,
+                Observed::InitApply(cm("a", "1", "x")),
+                Observed::InitApply(cm("b", "2", "x")),
+                Observed::InitApply(cm("gone", "3", "x")),
+                Observed::InitDone,
+            ],
+        );
+        let entries = shipped.iter().filter_map(|c| match c {
+            Change::Object(o) => {
+                let r = o.payload.reference();
+                Some((r.key(), Entry { uid: r.uid.clone(), resource_version: r.resource_version.clone(), fingerprint: o.fingerprint, content: None }))
+            }
+            Change::Marker(_) => None,
+        });
+        let mut c = classifier();
+        c.resume_from(entries.collect::<Vec<_>>(), "7".into());
+        c
+    }
+
+    #[test]
+    fn a_continued_watch_ships_resume_markers_then_only_later_changes() {
+        let mut c = resumed();
+        let out = run(
+            &mut c,
+            vec![Observed::Resumed, Observed::Apply(cm("a", "1", "x")), Observed::Apply(cm("b", "8", "y")), Observed::Delete(cm("gone", "9", "x"))],
+        );
+        assert_eq!(summary(&out), ["started:Resume", "completed:Resume:0/0/0/0", "updated:ns/b@8", "deleted:ns/gone@9"]);
+        let Change::Marker(done) = &out[1] else { panic!("a marker") };
+        assert_eq!((done.mode, done.resource_version.as_str()), (SyncMode::Diff, "7"), "the checkpoint's position");
+        assert_eq!(run(&mut c, vec![Observed::Resumed]).len(), 0, "once");
+    }
+
+    #[test]
+    fn a_list_after_a_checkpoint_is_a_resume_diff() {
+        let mut c = resumed();
+        let mut same_content_new_version = cm("a", "11", "x");
+        same_content_new_version.value["status"] = json!({"ignored": true});
+        let out = run(
+            &mut c,
+            vec![
+                Observed::Init,
+                Observed::InitApply(same_content_new_version),
+                Observed::InitApply(cm("b", "12", "y")),
+                Observed::InitApply(cm("new", "13", "x")),
+                Observed::InitDone,
+            ],
+        );
+        assert_eq!(summary(&out), ["started:Resume", "updated:ns/b@12", "added:ns/new@13", "deleted:ns/gone@3", "completed:Resume:1/1/1/0"]);
+        let relist = run(&mut c, vec![Observed::Init, Observed::InitDone]);
+        assert_eq!(summary(&relist)[0], "started:Relist", "later lists are relists");
+    }
+
     #[test]
     fn relist_diffs_against_the_index_and_infers_deletes() {
         let mut c = classifier();

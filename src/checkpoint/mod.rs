@@ -6,14 +6,25 @@
 mod progress;
 mod record;
 mod store;
+mod writer;
 
 use sha2::{Digest, Sha256};
 
 pub use progress::{Effect, Progress, Records, Start};
-pub use record::{Loaded, Saved, Unusable, WatchRecord, object_key, parse, route_prefix, watch_key, watch_prefix};
+pub use record::{Loaded, Parsed, Refused, Saved, Unusable, WatchRecord, object_key, parse, route_prefix, watch_key, watch_prefix};
 pub use store::{Store, StoreError};
+pub use writer::Writer;
 
+use crate::change::Entry;
 use crate::plan::{Output, Scope};
+
+/// Where a watch starts from a checkpoint: the index to load and the watch position it
+/// was acknowledged at.
+#[derive(Debug, Clone, Default)]
+pub struct Resume {
+    pub entries: Vec<(String, Entry)>,
+    pub resource_version: String,
+}
 
 /// The digest of what decides the events of one watch on one route: the cluster, the
 /// resource and its watch scope, what is fingerprinted and redacted, and the route's

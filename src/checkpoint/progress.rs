@@ -17,11 +17,17 @@ use crate::model::{ChangeType, MarkerPhase, Position, SyncReason};
 pub enum Effect {
     /// An object's state as consumers now hold it (`None`: deleted), and the event's
     /// resourceVersion.
-    Object { key: String, saved: Option<Saved>, resource_version: String },
+    Object {
+        key: String,
+        saved: Option<Saved>,
+        resource_version: String,
+    },
     SyncStarted,
     /// A sync acknowledged whole: the watch stands at its resourceVersion (empty when
     /// unknown: an empty list).
-    SyncCompleted { resource_version: String },
+    SyncCompleted {
+        resource_version: String,
+    },
     /// Nothing to record (a periodic resync ships the index as it is).
     Nothing,
 }
@@ -42,7 +48,8 @@ impl Effect {
 
 fn object(o: &ObjectChange) -> Effect {
     let r = o.payload.reference();
-    let saved = (o.change != ChangeType::Deleted).then(|| Saved { uid: r.uid.clone(), resource_version: r.resource_version.clone(), fingerprint: o.fingerprint });
+    let saved =
+        (o.change != ChangeType::Deleted).then(|| Saved { uid: r.uid.clone(), resource_version: r.resource_version.clone(), fingerprint: o.fingerprint });
     Effect::Object { key: r.key(), saved, resource_version: r.resource_version.clone() }
 }
 
@@ -157,6 +164,13 @@ impl Progress {
         out
     }
 
+    /// Changes registered and not yet acknowledged, and records changed and not yet taken.
+    pub fn backlog(&self) -> (usize, usize) {
+        self.lock()
+            .values()
+            .fold((0, 0), |(events, records), w| (events + w.pending.len(), records + w.clear.len() + w.dirty.len() + usize::from(w.watch_dirty)))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Watch>> {
         // A panic while holding the lock leaves consistent data (every method completes
         // its change before it can panic); keep going with it.
@@ -208,7 +222,11 @@ mod tests {
     use super::*;
 
     fn upsert(key: &str, rv: &str) -> Effect {
-        Effect::Object { key: key.into(), saved: Some(Saved { uid: format!("uid-{key}"), resource_version: rv.into(), fingerprint: 1 }), resource_version: rv.into() }
+        Effect::Object {
+            key: key.into(),
+            saved: Some(Saved { uid: format!("uid-{key}"), resource_version: rv.into(), fingerprint: 1 }),
+            resource_version: rv.into(),
+        }
     }
 
     fn progress() -> Progress {

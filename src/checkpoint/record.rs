@@ -141,11 +141,25 @@ impl Unusable {
     }
 }
 
+/// A checkpoint that cannot be resumed from: why, and the keys of its records (to clear).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub why: Unusable,
+    pub keys: Vec<String>,
+}
+
+/// One route's checkpoints by watch prefix.
+pub type Parsed = HashMap<String, Result<Loaded, Refused>>;
+
+/// A watch's records as found: its watch record, and its objects' (record key, object key
+/// token, value).
+type Found = (Option<Vec<u8>>, Vec<(String, String, Vec<u8>)>);
+
 /// The watches of one route's records (latest value per key), by watch prefix: their
 /// checkpoint, or why it is unusable. Object records of a watch without a watch record
 /// are reported under their prefix as `Corrupt`, so that they are cleared.
-pub fn parse(records: HashMap<String, Vec<u8>>) -> HashMap<String, Result<Loaded, (Unusable, Vec<String>)>> {
-    let mut watches: HashMap<String, (Option<Vec<u8>>, Vec<(String, String, Vec<u8>)>)> = HashMap::new();
+pub fn parse(records: HashMap<String, Vec<u8>>) -> Parsed {
+    let mut watches: HashMap<String, Found> = HashMap::new();
     for (key, value) in records {
         if let Some(prefix) = key.strip_suffix(".w") {
             watches.entry(prefix.to_string()).or_default().0 = Some(value);
@@ -157,7 +171,7 @@ pub fn parse(records: HashMap<String, Vec<u8>>) -> HashMap<String, Result<Loaded
         .into_iter()
         .map(|(prefix, (watch, objects))| {
             let keys: Vec<String> = objects.iter().map(|(k, _, _)| k.clone()).collect();
-            let loaded = read_watch(watch, objects).map_err(|why| (why, keys));
+            let loaded = read_watch(watch, objects).map_err(|why| Refused { why, keys });
             (prefix, loaded)
         })
         .collect()
@@ -224,11 +238,11 @@ mod tests {
     fn lost_or_unparsable_records_make_the_checkpoint_corrupt() {
         let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2 };
         let parsed = parse(records(&watch, &[("ns/a", saved("1"))]));
-        let (why, keys) = parsed.into_values().next().unwrap().unwrap_err();
-        assert_eq!((why, keys.len()), (Unusable::Corrupt, 1), "one object record lost");
+        let refused = parsed.into_values().next().unwrap().unwrap_err();
+        assert_eq!((refused.why, refused.keys.len()), (Unusable::Corrupt, 1), "one object record lost");
         let mut garbage = records(&watch, &[("ns/a", saved("1")), ("ns/b", saved("2"))]);
         garbage.values_mut().for_each(|v| v.truncate(5));
-        assert_eq!(parse(garbage).into_values().next().unwrap().unwrap_err().0, Unusable::Corrupt);
+        assert_eq!(parse(garbage).into_values().next().unwrap().unwrap_err().why, Unusable::Corrupt);
     }
 
     #[test]

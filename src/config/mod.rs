@@ -26,7 +26,7 @@ pub use redact::{DigestKeyError, FieldPath, KEY_FIX, RedactAction, RedactField, 
 pub use resume::ResumeConfig;
 pub use route::*;
 pub use secret::{Secret, SecretFileError};
-pub use template::{Part, Template, TemplateError};
+pub use template::{Part, Template, TemplateError, check_topic_name};
 pub use validate::Problem;
 
 /// Environment variables with this prefix override file settings; `__` separates levels,

@@ -129,6 +129,16 @@ impl<'de> Deserialize<'de> for Template {
     }
 }
 
+/// Kafka topic names: ASCII letters, digits, `.`, `_`, `-`, at most 249 characters.
+pub fn check_topic_name(name: &str) -> Result<(), TemplateError> {
+    let ok = !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok { Ok(()) } else { Err(TemplateError::TopicName { topic: name.into() }) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +165,11 @@ mod tests {
         let e = serde_json::from_value::<Template>(serde_json::json!("a.{kind")).unwrap_err().to_string();
         assert!(e.contains("`a.{kind` has a `{` without a closing `}`; fix: use text and the placeholders"), "{e}");
         assert!(serde_json::from_value::<Template>(serde_json::json!(5)).is_err());
+    }
+
+    #[test]
+    fn topic_names_kafka_refuses_are_explained() {
+        assert!(check_topic_name("a/b").unwrap_err().to_string().contains("`a/b` is not a valid Kafka topic name"));
+        assert!(check_topic_name("deltaship.c.core.configmaps").is_ok());
     }
 }

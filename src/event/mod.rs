@@ -16,7 +16,7 @@ use crate::change::{Change, Marker, ObjectChange, Payload};
 
 use crate::config::PayloadMode;
 use crate::model::MarkerSlot;
-use crate::model::{ChangeType, MarkerPhase, ObjectRef, SyncReason};
+use crate::model::{ChangeType, MarkerPhase, ObjectRef, Position, SyncReason};
 use crate::plan::{Output, Scope};
 
 pub use id::event_id;
@@ -42,9 +42,12 @@ pub struct Envelope {
     pub kind: EnvelopeKind,
     /// The `resource` metric label.
     pub resource: Arc<str>,
-    /// True on the `sync.completed` marker of a watch's initial sync: once the sink has
-    /// it, that watch counts as synced for /readyz.
+    /// True on the `sync.completed` marker of a watch's first sync (initial, or resume):
+    /// once the sink has it, that watch counts as synced for /readyz.
     pub completes_initial_sync: bool,
+    /// Where the event stands in its watch's order, when its route keeps a checkpoint: its
+    /// acknowledgement moves the checkpoint.
+    pub position: Option<Position>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +131,7 @@ fn object_event(cluster: &str, scope: &Scope, output: &Output, c: ObjectChange, 
     }
     let mut event = b.build().map_err(|source| BuildError { key, source })?;
     event.set_datacontenttype(Some(content_type));
-    Ok(Envelope { event, data, destination, key: partition_key, kind, resource: resource.into(), completes_initial_sync: false })
+    Ok(Envelope { event, data, destination, key: partition_key, kind, resource: resource.into(), completes_initial_sync: false, position: None })
 }
 
 /// The same event as a reference (identity only), marked with the extension
@@ -227,6 +230,7 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
         kind,
         resource: resource.into(),
         completes_initial_sync,
+        position: None,
     })
 }
 

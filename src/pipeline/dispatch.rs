@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::meters::Meters;
 use super::retry::RetryPolicy;
+use crate::checkpoint::Progress;
 use crate::config::OversizePolicy;
 use crate::event::{self, Envelope, EnvelopeKind};
 use crate::sink::{ErrorKind, Failure, Publisher, SendError};
@@ -46,12 +47,20 @@ pub struct Dispatcher<P> {
     health: RouteHealth,
     /// The `route` metric label.
     route: String,
+    /// The route's checkpoint progress, moved by each acknowledgement.
+    progress: Option<Arc<Progress>>,
 }
 
 impl<P: Publisher> Dispatcher<P> {
     /// The dispatcher of one route: `health` is that route's.
     pub fn new(sink: P, max_in_flight: usize, oversize: OversizePolicy, retry: RetryPolicy, health: RouteHealth) -> Self {
-        Dispatcher { sink, max_in_flight, oversize, retry, route: health.name().to_string(), health }
+        Dispatcher { sink, max_in_flight, oversize, retry, route: health.name().to_string(), health, progress: None }
+    }
+
+    /// Moves `progress` with every event the sink acknowledges (or skips by policy).
+    pub fn with_progress(mut self, progress: Arc<Progress>) -> Self {
+        self.progress = Some(progress);
+        self
     }
 
     /// Delivers everything received on `rx` until it is closed and drained.
@@ -98,6 +107,9 @@ impl<P: Publisher> Dispatcher<P> {
                         }
                         Settled::Fatal(e) => return Err(e),
                         Settled::Done(env) => {
+                            if let (Some(progress), Some(position)) = (&self.progress, env.position) {
+                                progress.acknowledged(position);
+                            }
                             if matches!(env.kind, EnvelopeKind::Marker(_)) {
                                 barrier = None;
                                 barrier_sent = false;
@@ -291,6 +303,7 @@ mod tests {
             kind,
             resource: "configmaps".into(),
             completes_initial_sync: false,
+            position: None,
         }
     }
 

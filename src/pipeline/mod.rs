@@ -3,6 +3,7 @@
 
 mod dispatch;
 mod meters;
+mod resume;
 mod retry;
 mod worker;
 
@@ -14,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
+use crate::checkpoint;
 use crate::config::{Config, SinkConfig};
 use crate::leader::{Elector, LeaderError};
 use crate::plan;
@@ -146,16 +148,30 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         names.spawn(&mut background, "leader election".into(), async move { elector.hold(&stop, &lost).await });
     }
 
+    // Where each watch starts: the routes' checkpoints, read once leading.
+    let retry = RetryPolicy { initial: Duration::from_millis(config.delivery.retry_initial_ms), max: Duration::from_millis(config.delivery.retry_max_ms) };
+    let starts = resume::load(&config, &routes, &scopes, retry, &stop).await;
+    let checkpoint_stop = CancellationToken::new();
+    let mut writers = JoinSet::new();
+    for (route, tracked) in routes.iter().zip(&starts.routes) {
+        let Some((store, progress)) = tracked else { continue };
+        let interval = Duration::from_millis(config.resume.interval_ms);
+        let writer = checkpoint::Writer { store: store.clone(), progress: progress.clone(), interval, route: route.name.clone() };
+        names.spawn(&mut writers, format!("checkpoint writer of route {}", route.name), writer.run(checkpoint_stop.clone()));
+    }
+
     // Each route: its own bounded queue, then its sink's preparation and dispatcher, so
     // that a route whose sink is down holds back the others by its queue at most.
-    let retry = RetryPolicy { initial: Duration::from_millis(config.delivery.retry_initial_ms), max: Duration::from_millis(config.delivery.retry_max_ms) };
     let mut queues = Vec::new();
     let mut deliveries = JoinSet::new();
     for (i, (route, sink)) in routes.iter().zip(&sinks).enumerate() {
         let (tx, rx) = mpsc::channel(config.delivery.queue_capacity);
         queues.push(tx);
         let delivery = Delivery { sink: sink.clone(), config: route.sink.clone(), at: sink_key(&config, i), topics: plan::topics(&scopes, i), retry };
-        let dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, config.delivery.oversize, retry, health.route(i));
+        let mut dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, config.delivery.oversize, retry, health.route(i));
+        if let Some((_, progress)) = &starts.routes[i] {
+            dispatcher = dispatcher.with_progress(progress.clone());
+        }
         let stop = stop.clone();
         names.spawn(&mut deliveries, format!("delivery of route {}", route.name), async move {
             if !delivery.prepare(&stop).await? {
@@ -168,10 +184,19 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     let watch_stop = CancellationToken::new();
     let cluster: Arc<str> = config.cluster.as_str().into();
     let mut watches = JoinSet::new();
-    for scope in scopes {
-        let observed = watch::observe(client.clone(), &scope, &config.kubernetes);
+    let progress = starts.progress();
+    for ((slot, scope), (resume, continue_from)) in scopes.into_iter().enumerate().zip(starts.watches) {
+        let observed = watch::observe(client.clone(), &scope, &config.kubernetes, continue_from);
         let name = format!("watch of {}", scope.describe());
-        let worker = Worker { cluster: cluster.clone(), health: health.watch(scope.describe()), queues: queues.clone(), scope };
+        let worker = Worker {
+            cluster: cluster.clone(),
+            health: health.watch(scope.describe()),
+            queues: queues.clone(),
+            scope,
+            slot,
+            progress: progress.clone(),
+            resume,
+        };
         names.spawn(&mut watches, name, worker.run(observed, watch_stop.clone()));
     }
     // The watches hold the only senders: a route's queue closes when they end.
@@ -183,11 +208,14 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         Some(r) = deliveries.join_next_with_id() => Some(names.joined(r).and_then(|r| r)),
         e = names.first_panic(&mut watches) => Some(Err(e)),
         e = names.first_panic(&mut background) => Some(Err(e)),
+        e = names.first_panic(&mut writers) => Some(Err(e)),
         _ = stop.cancelled() => None,
         _ = lost.cancelled() => {
-            // Another replica may take over soon: stop publishing now, without draining.
+            // Another replica may take over soon: stop publishing now, without draining,
+            // and leave the checkpoint to it.
             watch_stop.cancel();
             deliveries.abort_all();
+            writers.abort_all();
             for sink in &sinks {
                 sink.purge();
             }
@@ -224,6 +252,12 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         if let Err(e) = sink.flush(Duration::from_secs(5)).await {
             tracing::warn!(sink = sink.name(), error = %e, "Final flush of the sink failed");
         }
+    }
+    // What was acknowledged, written before the lease goes: a replica taking over resumes
+    // from it.
+    checkpoint_stop.cancel();
+    if tokio::time::timeout(Duration::from_secs(10), async { while writers.join_next().await.is_some() {} }).await.is_err() {
+        tracing::warn!("The last checkpoint write did not finish within 10 s; the next start resumes from an older checkpoint");
     }
     if let Some(elector) = &elector {
         elector.release().await;

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::change::{Change, Classifier, Fingerprinter};
+use crate::checkpoint::{Effect, Progress, Resume};
 use crate::event::{self, Envelope};
 use crate::model::Observed;
 use crate::plan::Scope;
@@ -25,17 +26,27 @@ pub struct Worker {
     pub health: WatchHealth,
     /// Each route's queue, by route position.
     pub queues: Vec<mpsc::Sender<Envelope>>,
+    /// The watch's position in the plan (its slot in the routes' checkpoints).
+    pub slot: usize,
+    /// Each route's progress, by route position, where the route keeps a checkpoint of
+    /// this watch (empty: none does).
+    pub progress: Vec<Option<Arc<Progress>>>,
+    /// The checkpoint the watch starts from; `None`: an initial sync.
+    pub resume: Option<Resume>,
 }
 
 impl Worker {
     /// Runs until `stop` is cancelled, the observations end or a route's queue is closed.
     /// Watch errors never end it: they are logged and counted, and the watch stage resumes
     /// (or relists) after a backoff.
-    pub async fn run(self, observed: impl Stream<Item = Result<Observed, watcher::Error>>, stop: CancellationToken) {
+    pub async fn run(mut self, observed: impl Stream<Item = Result<Observed, watcher::Error>>, stop: CancellationToken) {
         let scope = self.scope.clone();
         let label = scope.resource.label();
         let mut observed = std::pin::pin!(observed);
         let mut classifier = Classifier::new(label.clone(), Fingerprinter::new(&scope.ignore_fields), scope.relist, scope.keeps_content());
+        if let Some(resume) = self.resume.take() {
+            classifier.resume_from(resume.entries, resume.resource_version);
+        }
         // Resyncs run in this task, between watch events: each object's resync event
         // carries its state at emission time, in order with its live events.
         let mut resync = scope.resync.map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
@@ -90,26 +101,36 @@ impl Worker {
         let scope = &self.scope;
         for change in changes.drain(..) {
             let last = scope.outputs.len().saturating_sub(1);
+            let effect = (!self.progress.is_empty()).then(|| Effect::of(&change));
             let mut change = Some(change);
             for (i, output) in scope.outputs.iter().enumerate() {
                 let c = change.as_ref().expect("taken only by the last output");
+                let progress = self.progress.get(output.route).and_then(Option::as_ref).zip(effect.as_ref());
                 if let Change::Object(o) = c
                     && !output.passes(o.candidate())
                 {
                     metrics::counter!(m::FILTERED, "resource" => label.to_string(), "type" => o.change.as_str(), "route" => output.route_name.to_string())
                         .increment(1);
+                    // Left out of this route: its consumers' state moves on all the same.
+                    if let Some((p, effect)) = progress {
+                        p.register(self.slot, effect.clone(), true);
+                    }
                     continue;
                 }
                 // The last output takes the change; the others build from a copy.
                 let c = if i == last { change.take().expect("not taken yet") } else { c.clone() };
-                let env = match event::build(&self.cluster, scope, output, c, chrono::Utc::now()) {
+                let mut env = match event::build(&self.cluster, scope, output, c, chrono::Utc::now()) {
                     Ok(env) => env,
                     Err(e) => {
                         metrics::counter!(m::BAD_OBJECTS, "resource" => label.to_string(), "reason" => "encode").increment(1);
                         tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be encoded");
+                        if let Some((p, effect)) = progress {
+                            p.register(self.slot, effect.clone(), true);
+                        }
                         continue;
                     }
                 };
+                env.position = progress.and_then(|(p, effect)| p.register(self.slot, effect.clone(), false));
                 let tx = &self.queues[output.route];
                 tokio::select! {
                     _ = stop.cancelled() => return false,
@@ -163,7 +184,7 @@ mod tests {
     fn worker(scope: Arc<Scope>, routes: usize) -> (Worker, Vec<mpsc::Receiver<Envelope>>) {
         let (queues, receivers) = (0..routes).map(|_| mpsc::channel(64)).unzip();
         let health = Health::single(1).watch("configmaps".into());
-        (Worker { cluster: "c".into(), scope, health, queues }, receivers)
+        (Worker { cluster: "c".into(), scope, health, queues, slot: 0, progress: Vec::new(), resume: None }, receivers)
     }
 
     fn cm(name: &str, rv: &str, v: &str) -> crate::model::Object {
@@ -231,6 +252,35 @@ mod tests {
         stop.cancel();
         task.await.unwrap();
         assert!(rx.recv().await.is_none(), "stopping ends the worker and closes its queues");
+    }
+
+    #[tokio::test]
+    async fn a_route_records_what_its_sink_acknowledged_and_what_its_filter_left_out() {
+        let (mut w, mut rx) = worker(scope(two_routes()), 2);
+        let progress: Vec<Option<Arc<Progress>>> = (0..2).map(|_| Some(Arc::new(Progress::default()))).collect();
+        for (route, p) in progress.iter().enumerate() {
+            p.as_ref().unwrap().track(0, crate::checkpoint::Start { prefix: format!("r{route}"), digest: "d".into(), ..Default::default() });
+        }
+        w.progress = progress.clone();
+        let observed = stream::iter([Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone, Observed::Apply(cm("a", "3", "y"))]).map(Ok);
+        w.run(observed, CancellationToken::new()).await;
+        for (route, rx) in rx.iter_mut().enumerate() {
+            let p = progress[route].as_ref().unwrap();
+            let mut positions = Vec::new();
+            while let Some(env) = rx.recv().await {
+                positions.push(env.position.expect("every event of a tracked route has a position"));
+            }
+            // Left-out changes wait behind the shipped ones before them: nothing is recorded
+            // before the sink acknowledges.
+            assert!(p.backlog().0 >= positions.len(), "route {route}");
+            for position in positions {
+                p.acknowledged(position);
+            }
+            assert_eq!(p.backlog().0, 0);
+            let records = p.take();
+            let watch: crate::checkpoint::WatchRecord = serde_json::from_slice(records.last().unwrap().1.as_ref().unwrap()).unwrap();
+            assert_eq!((watch.resource_version.as_deref(), watch.objects), (Some("3"), 1), "route {route}: {records:?}");
+        }
     }
 
     #[tokio::test]

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::address::{Address, check_topic_name};
-use crate::config::{Config, EventFormat, ResourceConfig, RouteConfig, SinkConfig, Template, TemplateError};
+use crate::address::Address;
+use crate::config::{Config, EventFormat, ResourceConfig, RouteConfig, SinkConfig, Template, TemplateError, check_topic_name};
 use crate::model::ResourceType;
 
 pub use filter::{Candidate, Filter};

@@ -24,6 +24,11 @@ pub const READY: &str = "deltaship_ready";
 pub const SINK_REACHABLE: &str = "deltaship_sink_reachable";
 pub const LEADER: &str = "deltaship_leader";
 pub const LEASE_ERRORS: &str = "deltaship_lease_errors_total";
+pub const RESUME_FALLBACKS: &str = "deltaship_resume_fallbacks_total";
+pub const CHECKPOINT_WRITES: &str = "deltaship_checkpoint_writes_total";
+pub const CHECKPOINT_RECORDS: &str = "deltaship_checkpoint_records_total";
+pub const CHECKPOINT_PENDING: &str = "deltaship_checkpoint_pending_events";
+pub const CHECKPOINT_UNWRITTEN: &str = "deltaship_checkpoint_unwritten_records";
 
 /// Bucket bounds of the publish latency histogram, in seconds.
 pub const LATENCY_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
@@ -32,7 +37,15 @@ pub fn describe() {
     describe_counter!(EVENTS, "Events acknowledged by the sink, by resource, type and route.");
     describe_counter!(DEDUPE_SKIPS, "Updates not shipped because nothing visible changed, by resource and reason (resource_version, fingerprint).");
     describe_counter!(FILTERED, "Object events not shipped because of a filter (the resource's or the route's), by resource, type and route.");
-    describe_counter!(SYNCS, "Completed syncs, by resource and reason (initial, relist).");
+    describe_counter!(SYNCS, "Completed syncs, by resource and reason (initial, relist, resync, resume).");
+    describe_counter!(
+        RESUME_FALLBACKS,
+        "Watches that started with a full initial sync instead of resuming from their routes' checkpoints, by resource and reason (missing, corrupt, foreign, incomplete, unreadable, no_store)."
+    );
+    describe_counter!(CHECKPOINT_WRITES, "Writes of acknowledged progress to the route's checkpoint store, by route and outcome (ok, failed).");
+    describe_counter!(CHECKPOINT_RECORDS, "Checkpoint records written, by route.");
+    describe_gauge!(CHECKPOINT_PENDING, "Events of the route not yet acknowledged, so not yet in its checkpoint, by route.");
+    describe_gauge!(CHECKPOINT_UNWRITTEN, "Checkpoint records acknowledged and not yet written to the route's store, by route.");
     describe_counter!(RELISTS, "Relists after a watch could not resume (e.g. 410 Gone), by resource.");
     describe_counter!(WATCH_ERRORS, "Watch errors (each followed by a backoff and a restart of the watch), by resource and error_kind.");
     describe_counter!(BAD_OBJECTS, "Objects that could not be decoded or encoded and were skipped, by resource and reason.");

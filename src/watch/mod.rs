@@ -5,11 +5,12 @@
 pub mod access;
 pub mod client;
 pub mod discovery;
+mod resume;
 mod watched;
 
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use kube::Client;
 use kube::api::{Api, ApiResource};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -23,16 +24,29 @@ use crate::telemetry::metrics as m;
 pub use watched::WatchedObject;
 
 /// What one watch observes: kube-runtime's watcher on the scope's resource and namespace,
-/// behind its default backoff, each object decoded and redacted. Objects that cannot be
-/// decoded are counted, logged and left out; watch errors are passed on (the watcher
-/// resumes or relists after them).
-pub fn observe(client: Client, scope: &Arc<Scope>, kubernetes: &KubernetesConfig) -> impl Stream<Item = Result<Observed, watcher::Error>> + Send + 'static {
+/// behind its default backoff, each object decoded and redacted; or, with `resume_from`
+/// (a checkpoint's resourceVersion), the watch continued from that version, handing over to
+/// the watcher when the API server no longer has it. Objects that cannot be decoded are
+/// counted, logged and left out; watch errors are passed on (the watch resumes or relists
+/// after them).
+pub fn observe(
+    client: Client,
+    scope: &Arc<Scope>,
+    kubernetes: &KubernetesConfig,
+    resume_from: Option<String>,
+) -> impl Stream<Item = Result<Observed, watcher::Error>> + Send + 'static {
     let label = scope.resource.label();
     let redactor = scope.redaction.redactor(&label);
     let decoding = scope.clone();
-    watcher(api(client, scope), watcher_config(scope, kubernetes)).default_backoff().filter_map(move |item| {
+    let (api, config) = (api(client, scope), watcher_config(scope, kubernetes));
+    let raw = match resume_from {
+        Some(version) => resume::from_version(api, config, version).boxed(),
+        None => watcher(api, config).default_backoff().map_ok(resume::Raw::Event).boxed(),
+    };
+    raw.filter_map(move |item| {
         std::future::ready(match item {
-            Ok(event) => decode(event, &decoding, &redactor, &label).map(Ok),
+            Ok(resume::Raw::Resumed) => Some(Ok(Observed::Resumed)),
+            Ok(resume::Raw::Event(event)) => decode(event, &decoding, &redactor, &label).map(Ok),
             Err(e) => Some(Err(e)),
         })
     })

@@ -1,0 +1,248 @@
+//! Start-up from checkpoints: each route's checkpoint store opened and read, and each
+//! watch's start decided: resumed from its routes' checkpoints, or a full initial sync,
+//! logged and counted with the reason.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::RetryPolicy;
+use crate::change::Entry;
+use crate::checkpoint::{self, Loaded, Parsed, Progress, Refused, Resume, Start, Store, StoreError, Unusable};
+use crate::config::{Config, RouteConfig};
+use crate::plan::Scope;
+use crate::telemetry::metrics as m;
+
+/// How long start-up keeps trying to read a route's checkpoint store before starting its
+/// watches with full syncs.
+const READ_FOR: Duration = Duration::from_secs(30);
+
+/// Where everything starts.
+#[derive(Default)]
+pub struct Starts {
+    /// By route position: its store and progress, when it keeps a checkpoint.
+    pub routes: Vec<Option<(Arc<Store>, Arc<Progress>)>>,
+    /// By watch slot: the checkpoint it resumes from, and the version its watch continues
+    /// from (none: it lists, and the list is shipped as a diff against the checkpoint).
+    pub watches: Vec<(Option<Resume>, Option<String>)>,
+}
+
+impl Starts {
+    /// Each route's progress, by route position.
+    pub fn progress(&self) -> Vec<Option<Arc<Progress>>> {
+        self.routes.iter().map(|r| r.as_ref().map(|(_, p)| p.clone())).collect()
+    }
+}
+
+/// One route's checkpoint of one watch, as read.
+enum Found {
+    /// The route keeps no checkpoint (stdout without `resume.directory`, or its store
+    /// could not be read).
+    Untracked(Unusable),
+    Unusable(Unusable, Vec<String>),
+    Usable(Loaded),
+}
+
+/// Reads the checkpoints of every route and decides each watch's start.
+pub async fn load(config: &Config, routes: &[RouteConfig], scopes: &[Arc<Scope>], retry: RetryPolicy, stop: &CancellationToken) -> Starts {
+    let mut starts = Starts::default();
+    let mut read: Vec<Option<Parsed>> = Vec::new();
+    for route in routes {
+        let prefix = checkpoint::route_prefix(&config.cluster, &route.name);
+        match open(config, route, &prefix, retry, stop).await {
+            Ok(Some((store, records))) => {
+                starts.routes.push(Some((Arc::new(store), Arc::new(Progress::default()))));
+                read.push(Some(checkpoint::parse(records)));
+            }
+            Ok(None) => {
+                starts.routes.push(None);
+                read.push(None);
+            }
+            Err(e) => {
+                tracing::error!(route = %route.name, error = %e, "Cannot read the route's checkpoint; its watches start with full syncs and it keeps no checkpoint this run");
+                starts.routes.push(None);
+                read.push(None);
+            }
+        }
+    }
+    for (slot, scope) in scopes.iter().enumerate() {
+        let label = scope.resource.label();
+        let enabled = config.resume.enabled && config.resources[scope.index].resume;
+        // Each route of the watch: what its checkpoint holds.
+        let mut found = Vec::new();
+        for output in &scope.outputs {
+            let (Some(_), Some(records)) = (&starts.routes[output.route], read[output.route].as_mut()) else {
+                found.push((output.route, String::new(), String::new(), Found::Untracked(Unusable::NoStore)));
+                continue;
+            };
+            let prefix = checkpoint::watch_prefix(&checkpoint::route_prefix(&config.cluster, &output.route_name), &label, scope.namespace.as_deref());
+            let digest = checkpoint::digest(&config.cluster, scope, output);
+            let f = classify(records.remove(&prefix), &prefix, &digest);
+            found.push((output.route, prefix, digest, f));
+        }
+        let start = if enabled { decide(&found) } else { Err(None) };
+        // Where each route's checkpoint of the watch starts: as read when the watch
+        // resumes, else cleared (the initial sync records what exists now).
+        for (route, prefix, digest, f) in &found {
+            let Some((_, progress)) = &starts.routes[*route] else { continue };
+            let start = match (&start, f) {
+                (Ok(_), Found::Usable(loaded)) => Start {
+                    prefix: prefix.clone(),
+                    digest: digest.clone(),
+                    objects: loaded.objects.keys().cloned().collect(),
+                    resource_version: loaded.watch.resource_version.clone(),
+                    clear: Vec::new(),
+                },
+                _ => Start { prefix: prefix.clone(), digest: digest.clone(), clear: clearing(f, prefix), ..Start::default() },
+            };
+            progress.track(slot, start);
+        }
+        starts.watches.push(match start {
+            Ok(resume) => {
+                let continue_from = (!scope.keeps_content()).then(|| resume.resource_version.clone());
+                tracing::info!(watch = %scope.describe(), objects = resume.entries.len(), resource_version = %resume.resource_version, listing = continue_from.is_none(), "Resuming from the checkpoint");
+                (Some(resume), continue_from)
+            }
+            Err(why) => {
+                if let Some((route, why)) = why {
+                    metrics::counter!(m::RESUME_FALLBACKS, "resource" => label.clone(), "reason" => why.as_str()).increment(1);
+                    tracing::info!(watch = %scope.describe(), route = %routes[route].name, reason = why.as_str(), "Starting with a full initial sync: {}", why.describe());
+                }
+                (None, None)
+            }
+        });
+    }
+    starts
+}
+
+/// The route's checkpoint of a watch: usable when its digest is the watch's and its first
+/// sync was acknowledged whole.
+fn classify(records: Option<Result<Loaded, Refused>>, prefix: &str, digest: &str) -> Found {
+    match records {
+        None => Found::Unusable(Unusable::Missing, Vec::new()),
+        Some(Err(Refused { why, keys })) => Found::Unusable(why, keys),
+        Some(Ok(loaded)) => {
+            let why = if loaded.watch.digest != digest {
+                Unusable::Foreign
+            } else if loaded.watch.resource_version.is_none() {
+                Unusable::Incomplete
+            } else {
+                return Found::Usable(loaded);
+            };
+            let keys = loaded.objects.keys().map(|k| checkpoint::object_key(prefix, k)).collect();
+            Found::Unusable(why, keys)
+        }
+    }
+}
+
+/// The records a fresh start of the watch deletes: the old checkpoint's objects (the new
+/// initial sync records what exists now).
+fn clearing(found: &Found, prefix: &str) -> Vec<String> {
+    match found {
+        Found::Untracked(_) => Vec::new(),
+        Found::Unusable(_, keys) => keys.clone(),
+        Found::Usable(loaded) => loaded.objects.keys().map(|k| checkpoint::object_key(prefix, k)).collect(),
+    }
+}
+
+/// The checkpoint the watch resumes from: when every route has a usable one, the oldest
+/// (routes ahead of it receive the changes between again, with the same ids); otherwise
+/// the first route's reason not to (`None` when no route keeps a checkpoint at all).
+fn decide(found: &[(usize, String, String, Found)]) -> Result<Resume, Option<(usize, Unusable)>> {
+    if let Some((route, why)) = found.iter().find_map(|(r, _, _, f)| match f {
+        Found::Untracked(why) | Found::Unusable(why, _) => Some((*r, *why)),
+        Found::Usable(_) => None,
+    }) {
+        return Err(Some((route, why)));
+    }
+    let oldest = found
+        .iter()
+        .filter_map(|(_, _, _, f)| match f {
+            Found::Usable(l) => Some(l),
+            _ => None,
+        })
+        .min_by_key(|l| l.watch.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0))
+        .ok_or(None)?;
+    let entries = oldest
+        .objects
+        .iter()
+        .map(|(key, s)| (key.clone(), Entry { uid: s.uid.clone(), resource_version: s.resource_version.clone(), fingerprint: s.fingerprint, content: None }))
+        .collect();
+    Ok(Resume { entries, resource_version: oldest.watch.resource_version.clone().unwrap_or_default() })
+}
+
+/// The route's store and its records, read with retries for a while; `None` when the
+/// route keeps no checkpoint.
+async fn open(
+    config: &Config,
+    route: &RouteConfig,
+    prefix: &str,
+    retry: RetryPolicy,
+    stop: &CancellationToken,
+) -> Result<Option<(Store, HashMap<String, Vec<u8>>)>, StoreError> {
+    if !config.resume.enabled {
+        return Ok(None);
+    }
+    let started = Instant::now();
+    let mut attempt = 0;
+    loop {
+        let result = async {
+            let Some(store) = Store::open(&route.sink, &config.resume, &route.name).await? else { return Ok(None) };
+            let records = store.load(prefix).await?;
+            Ok(Some((store, records)))
+        }
+        .await;
+        match result {
+            Err(e) if started.elapsed() < READ_FOR && !stop.is_cancelled() => {
+                if attempt == 0 {
+                    tracing::warn!(route = %route.name, error = %e, "Cannot read the route's checkpoint yet; retrying");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(retry.delay(attempt)) => {}
+                    _ = stop.cancelled() => {}
+                }
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::checkpoint::{Saved, WatchRecord};
+
+    fn loaded(digest: &str, rv: Option<&str>, objects: &[&str]) -> Loaded {
+        let objects: HashMap<String, Saved> =
+            objects.iter().map(|k| (k.to_string(), Saved { uid: format!("uid-{k}"), resource_version: "1".into(), fingerprint: 1 })).collect();
+        Loaded { watch: WatchRecord { format: 1, digest: digest.into(), resource_version: rv.map(str::to_string), objects: objects.len() as u64 }, objects }
+    }
+
+    fn found(route: usize, f: Found) -> (usize, String, String, Found) {
+        (route, format!("p{route}"), "d".into(), f)
+    }
+
+    #[test]
+    fn a_checkpoint_is_usable_only_under_the_same_digest_and_once_synced() {
+        assert!(matches!(classify(None, "p", "d"), Found::Unusable(Unusable::Missing, _)));
+        let Found::Unusable(why, clear) = classify(Some(Ok(loaded("other", Some("5"), &["ns/a"]))), "p", "d") else { panic!("foreign") };
+        assert_eq!((why, clear), (Unusable::Foreign, vec!["p.o.ns/a".to_string()]), "a foreign checkpoint is cleared");
+        assert!(matches!(classify(Some(Ok(loaded("d", None, &[]))), "p", "d"), Found::Unusable(Unusable::Incomplete, _)));
+        assert!(matches!(classify(Some(Ok(loaded("d", Some("5"), &[]))), "p", "d"), Found::Usable(_)));
+    }
+
+    #[test]
+    fn a_watch_resumes_from_its_oldest_route_and_only_when_every_route_can() {
+        let both = [found(0, Found::Usable(loaded("d", Some("90"), &["ns/a", "ns/b"]))), found(1, Found::Usable(loaded("d", Some("9"), &["ns/a"])))];
+        let resume = decide(&both).unwrap();
+        assert_eq!((resume.resource_version.as_str(), resume.entries.len()), ("9", 1), "the oldest checkpoint (9 < 90, as numbers)");
+        let one_missing = [found(0, Found::Usable(loaded("d", Some("9"), &[]))), found(1, Found::Unusable(Unusable::Missing, Vec::new()))];
+        assert!(matches!(decide(&one_missing), Err(Some((1, Unusable::Missing)))));
+        assert!(matches!(decide(&[found(0, Found::Untracked(Unusable::NoStore))]), Err(Some((0, Unusable::NoStore)))));
+    }
+}

@@ -1,0 +1,448 @@
+//! Resume against the real servers: a bridge killed (SIGKILL) and started again ships
+//! exactly the changes made while it was down, between `resume` markers, on Kafka and NATS;
+//! also when the API server no longer has the checkpoint's version (410: the list is
+//! shipped as a diff), and a corrupt checkpoint falls back to a full initial sync. In every
+//! case the state rebuilt from the stream equals the API server's.
+//!
+//! The tests of this file run one at a time: one of them restarts the API server.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use deltaship::config::ResumeConfig;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use serde_json::json;
+use support::bridge::Bridge;
+use support::config::{TestConfig, kafka, nats};
+use support::kube::{client, delete_namespace, namespace};
+use support::state::assert_rebuild_matches;
+use tokio::sync::Mutex;
+
+/// One test at a time (the 410 test restarts the API server under the others).
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+/// ConfigMaps the tests create; the namespace also holds `kube-root-ca.crt` (made by the
+/// controller manager), so a full sync ships one more.
+const OBJECTS: usize = 20;
+const LISTED: usize = OBJECTS + 1;
+
+/// One event as a test compares them: type (without `dev.deltaship.`), partition key, and
+/// for markers the sync's reason.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Ev {
+    ty: String,
+    key: String,
+    reason: String,
+}
+
+#[derive(Clone)]
+enum Sink {
+    Kafka { brokers: String, topic: String, checkpoints: String },
+    Nats { cluster: String },
+}
+
+impl Sink {
+    /// Every event of the test so far, once there are at least `at_least`, read again after
+    /// a pause so that any extra event is seen too.
+    async fn events(&self, at_least: usize) -> Vec<Ev> {
+        let first = self.read(at_least, Duration::from_secs(90)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let again = self.read(first.len(), Duration::from_secs(30)).await;
+        assert!(again.len() >= first.len());
+        again
+    }
+
+    async fn read(&self, at_least: usize, timeout: Duration) -> Vec<Ev> {
+        match self {
+            Sink::Kafka { brokers, topic, .. } => {
+                let total = kafka_total(brokers, topic).max(at_least as i64) as usize;
+                let (brokers, topic) = (brokers.clone(), topic.clone());
+                let records = tokio::task::spawn_blocking(move || support::kafka::read_until(&brokers, &topic, timeout, |r| r.len() >= total)).await.unwrap();
+                records
+                    .iter()
+                    .map(|r| Ev {
+                        ty: short(r.event_type()),
+                        key: r.header("ce_partitionkey").to_string(),
+                        reason: r.json()["reason"].as_str().unwrap_or_default().to_string(),
+                    })
+                    .collect()
+            }
+            Sink::Nats { cluster } => {
+                let prefix = format!("deltaship.{cluster}.");
+                let js = support::nats::jetstream().await;
+                let mine = |m: &support::nats::Msg| m.subject.starts_with(&prefix);
+                let msgs = support::nats::read_until(&js, support::nats::STREAM, timeout, |m| m.iter().filter(|m| mine(m)).count() >= at_least).await;
+                msgs.iter()
+                    .filter(|m| mine(m))
+                    .map(|m| Ev {
+                        ty: short(m.event_type()),
+                        key: m.header("ce-partitionkey").to_string(),
+                        reason: m.json()["reason"].as_str().unwrap_or_default().to_string(),
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    fn rebuild_args(&self) -> Vec<String> {
+        match self {
+            Sink::Kafka { brokers, topic, .. } => vec!["--kafka".into(), brokers.clone(), "--topic".into(), topic.clone()],
+            Sink::Nats { cluster } => {
+                let env = support::env();
+                vec!["--nats".into(), env.nats, "--stream".into(), support::nats::STREAM.into(), "--subject".into(), format!("deltaship.{cluster}.>")]
+            }
+        }
+    }
+
+    /// Markers per sync: one per partition on Kafka (3), one on NATS.
+    fn markers(&self) -> usize {
+        match self {
+            Sink::Kafka { .. } => 3,
+            Sink::Nats { .. } => 1,
+        }
+    }
+}
+
+/// The records in `topic`: the sum of its partitions' high watermarks.
+fn kafka_total(brokers: &str, topic: &str) -> i64 {
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", brokers).set("group.id", support::unique("count")).create().unwrap();
+    let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) else { return 0 };
+    let partitions = md.topics().first().map(|t| t.partitions().len()).unwrap_or(0) as i32;
+    (0..partitions).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).map(|(_, high)| high).unwrap_or(0)).sum()
+}
+
+/// A ConfigMap setup of `OBJECTS`, a bridge started on it, its initial sync delivered and
+/// checkpointed.
+struct Setup {
+    kube: kube::Client,
+    ns: String,
+    cms: Api<ConfigMap>,
+    sink: Sink,
+    config: String,
+}
+
+impl Setup {
+    /// `extra` sets more options.
+    async fn new(nats_sink: bool, extra: impl FnOnce(&mut deltaship::config::Config)) -> Setup {
+        let env = support::env();
+        let kube = client().await;
+        let ns = namespace(&kube, "it-resume").await;
+        let cluster = support::unique("resume");
+        let resume = ResumeConfig { interval_ms: 200, kafka_topic: support::unique("it-checkpoints"), ..ResumeConfig::default() };
+        let (sink, config) = if nats_sink {
+            let config = TestConfig::new()
+                .cluster(&cluster)
+                .configmaps(&ns)
+                .nats(nats(&env.nats))
+                .with(|c| {
+                    c.resume = resume;
+                    extra(c);
+                })
+                .toml();
+            (Sink::Nats { cluster }, config)
+        } else {
+            let prefix = support::unique("it");
+            let config = TestConfig::new()
+                .cluster(&cluster)
+                .configmaps(&ns)
+                .kafka(kafka(&env.kafka, &format!("{prefix}.{{plural}}")))
+                .with(|c| {
+                    c.resume = resume.clone();
+                    extra(c);
+                })
+                .toml();
+            (Sink::Kafka { brokers: env.kafka.clone(), topic: format!("{prefix}.configmaps"), checkpoints: resume.kafka_topic }, config)
+        };
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        for i in 0..OBJECTS {
+            cms.create(&PostParams::default(), &cm(&format!("cm-{i}"), "0")).await.unwrap();
+        }
+        // The controller manager's ConfigMap is part of the namespace's state: wait for it,
+        // so that the initial sync holds it rather than a later event.
+        support::kube::eventually(Duration::from_secs(60), "kube-root-ca.crt", || {
+            let cms = cms.clone();
+            async move { cms.get_opt("kube-root-ca.crt").await.ok().flatten() }
+        })
+        .await;
+        Setup { kube, ns, cms, sink, config }
+    }
+
+    fn start(&self) -> Bridge {
+        let mut b = Bridge::start(&self.config);
+        b.wait_ready(Duration::from_secs(90));
+        b
+    }
+
+    /// Waits until the bridge's checkpoint holds everything it shipped: nothing pending,
+    /// nothing unwritten, for a second (the writer reports on every interval of 200 ms).
+    fn wait_checkpointed(&self, bridge: &Bridge) {
+        let caught_up = |b: &Bridge| {
+            b.get("/metrics").is_some_and(|(_, m)| {
+                series(&m, "deltaship_checkpoint_pending_events{route=\"default\"}") == Some(0.0)
+                    && series(&m, "deltaship_checkpoint_unwritten_records{route=\"default\"}") == Some(0.0)
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut since = None;
+        loop {
+            let now = std::time::Instant::now();
+            since = if caught_up(bridge) { since.or(Some(now)) } else { None };
+            if since.is_some_and(|t| now - t >= Duration::from_secs(1)) {
+                return;
+            }
+            assert!(now < deadline, "the checkpoint never caught up:\n{}", bridge.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Changes while the bridge is down: 3 created, 2 updated, 2 deleted.
+    async fn change_while_down(&self) {
+        for i in OBJECTS..OBJECTS + 3 {
+            self.cms.create(&PostParams::default(), &cm(&format!("cm-{i}"), "0")).await.unwrap();
+        }
+        for i in 0..2 {
+            let name = format!("cm-{i}");
+            self.cms.patch(&name, &PatchParams::apply("it").force(), &Patch::Apply(&cm(&name, "1"))).await.unwrap();
+        }
+        for i in 2..4 {
+            self.cms.delete(&format!("cm-{i}"), &DeleteParams::default()).await.unwrap();
+        }
+    }
+
+    async fn assert_rebuilt(&self) {
+        assert_rebuild_matches(&self.kube, self.sink.rebuild_args(), std::slice::from_ref(&self.ns), Duration::from_secs(60)).await;
+    }
+}
+
+/// `added`, `sync.started`, ...: the type without its common prefixes.
+fn short(ty: &str) -> String {
+    ty.trim_start_matches("dev.deltaship.").trim_start_matches("object.").to_string()
+}
+
+/// The value of one series (name and labels as rendered) in a /metrics text.
+fn series(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+fn cm(name: &str, v: &str) -> ConfigMap {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": v}})).unwrap()
+}
+
+/// `type reason` (markers) or `type key` (objects) per event, counted.
+fn counted(events: &[Ev]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for e in events {
+        let what = if e.ty.starts_with("sync.") { format!("{} {}", e.ty, e.reason) } else { format!("{} {}", e.ty, e.key) };
+        *out.entry(what).or_default() += 1;
+    }
+    out
+}
+
+/// What a restart after `change_while_down` must ship: the resume markers and the seven
+/// changes, nothing else.
+fn expected_after_changes(ns: &str, markers: usize) -> BTreeMap<String, usize> {
+    let mut want = BTreeMap::from([("sync.started resume".to_string(), markers), ("sync.completed resume".to_string(), markers)]);
+    for (ty, i) in [("added", 20), ("added", 21), ("added", 22), ("updated", 0), ("updated", 1), ("deleted", 2), ("deleted", 3)] {
+        want.insert(format!("{ty} {ns}/cm-{i}"), 1);
+    }
+    want
+}
+
+async fn killed_and_restarted(nats_sink: bool) {
+    let s = Setup::new(nats_sink, |_| {}).await;
+    let bridge = s.start();
+    let initial = s.sink.events(LISTED + 2 * s.sink.markers()).await;
+    assert_eq!(initial.len(), LISTED + 2 * s.sink.markers(), "the initial sync: {:?}", counted(&initial));
+    s.wait_checkpointed(&bridge);
+    bridge.signal("KILL");
+    drop(bridge);
+    s.change_while_down().await;
+
+    let started = std::time::Instant::now();
+    let bridge = s.start();
+    let ready_after = started.elapsed();
+    let want = expected_after_changes(&s.ns, s.sink.markers());
+    let events = s.sink.events(initial.len() + want.values().sum::<usize>()).await;
+    assert_eq!(counted(&events[initial.len()..]), want, "shipped after the restart");
+    s.assert_rebuilt().await;
+    eprintln!("RESUME-FIGURES sink={} ready after restart {ready_after:?}", if nats_sink { "nats" } else { "kafka" });
+
+    // A graceful restart with nothing changed ships the markers alone.
+    s.wait_checkpointed(&bridge);
+    bridge.stop(Duration::from_secs(30));
+    let before = events.len();
+    let bridge = s.start();
+    let markers = 2 * s.sink.markers();
+    let events = s.sink.events(before + markers).await;
+    let want = BTreeMap::from([("sync.started resume".to_string(), s.sink.markers()), ("sync.completed resume".to_string(), s.sink.markers())]);
+    assert_eq!(counted(&events[before..]), want, "nothing changed: markers only");
+    bridge.stop(Duration::from_secs(30));
+    delete_namespace(&s.kube, &s.ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_bridge_ships_only_what_changed_while_down_kafka() {
+    let _serial = SERIAL.lock().await;
+    killed_and_restarted(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_bridge_ships_only_what_changed_while_down_nats() {
+    let _serial = SERIAL.lock().await;
+    killed_and_restarted(true).await;
+}
+
+/// The API server lost the checkpoint's version while the bridge was down (etcd compacted,
+/// API server restarted): the list is shipped as a diff against the checkpoint, between
+/// `resume` markers: the same seven changes, deletes inferred.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_gone_while_down_ships_the_list_as_a_diff() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(false, |_| {}).await;
+    let bridge = s.start();
+    let initial = s.sink.events(LISTED + 2 * s.sink.markers()).await;
+    s.wait_checkpointed(&bridge);
+    bridge.signal("KILL");
+    drop(bridge);
+    s.change_while_down().await;
+    support::churn::ctl("kube", "expire-watches");
+
+    let bridge = s.start();
+    let want = expected_after_changes(&s.ns, s.sink.markers());
+    let events = s.sink.events(initial.len() + want.values().sum::<usize>()).await;
+    assert_eq!(counted(&events[initial.len()..]), want, "shipped after the restart");
+    assert!(bridge.log_text().contains("no longer has this version"), "the watch could not continue:\n{}", bridge.log_text());
+    s.assert_rebuilt().await;
+    bridge.stop(Duration::from_secs(30));
+    delete_namespace(&s.kube, &s.ns).await;
+}
+
+/// A checkpoint that does not parse: a full initial sync, counted with its reason, and the
+/// state still exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_corrupt_checkpoint_falls_back_to_a_full_sync() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(false, |_| {}).await;
+    let bridge = s.start();
+    let initial = s.sink.events(LISTED + 2 * s.sink.markers()).await;
+    s.wait_checkpointed(&bridge);
+    bridge.signal("KILL");
+    drop(bridge);
+    s.change_while_down().await;
+    let Sink::Kafka { brokers, checkpoints, .. } = &s.sink else { unreachable!() };
+    // Garbage over every watch record of the checkpoint topic.
+    let records =
+        support::kafka::read_until(brokers, checkpoints, Duration::from_secs(30), |r| r.iter().any(|r| r.key.as_deref().is_some_and(|k| k.ends_with(".w"))));
+    let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", brokers).create().unwrap();
+    for key in records.iter().filter_map(|r| r.key.as_deref()).filter(|k| k.ends_with(".w")) {
+        producer.send(BaseRecord::to(checkpoints).key(key).payload("{not json")).unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+
+    let bridge = s.start();
+    let objects = LISTED + 3 - 2;
+    let events = s.sink.events(initial.len() + objects + 2 * s.sink.markers()).await;
+    let after = counted(&events[initial.len()..]);
+    assert_eq!(after.get("sync.started initial"), Some(&s.sink.markers()), "a full initial sync: {after:?}");
+    assert_eq!(after.keys().filter(|k| k.starts_with("synced ")).count(), objects, "{after:?}");
+    let metrics = bridge.get("/metrics").unwrap().1;
+    assert_eq!(series(&metrics, "deltaship_resume_fallbacks_total{resource=\"configmaps\",reason=\"corrupt\"}"), Some(1.0), "{metrics}");
+    s.assert_rebuilt().await;
+    bridge.stop(Duration::from_secs(30));
+    delete_namespace(&s.kube, &s.ns).await;
+}
+
+/// A rolling handover between two replicas: the leader drains, writes its checkpoint and
+/// releases the lease; the standby resumes from it and ships nothing the leader delivered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_graceful_handover_ships_nothing_the_old_leader_delivered() {
+    let _serial = SERIAL.lock().await;
+    let kube = client().await;
+    let lease_ns = namespace(&kube, "it-lease").await;
+    let election = deltaship::config::LeaderElectionConfig {
+        enabled: true,
+        lease_name: "deltaship-resume".into(),
+        namespace: Some(lease_ns.clone()),
+        identity: None,
+        lease_duration_secs: 6,
+        renew_deadline_secs: 4,
+        retry_period_secs: 1,
+    };
+    let s = Setup::new(false, |c| c.leader_election = election).await;
+    let mut a = Bridge::start(&s.config);
+    a.wait_leading(Duration::from_secs(90));
+    let b = Bridge::start(&s.config);
+    let initial = s.sink.events(LISTED + 2 * s.sink.markers()).await;
+    assert!(!b.leads(), "one leader");
+
+    a.stop(Duration::from_secs(30));
+    let mut b = b;
+    b.wait_leading(Duration::from_secs(30));
+    let events = s.sink.events(initial.len() + 2 * s.sink.markers()).await;
+    let want = BTreeMap::from([("sync.started resume".to_string(), s.sink.markers()), ("sync.completed resume".to_string(), s.sink.markers())]);
+    assert_eq!(counted(&events[initial.len()..]), want, "the new leader resumed: markers only");
+
+    s.cms.patch("cm-5", &PatchParams::apply("it").force(), &Patch::Apply(&cm("cm-5", "2"))).await.unwrap();
+    let more = s.sink.events(events.len() + 1).await;
+    assert_eq!(counted(&more[events.len()..]), BTreeMap::from([(format!("updated {}/cm-5", s.ns), 1)]));
+    s.assert_rebuilt().await;
+    b.stop(Duration::from_secs(30));
+    delete_namespace(&s.kube, &s.ns).await;
+    delete_namespace(&s.kube, &lease_ns).await;
+}
+
+/// The stdout sink keeps its checkpoint in a file under `resume.directory`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_bridge_ships_only_what_changed_while_down_stdout() {
+    let _serial = SERIAL.lock().await;
+    let directory = std::env::temp_dir().join(support::unique("deltaship-checkpoints"));
+    let s = Setup::new(false, |c| {
+        c.sink = None;
+        c.resume.directory = Some(directory.clone());
+    })
+    .await;
+    let bridge = s.start();
+    let initial = stdout_events(&bridge, LISTED + 2);
+    assert_eq!(initial.len(), LISTED + 2, "{:?}", counted(&initial));
+    s.wait_checkpointed(&bridge);
+    bridge.signal("KILL");
+    drop(bridge);
+    s.change_while_down().await;
+
+    let bridge = s.start();
+    let want = expected_after_changes(&s.ns, 1);
+    let events = stdout_events(&bridge, want.values().sum());
+    assert_eq!(counted(&events), want, "shipped after the restart");
+    bridge.stop(Duration::from_secs(30));
+    delete_namespace(&s.kube, &s.ns).await;
+    std::fs::remove_dir_all(directory).unwrap();
+}
+
+/// The events a bridge wrote to stdout, once there are at least `at_least`, and after a
+/// pause for any extra one.
+fn stdout_events(bridge: &Bridge, at_least: usize) -> Vec<Ev> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while bridge.lines().len() < at_least {
+        assert!(std::time::Instant::now() < deadline, "{} of {at_least} events:\n{:?}", bridge.lines().len(), bridge.lines());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    bridge
+        .lines()
+        .iter()
+        .map(|l| {
+            let e: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|err| panic!("not an event ({err}): {l}"));
+            Ev {
+                ty: short(e["type"].as_str().unwrap()),
+                key: e["partitionkey"].as_str().unwrap_or_default().to_string(),
+                reason: e["data"]["reason"].as_str().unwrap_or_default().to_string(),
+            }
+        })
+        .collect()
+}
