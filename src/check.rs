@@ -6,54 +6,22 @@ use std::fmt::Display;
 use std::time::Duration;
 
 use crate::config::{Config, DEFAULT_ROUTE, NatsConfig, SinkConfig};
+use crate::pipeline::{self, Started};
 use crate::plan;
 use crate::sink::{KafkaSink, NatsSink};
-use crate::watch::{access, client, discovery};
 
 /// Prints each finding on stdout; returns whether all passed.
 pub async fn run(config: &Config) -> bool {
     let mut report = Report::default();
     report.ok("config is valid");
-    let (client, api_server) = match client::connect(&config.kubernetes).await {
-        Ok(c) => c,
-        Err(e) => return report.fail(e).done(),
-    };
-    match client.apiserver_version().await {
-        Ok(v) => report.ok(format!("API server reachable, version {}", v.git_version)),
-        Err(e) => return report.fail(format!("API server unreachable: {e}")).done(),
-    };
-    let served = match discovery::discover(client.clone()).await {
-        Ok(s) => s,
-        Err(e) => return report.fail(e).done(),
-    };
-    let mut resources = Vec::new();
-    for (i, rc) in config.resources.iter().enumerate() {
-        match served.resolve(i, rc) {
-            Ok(r) => {
-                let scope = if r.namespaced { "namespaced" } else { "cluster-scoped" };
-                report.ok(format!("resources[{i}]: {} resolves to {} ({scope})", rc.kind, r.label()));
-                resources.push(r);
-            }
-            Err(e) => {
-                report.fail(e);
-            }
+    let started = pipeline::start(config, &mut |step| match step {
+        Ok(passed) => report.ok(passed),
+        Err(e) => {
+            report.fail(e);
         }
-    }
-    if resources.len() != config.resources.len() {
-        return report.done();
-    }
-    let scopes = match plan::scopes(config, &resources, &api_server) {
-        Ok(s) => s,
-        Err(e) => return report.fail(e).done(),
-    };
-    for s in &scopes {
-        match access::check(&client, s).await {
-            Ok(()) => report.ok(format!("list and watch allowed on {}", s.describe())),
-            Err(e) => {
-                report.fail(e);
-            }
-        }
-    }
+    })
+    .await;
+    let Ok(Started { scopes, .. }) = started else { return report.done() };
     let routes = config.effective_routes();
     for (i, route) in routes.iter().enumerate() {
         if routes.len() > 1 || route.name != DEFAULT_ROUTE {

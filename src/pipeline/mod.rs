@@ -5,6 +5,7 @@ mod dispatch;
 mod meters;
 mod resume;
 mod retry;
+mod startup;
 mod worker;
 
 use std::collections::HashMap;
@@ -25,12 +26,15 @@ use crate::watch::{self, access::AccessError, client::ClientError, discovery::Di
 
 pub use dispatch::{DispatchError, Dispatcher};
 pub use retry::RetryPolicy;
+pub use startup::{Started, start};
 pub use worker::Worker;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
     Client(#[from] ClientError),
+    #[error("API server unreachable: {0}")]
+    ApiServer(#[source] kube::Error),
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
     #[error(transparent)]
@@ -106,12 +110,12 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     // Signals cancel `stop` from the very start, so that start-up waits (a broker that is
     // not up yet) end on SIGTERM too.
     forward_signals(stop.clone())?;
-    let (client, api_server) = watch::client::connect(&config.kubernetes).await?;
-    let resources = watch::discovery::resolve(client.clone(), &config.resources).await?;
-    let scopes = plan::scopes(&config, &resources, &api_server)?;
-    for s in &scopes {
-        watch::access::check(&client, s).await?;
-    }
+    let Started { client, scopes } = start(&config, &mut |step| {
+        if let Ok(passed) = step {
+            tracing::debug!("{passed}");
+        }
+    })
+    .await?;
     let routes = config.effective_routes();
     let mut sinks = Vec::new();
     for (i, route) in routes.iter().enumerate() {

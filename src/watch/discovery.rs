@@ -37,13 +37,6 @@ impl Served {
     }
 }
 
-/// Runs discovery once and resolves every configured resource, or fails naming the first
-/// that cannot be watched, with close matches.
-pub async fn resolve(client: Client, resources: &[ResourceConfig]) -> Result<Vec<ResourceType>, DiscoveryError> {
-    let served = discover(client).await?;
-    resources.iter().enumerate().map(|(i, rc)| served.resolve(i, rc)).collect()
-}
-
 fn resolve_one(index: usize, rc: &ResourceConfig, served: &[(ApiResource, ApiCapabilities)]) -> Result<ResourceType, DiscoveryError> {
     let wanted = describe(&rc.group, &rc.version, &rc.kind);
     let Some((ar, caps)) = served.iter().find(|(ar, _)| ar.group == rc.group && ar.version == rc.version && ar.kind == rc.kind) else {
