@@ -29,7 +29,8 @@ const OPERATION: &str = "KV-Operation";
 
 pub struct NatsStore {
     bucket: String,
-    kv: kv::Store,
+    /// Boxed: its stream's info is large (1.6 kB), and `Store` holds one of three stores.
+    kv: Box<kv::Store>,
     jetstream: jetstream::Context,
 }
 
@@ -59,7 +60,9 @@ impl NatsStore {
                 };
                 let created = jetstream.create_key_value(config).await.map_err(|e| match e.kind() {
                     CreateKeyValueErrorKind::TimedOut => fail(format!("cannot create the bucket: {e}")),
-                    _ => fail(format!("cannot create the bucket: {e}; create it, or grant the user JetStream access to the bucket (see Resume in the README)")),
+                    _ => fail(format!(
+                        "cannot create the bucket: {e}; create it (history 1), allow the user to create the stream KV_{bucket}, or set resume.enabled = false"
+                    )),
                 })?;
                 tracing::info!(bucket, "Created the checkpoint bucket");
                 created
@@ -69,7 +72,7 @@ impl NatsStore {
             }
             Err(e) => return Err(fail(format!("cannot look up the bucket: {e}"))),
         };
-        Ok(NatsStore { bucket: bucket.to_string(), kv, jetstream })
+        Ok(NatsStore { bucket: bucket.to_string(), kv: Box::new(kv), jetstream })
     }
 
     /// The bucket's current values under `prefix`: an ordered consumer of the last message
