@@ -50,13 +50,20 @@ impl KafkaStore {
     /// compacted or has more than one partition is refused.
     pub async fn open(cfg: &KafkaConfig, topic: &str) -> Result<KafkaStore, StoreError> {
         let fail = |reason: String| StoreError::Kafka { topic: topic.to_string(), reason };
-        let mut config = cfg.client_config(ClientRole::Producer).map_err(|e| fail(e.to_string()))?;
+        let store = KafkaStore::connect(cfg, topic).map_err(fail)?;
+        store.prepare(cfg).await.map_err(fail)?;
+        Ok(store)
+    }
+
+    /// The store's clients, made with the sink's settings (nothing is requested yet).
+    fn connect(cfg: &KafkaConfig, topic: &str) -> Result<KafkaStore, String> {
+        let mut config = cfg.client_config(ClientRole::Producer).map_err(|e| e.to_string())?;
         // A checkpoint is created by `open` only, compacted; never by a broker that creates
         // the topics a metadata request names (auto.create.topics.enable).
         config.set("allow.auto.create.topics", "false");
         // The sink's producer never gives up on a record (0); a checkpoint write must end.
         config.set("message.timeout.ms", STALL.as_millis().to_string());
-        let mut reader = cfg.client_config(ClientRole::Consumer).map_err(|e| fail(e.to_string()))?;
+        let mut reader = cfg.client_config(ClientRole::Consumer).map_err(|e| e.to_string())?;
         let settings = [("bootstrap.servers", cfg.brokers.as_str()), ("group.id", "deltaship-checkpoints"), ("enable.auto.commit", "false")];
         for (key, value) in settings {
             // The sink's raw librdkafka options win, as they do over its producer's settings.
@@ -66,10 +73,8 @@ impl KafkaStore {
         }
         reader.set("allow.auto.create.topics", "false").set("enable.partition.eof", "true");
         let context = QuietContext::default();
-        let producer = create_producer(&config, &context).map_err(&fail)?;
-        let store = KafkaStore { topic: topic.to_string(), config, reader, context, producer: Mutex::new(producer) };
-        store.prepare(cfg).await.map_err(fail)?;
-        Ok(store)
+        let producer = create_producer(&config, &context)?;
+        Ok(KafkaStore { topic: topic.to_string(), config, reader, context, producer: Mutex::new(producer) })
     }
 
     /// Finds the topic, or creates it; then checks its shape.
@@ -264,6 +269,17 @@ fn keep(latest: &mut HashMap<String, Vec<u8>>, prefix: &str, key: Option<&[u8]>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_without_acknowledgement_fails_after_the_bound_and_leaves_a_new_producer() {
+        // Nothing listens on the discard port: no broker ever acknowledges.
+        let cfg: KafkaConfig = serde_json::from_value(serde_json::json!({"brokers": "127.0.0.1:9"})).unwrap();
+        let store = KafkaStore::connect(&cfg, "checkpoints").unwrap();
+        let before = store.producer().client().native_ptr();
+        let e = store.write(&vec![("c.r.x.w".to_string(), Some(b"1".to_vec()))]).await.unwrap_err();
+        assert_eq!(e.to_string(), "checkpoint topic checkpoints: the brokers did not acknowledge a record within 30s");
+        assert_ne!(store.producer().client().native_ptr(), before, "replaced");
+    }
 
     #[test]
     fn the_latest_record_of_each_key_under_the_prefix_is_kept_and_tombstones_delete() {
