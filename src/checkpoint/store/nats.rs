@@ -39,9 +39,6 @@ impl NatsStore {
     /// one value per key, stored and replicated as the sink's stream is.
     pub async fn open(cfg: &NatsConfig, bucket: &str) -> Result<NatsStore, StoreError> {
         let fail = |reason: String| StoreError::Nats { bucket: bucket.to_string(), reason };
-        if bucket.is_empty() || !bucket.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-            return Err(fail("not a valid bucket name (letters, digits, `-` and `_` only): fix resume.nats_bucket".into()));
-        }
         let client = NatsSink::client(cfg).await.map_err(|e| fail(e.to_string()))?;
         let jetstream = jetstream::ContextBuilder::new().timeout(Duration::from_secs(cfg.jetstream.ack_timeout_secs)).build(client);
         let kv = match jetstream.get_key_value(bucket).await {
