@@ -17,17 +17,11 @@ use crate::model::{ChangeType, MarkerPhase, Position, SyncReason};
 pub enum Effect {
     /// An object's state as consumers now hold it (`None`: deleted), and the event's
     /// resourceVersion.
-    Object {
-        key: String,
-        saved: Option<Saved>,
-        resource_version: String,
-    },
+    Object { key: String, saved: Option<Saved>, resource_version: String },
     SyncStarted,
     /// A sync acknowledged whole: the watch stands at its resourceVersion (empty when
     /// unknown: an empty list).
-    SyncCompleted {
-        resource_version: String,
-    },
+    SyncCompleted { resource_version: String },
     /// Nothing to record (a periodic resync ships the index as it is).
     Nothing,
 }
@@ -48,8 +42,7 @@ impl Effect {
 
 fn object(o: &ObjectChange) -> Effect {
     let r = o.payload.reference();
-    let saved =
-        (o.change != ChangeType::Deleted).then(|| Saved { uid: r.uid.clone(), resource_version: r.resource_version.clone(), fingerprint: o.fingerprint });
+    let saved = (o.change != ChangeType::Deleted).then(|| Saved { uid: r.uid.clone(), resource_version: r.resource_version.clone(), fingerprint: o.fingerprint });
     Effect::Object { key: r.key(), saved, resource_version: r.resource_version.clone() }
 }
 
@@ -215,11 +208,7 @@ mod tests {
     use super::*;
 
     fn upsert(key: &str, rv: &str) -> Effect {
-        Effect::Object {
-            key: key.into(),
-            saved: Some(Saved { uid: format!("uid-{key}"), resource_version: rv.into(), fingerprint: 1 }),
-            resource_version: rv.into(),
-        }
+        Effect::Object { key: key.into(), saved: Some(Saved { uid: format!("uid-{key}"), resource_version: rv.into(), fingerprint: 1 }), resource_version: rv.into() }
     }
 
     fn progress() -> Progress {
