@@ -176,6 +176,23 @@ pub fn validate(c: &Config) -> Vec<Problem> {
             ));
         }
     }
+    let topic = &c.resume.kafka_topic;
+    // Kafka's rule for topic names (its `Topic.validate`).
+    if !(1..=249).contains(&topic.len()) || topic == "." || topic == ".." || !topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
+        out.push(problem(
+            "resume.kafka_topic",
+            format!("`{topic}` is not a valid Kafka topic name"),
+            "use 1 to 249 letters, digits, `.`, `_` and `-`, e.g. `deltaship.checkpoints`",
+        ));
+    }
+    let bucket = &c.resume.nats_bucket;
+    if bucket.is_empty() || !bucket.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b)) {
+        out.push(problem(
+            "resume.nats_bucket",
+            format!("`{bucket}` is not a valid key-value bucket name"),
+            "use letters, digits, `_` and `-`, e.g. `deltaship-checkpoints`",
+        ));
+    }
     check_range(&mut out, "http.max_connections", c.http.max_connections, ranges::MAX_CONNECTIONS, "connections (e.g. 256)");
     check_range(&mut out, "http.request_timeout_secs", c.http.request_timeout_secs, ranges::REQUEST_TIMEOUT_SECS, "seconds (e.g. 10)");
     out
@@ -473,6 +490,17 @@ pub(super) mod tests {
         );
         let shown = validate(&c)[4].to_string();
         assert!(shown.contains("{name}") && shown.contains("fix:"), "{shown}");
+    }
+
+    #[test]
+    fn checkpoint_store_names_must_be_valid_kafka_topic_and_bucket_names() {
+        let mut c = base();
+        c.resume.kafka_topic = "checkpoints/prod".into();
+        c.resume.nats_bucket = "deltaship.checkpoints".into();
+        assert_eq!(keys(&c), ["resume.kafka_topic", "resume.nats_bucket"]);
+        c.resume.kafka_topic = "..".into();
+        c.resume.nats_bucket = "ok_bucket-1".into();
+        assert_eq!(keys(&c), ["resume.kafka_topic"]);
     }
 
     #[test]

@@ -25,9 +25,9 @@ pub struct NatsSink {
 }
 
 impl NatsSink {
-    /// Connects in the background: an unreachable server is retried without end (the sink
-    /// is then not ready), never a start-up failure. Credentials and TLS files are read now.
-    pub async fn connect(cfg: &NatsConfig) -> Result<NatsSink, SinkError> {
+    /// A client of the servers of `cfg`, with its credentials and TLS (the checkpoint store
+    /// connects with the sink's settings too), connecting in the background.
+    pub async fn client(cfg: &NatsConfig) -> Result<async_nats::Client, SinkError> {
         let mut opts = ConnectOptions::new().name("deltaship").retry_on_initial_connect().max_reconnects(None).event_callback({
             let log = Arc::new(ConnectionLog::default());
             move |event| {
@@ -65,7 +65,13 @@ impl NatsSink {
             opts = opts.require_tls(true);
         }
         let servers: Vec<&str> = cfg.url.split(',').map(str::trim).collect();
-        let client = opts.connect(servers).await.map_err(SinkError::NatsConnect)?;
+        opts.connect(servers).await.map_err(SinkError::NatsConnect)
+    }
+
+    /// Connects in the background: an unreachable server is retried without end (the sink
+    /// is then not ready), never a start-up failure. Credentials and TLS files are read now.
+    pub async fn connect(cfg: &NatsConfig) -> Result<NatsSink, SinkError> {
+        let client = NatsSink::client(cfg).await?;
         let jetstream = match cfg.mode {
             NatsMode::Jetstream => Some(jetstream::ContextBuilder::new().timeout(Duration::from_secs(cfg.jetstream.ack_timeout_secs)).build(client.clone())),
             NatsMode::Core => None,
@@ -208,7 +214,7 @@ impl ConnectionLog {
     }
 }
 
-fn is_stream_not_found(e: &jetstream::context::GetStreamError) -> bool {
+pub fn is_stream_not_found(e: &jetstream::context::GetStreamError) -> bool {
     matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j)
         if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
 }

@@ -1,25 +1,302 @@
-//! PLACEHOLDER being written: replaced before this lands.
+//! A Kafka route's checkpoint: a compacted topic of one partition on the route's brokers,
+//! one record per key (the checkpoint key as the record key), a tombstone for a delete.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message as _;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+use rdkafka::{Offset, TopicPartitionList};
 
 use super::StoreError;
+use super::inflight::{self, STALL, Stop};
 use crate::checkpoint::progress::Records;
-use crate::config::KafkaConfig;
+use crate::config::{ClientRole, KafkaConfig};
+use crate::sink::kafka::{QuietContext, client_refused, explain};
+
+/// The bound of one metadata, offsets or admin request, and of the wait for the next
+/// record while reading.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Records sent and not yet acknowledged, at most: well under librdkafka's queue
+/// (`queue.buffering.max.messages`, 100,000).
+const WINDOW: usize = 10_000;
+
+/// What `open` says when the topic is missing and deltaship may not create it.
+const CREATE_FIX: &str = "create it with one partition and cleanup.policy=compact, set sink.create_topics to let deltaship create it, \
+                          name an existing compacted topic in resume.kafka_topic, or set resume.enabled = false";
 
 pub struct KafkaStore {
     topic: String,
+    /// The producer's settings: the sink's connection, with the bounds of a checkpoint write.
+    config: ClientConfig,
+    /// The reader's settings: the sink's connection.
+    reader: ClientConfig,
+    /// Shared by the store's clients: their logs, and the cause of a failed request.
+    context: QuietContext,
+    /// Replaced after a write that timed out (librdkafka can be left with no broker after a
+    /// broker restart, and then neither delivers nor fails).
+    producer: Mutex<FutureProducer<QuietContext>>,
 }
 
 impl KafkaStore {
-    pub async fn open(_config: &KafkaConfig, topic: &str) -> Result<KafkaStore, StoreError> {
-        Ok(KafkaStore { topic: topic.to_string() })
+    /// Connects with the sink's settings, and creates the topic when it is missing and
+    /// `sink.create_topics` is set (with its replication factor). A topic that is not
+    /// compacted or has more than one partition is refused.
+    pub async fn open(cfg: &KafkaConfig, topic: &str) -> Result<KafkaStore, StoreError> {
+        let fail = |reason: String| StoreError::Kafka { topic: topic.to_string(), reason };
+        let store = KafkaStore::connect(cfg, topic).map_err(fail)?;
+        store.prepare(cfg).await.map_err(fail)?;
+        Ok(store)
     }
 
-    pub async fn load(&self, _prefix: &str) -> Result<HashMap<String, Vec<u8>>, StoreError> {
-        Err(StoreError::Kafka { topic: self.topic.clone(), reason: "not written yet".into() })
+    /// The store's clients, made with the sink's settings (nothing is requested yet).
+    fn connect(cfg: &KafkaConfig, topic: &str) -> Result<KafkaStore, String> {
+        let mut config = cfg.client_config(ClientRole::Producer).map_err(|e| e.to_string())?;
+        // A checkpoint is created by `open` only, compacted; never by a broker that creates
+        // the topics a metadata request names (auto.create.topics.enable).
+        config.set("allow.auto.create.topics", "false");
+        // The sink's producer never gives up on a record (0); a checkpoint write must end.
+        config.set("message.timeout.ms", STALL.as_millis().to_string());
+        let mut reader = cfg.client_config(ClientRole::Consumer).map_err(|e| e.to_string())?;
+        let settings = [("bootstrap.servers", cfg.brokers.as_str()), ("group.id", "deltaship-checkpoints"), ("enable.auto.commit", "false")];
+        for (key, value) in settings {
+            // The sink's raw librdkafka options win, as they do over its producer's settings.
+            if reader.get(key).is_none() {
+                reader.set(key, value);
+            }
+        }
+        reader.set("allow.auto.create.topics", "false").set("enable.partition.eof", "true");
+        let context = QuietContext::default();
+        let producer = create_producer(&config, &context)?;
+        Ok(KafkaStore { topic: topic.to_string(), config, reader, context, producer: Mutex::new(producer) })
     }
 
-    pub async fn write(&self, _records: &Records) -> Result<(), StoreError> {
-        Err(StoreError::Kafka { topic: self.topic.clone(), reason: "not written yet".into() })
+    /// Finds the topic, or creates it; then checks its shape.
+    async fn prepare(&self, cfg: &KafkaConfig) -> Result<(), String> {
+        let admin: AdminClient<QuietContext> =
+            self.config.create_with_context(self.context.clone()).map_err(|e| client_refused("admin client", &self.config, e).to_string())?;
+        let partitions = match self.partitions().await? {
+            Some(n) => n,
+            None => {
+                let Some(creation) = &cfg.create_topics else {
+                    return Err(format!("the topic does not exist and sink.create_topics is not set: {CREATE_FIX}"));
+                };
+                self.create(&admin, creation.replication_factor).await?
+            }
+        };
+        if partitions != 1 {
+            return Err(format!(
+                "the topic has {partitions} partitions; a checkpoint topic needs exactly one (its records are read back in order): \
+                 name another topic in resume.kafka_topic, or delete this one"
+            ));
+        }
+        let opts = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
+        let described =
+            admin.describe_configs(&[ResourceSpecifier::Topic(&self.topic)], &opts).await.map_err(|e| self.explain("cannot read its configuration", e))?;
+        let policy = match described.into_iter().next() {
+            Some(Ok(resource)) => resource.get("cleanup.policy").and_then(|e| e.value.clone()).unwrap_or_default(),
+            Some(Err(code)) => return Err(format!("cannot read its configuration: {code} (the user needs DescribeConfigs on the topic)")),
+            None => String::new(),
+        };
+        if policy != "compact" {
+            return Err(format!(
+                "the topic's cleanup.policy is `{policy}`; a checkpoint topic must be compacted (cleanup.policy=compact) to keep the latest \
+                 record of every key: alter the topic, or name another topic in resume.kafka_topic"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The topic's partitions, None when it does not exist.
+    async fn partitions(&self) -> Result<Option<usize>, String> {
+        let (producer, topic) = (self.producer(), self.topic.clone());
+        let md = tokio::task::spawn_blocking(move || producer.client().fetch_metadata(Some(&topic), REQUEST_TIMEOUT))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| self.explain("cannot read its metadata", e))?;
+        let Some(t) = md.topics().first() else { return Ok(None) };
+        match t.error().map(RDKafkaErrorCode::from) {
+            None if !t.partitions().is_empty() => Ok(Some(t.partitions().len())),
+            Some(RDKafkaErrorCode::UnknownTopicOrPartition) => Ok(None),
+            Some(RDKafkaErrorCode::TopicAuthorizationFailed) => Err("not authorized to describe the topic (the user needs Describe on it)".into()),
+            Some(code) => Err(format!("cannot read its metadata: {code}")),
+            None => Err("the topic has no partitions yet".into()),
+        }
+    }
+
+    /// Creates the topic (another replica may just have), and waits until its partition
+    /// is known: the number of partitions it has.
+    async fn create(&self, admin: &AdminClient<QuietContext>, replication_factor: i32) -> Result<usize, String> {
+        let topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(replication_factor)).set("cleanup.policy", "compact");
+        let opts = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
+        let created = admin.create_topics([&topic], &opts).await.map_err(|e| self.explain("cannot create it", e))?;
+        for result in created {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((_, RDKafkaErrorCode::TopicAuthorizationFailed | RDKafkaErrorCode::ClusterAuthorizationFailed)) => {
+                    return Err(format!("not authorized to create the topic (the user needs Create on it): {CREATE_FIX}"));
+                }
+                Err((_, code)) => return Err(format!("cannot create it: {code}")),
+            }
+        }
+        tracing::info!(topic = %self.topic, "Created the checkpoint topic");
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            match self.partitions().await {
+                Ok(Some(n)) => return Ok(n),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                _ if Instant::now() >= deadline => return Err("created, but its metadata did not show it in time".into()),
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    /// Reads the partition from its beginning to the end it had when reading started.
+    pub async fn load(&self, prefix: &str) -> Result<HashMap<String, Vec<u8>>, StoreError> {
+        let (config, context, topic, prefix) = (self.reader.clone(), self.context.clone(), self.topic.clone(), format!("{prefix}."));
+        tokio::task::spawn_blocking(move || read(&config, &context, &topic, &prefix))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|read| read)
+            .map_err(|reason| StoreError::Kafka { topic: self.topic.clone(), reason })
+    }
+
+    /// Sends the records in order and waits until the brokers acknowledged all of them; a
+    /// write that times out leaves a new producer for the next one.
+    pub async fn write(&self, records: &Records) -> Result<(), StoreError> {
+        let producer = self.producer();
+        let sent = inflight::in_order(records, WINDOW, async |(key, value)| {
+            let mut record = FutureRecord::<str, [u8]>::to(&self.topic).key(key.as_str()).partition(0);
+            if let Some(v) = value {
+                record = record.payload(v.as_slice());
+            }
+            let delivery = producer.send_result(record).map_err(|(e, _)| e)?;
+            Ok(async move {
+                match delivery.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err((e, _))) => Err(e),
+                    Err(_) => Err(KafkaError::Canceled),
+                }
+            })
+        })
+        .await;
+        let (reason, stuck) = match sent {
+            Ok(()) => return Ok(()),
+            Err(Stop::Stalled) => (format!("the brokers did not acknowledge a record within {STALL:?}"), true),
+            Err(Stop::Failed(e)) => {
+                let timed_out = e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut);
+                (self.explain("not written", e), timed_out)
+            }
+        };
+        if stuck {
+            self.replace_producer().await;
+        }
+        Err(StoreError::Kafka { topic: self.topic.clone(), reason })
+    }
+
+    fn producer(&self) -> FutureProducer<QuietContext> {
+        self.producer.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Puts a new producer in place of the current one, and drops the old one (which purges
+    /// what it still holds) before the next write can send anything.
+    async fn replace_producer(&self) {
+        match create_producer(&self.config, &self.context) {
+            Ok(fresh) => {
+                let old = std::mem::replace(&mut *self.producer.lock().unwrap_or_else(|p| p.into_inner()), fresh);
+                // Dropping a producer purges and flushes it, which may block for a moment.
+                let _ = tokio::task::spawn_blocking(move || drop(old)).await;
+                tracing::warn!(topic = %self.topic, "Checkpoint write timed out; the checkpoint producer was replaced");
+            }
+            Err(e) => tracing::warn!(topic = %self.topic, error = %e, "Checkpoint write timed out; no new checkpoint producer"),
+        }
+    }
+
+    /// `e` with its cause, e.g. the refused credentials behind a request that found no broker.
+    fn explain(&self, what: &str, e: KafkaError) -> String {
+        format!("{what}: {}", explain(&self.context, e))
+    }
+}
+
+fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<FutureProducer<QuietContext>, String> {
+    config.create_with_context(context.clone()).map_err(|e| client_refused("producer", config, e).to_string())
+}
+
+/// The latest values of the keys that start with `prefix` in partition 0 of `topic`, up to
+/// the end it had at the start.
+fn read(config: &ClientConfig, context: &QuietContext, topic: &str, prefix: &str) -> Result<HashMap<String, Vec<u8>>, String> {
+    let consumer: BaseConsumer<QuietContext> = config.create_with_context(context.clone()).map_err(|e| client_refused("consumer", config, e).to_string())?;
+    let (low, high) = consumer.fetch_watermarks(topic, 0, REQUEST_TIMEOUT).map_err(|e| format!("cannot read its offsets: {}", explain(context, e)))?;
+    let mut latest = HashMap::new();
+    if high <= low {
+        return Ok(latest);
+    }
+    let mut from = TopicPartitionList::new();
+    from.add_partition_offset(topic, 0, Offset::Beginning).map_err(|e| e.to_string())?;
+    consumer.assign(&from).map_err(|e| e.to_string())?;
+    loop {
+        match consumer.poll(REQUEST_TIMEOUT) {
+            Some(Ok(m)) => {
+                keep(&mut latest, prefix, m.key(), m.payload());
+                if m.offset() + 1 >= high {
+                    return Ok(latest);
+                }
+            }
+            // The end, before `high`: compaction removed the last records (expired tombstones).
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(latest),
+            Some(Err(e)) => return Err(format!("reading failed: {}", explain(context, e))),
+            None => return Err(format!("no record within {REQUEST_TIMEOUT:?} while reading offsets {low} to {high}")),
+        }
+    }
+}
+
+/// Applies one record to `latest`: a value replaces the key's, a tombstone deletes it;
+/// keys without `prefix` (other routes' and clusters') are left out.
+fn keep(latest: &mut HashMap<String, Vec<u8>>, prefix: &str, key: Option<&[u8]>, value: Option<&[u8]>) {
+    let Some(key) = key.and_then(|k| std::str::from_utf8(k).ok()).filter(|k| k.starts_with(prefix)) else { return };
+    match value {
+        Some(v) => latest.insert(key.to_string(), v.to_vec()),
+        None => latest.remove(key),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_without_acknowledgement_fails_after_the_bound_and_leaves_a_new_producer() {
+        // Nothing listens on the discard port: no broker ever acknowledges.
+        let cfg: KafkaConfig = serde_json::from_value(serde_json::json!({"brokers": "127.0.0.1:9"})).unwrap();
+        let store = KafkaStore::connect(&cfg, "checkpoints").unwrap();
+        let before = store.producer().client().native_ptr();
+        let e = store.write(&vec![("c.r.x.w".to_string(), Some(b"1".to_vec()))]).await.unwrap_err();
+        assert_eq!(e.to_string(), "checkpoint topic checkpoints: the brokers did not acknowledge a record within 30s");
+        assert_ne!(store.producer().client().native_ptr(), before, "replaced");
+    }
+
+    #[test]
+    fn the_latest_record_of_each_key_under_the_prefix_is_kept_and_tombstones_delete() {
+        let mut latest = HashMap::new();
+        let records: [(Option<&[u8]>, Option<&[u8]>); 7] = [
+            (Some(b"c.r.x.w"), Some(b"1")),
+            (Some(b"c.r.x.o.a"), Some(b"2")),
+            (Some(b"c.r.x.o.b"), Some(b"3")),
+            (Some(b"c.r.x.o.a"), None),
+            (Some(b"c.r.x.w"), Some(b"4")),
+            (Some(b"c.rr.x.w"), Some(b"other route")),
+            (None, Some(b"no key")),
+        ];
+        for (key, value) in records {
+            keep(&mut latest, "c.r.", key, value);
+        }
+        keep(&mut latest, "c.r.", Some(b"c.r.\xff"), Some(b"not UTF-8"));
+        assert_eq!(latest, HashMap::from([("c.r.x.w".to_string(), b"4".to_vec()), ("c.r.x.o.b".to_string(), b"3".to_vec())]));
     }
 }

@@ -3,6 +3,7 @@
 //! in a file. Every store holds the latest value per key and is written in order.
 
 mod file;
+mod inflight;
 mod kafka;
 mod nats;
 

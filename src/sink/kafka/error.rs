@@ -40,7 +40,7 @@ pub(super) fn classify(e: KafkaError) -> SendError {
 /// the credentials or the TLS handshake fails on every connection attempt. Stays
 /// retryable: librdkafka keeps retrying, and the cause can go away without a restart (a
 /// SCRAM user created or a broker certificate replaced after start-up).
-pub(super) fn explain(ctx: &QuietContext, e: KafkaError) -> SendError {
+pub fn explain(ctx: &QuietContext, e: KafkaError) -> SendError {
     match (classify(e), ctx.recent_cause(RECENT_CAUSE)) {
         (SendError::Retryable { kind, source: Failure::Kafka(source) }, Some(Cause { kind: cause_kind, text: cause, .. })) => match cause_kind {
             ErrorKind::Authentication => SendError::Retryable { kind: cause_kind, source: Failure::KafkaCredentialsRefused { source, cause } },
@@ -53,7 +53,7 @@ pub(super) fn explain(ctx: &QuietContext, e: KafkaError) -> SendError {
 
 /// The error of a client that cannot be created with `config`, with the values of secret
 /// options masked: librdkafka echoes the value of an option it refuses.
-pub(super) fn client_refused(client: &'static str, config: &ClientConfig, e: KafkaError) -> SinkError {
+pub fn client_refused(client: &'static str, config: &ClientConfig, e: KafkaError) -> SinkError {
     SinkError::KafkaClient { client, masked: mask_secrets_in(&e.to_string(), config.config_map()) }
 }
 

@@ -122,6 +122,10 @@ impl ClientContext for QuietContext {
     }
 }
 
+/// The checkpoint store reads its topic with this context too: its logs and its errors'
+/// causes as the producer's.
+impl rdkafka::consumer::ConsumerContext for QuietContext {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

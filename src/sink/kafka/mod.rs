@@ -9,4 +9,6 @@ mod recover;
 
 pub use admin::create_topics;
 pub use binding::encode;
+pub use error::{client_refused, explain};
+pub use log::QuietContext;
 pub use producer::KafkaSink;
