@@ -140,7 +140,7 @@ pub fn validate(c: &Config) -> Vec<Problem> {
     check_range(&mut out, "delivery.retry_max_ms", d.retry_max_ms, ranges::RETRY_MAX_MS, "milliseconds (e.g. 30000)");
     check_range(&mut out, "delivery.shutdown_timeout_secs", d.shutdown_timeout_secs, ranges::SHUTDOWN_TIMEOUT_SECS, "seconds (e.g. 30)");
     check_range(&mut out, "delivery.stall_timeout_secs", d.stall_timeout_secs, ranges::STALL_TIMEOUT_SECS, "seconds (0 = off)");
-    validate_resume(&mut out, &c.resume);
+    check_range(&mut out, "resume.interval_ms", c.resume.interval_ms, ranges::CHECKPOINT_INTERVAL_MS, "milliseconds (e.g. 1000)");
     if d.retry_initial_ms == 0 || d.retry_initial_ms > d.retry_max_ms {
         out.push(problem(
             "delivery.retry_initial_ms",
@@ -423,22 +423,6 @@ fn is_dns_label(s: &str) -> bool {
 
 fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
-/// The checkpoint settings: an interval that leaves time between writes, names the
-/// brokers and the NATS server accept.
-fn validate_resume(out: &mut Vec<Problem>, r: &super::ResumeConfig) {
-    check_range(out, "resume.interval_ms", r.interval_ms, ranges::CHECKPOINT_INTERVAL_MS, "milliseconds (e.g. 1000)");
-    if super::check_topic_name(&r.kafka_topic).is_err() {
-        out.push(problem(
-            "resume.kafka_topic",
-            format!("`{}` is not a valid Kafka topic name", r.kafka_topic),
-            "use up to 249 letters, digits, `.`, `_` and `-`",
-        ));
-    }
-    if r.nats_bucket.is_empty() || !r.nats_bucket.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b)) {
-        out.push(problem("resume.nats_bucket", format!("`{}` is not a valid key-value bucket name", r.nats_bucket), "use letters, digits, `_` and `-`"));
-    }
 }
 
 #[cfg(test)]

@@ -48,22 +48,23 @@ enum Found {
 /// Reads the checkpoints of every route and decides each watch's start.
 pub async fn load(config: &Config, routes: &[RouteConfig], scopes: &[Arc<Scope>], retry: RetryPolicy, stop: &CancellationToken) -> Starts {
     let mut starts = Starts::default();
-    let mut read: Vec<Option<Parsed>> = Vec::new();
+    // Each route's checkpoints, or why it keeps none.
+    let mut read: Vec<Result<Parsed, Unusable>> = Vec::new();
     for route in routes {
         let prefix = checkpoint::route_prefix(&config.cluster, &route.name);
         match open(config, route, &prefix, retry, stop).await {
             Ok(Some((store, records))) => {
                 starts.routes.push(Some((Arc::new(store), Arc::new(Progress::default()))));
-                read.push(Some(checkpoint::parse(records)));
+                read.push(Ok(checkpoint::parse(records)));
             }
             Ok(None) => {
                 starts.routes.push(None);
-                read.push(None);
+                read.push(Err(Unusable::NoStore));
             }
             Err(e) => {
-                tracing::error!(route = %route.name, error = %e, "Cannot read the route's checkpoint; its watches start with full syncs and it keeps no checkpoint this run");
+                tracing::error!(route = %route.name, error = %e, "Cannot use the route's checkpoint; its watches start with full syncs and it keeps no checkpoint this run");
                 starts.routes.push(None);
-                read.push(None);
+                read.push(Err(Unusable::Unreadable));
             }
         }
     }
@@ -73,9 +74,12 @@ pub async fn load(config: &Config, routes: &[RouteConfig], scopes: &[Arc<Scope>]
         // Each route of the watch: what its checkpoint holds.
         let mut found = Vec::new();
         for output in &scope.outputs {
-            let (Some(_), Some(records)) = (&starts.routes[output.route], read[output.route].as_mut()) else {
-                found.push((output.route, String::new(), String::new(), Found::Untracked(Unusable::NoStore)));
-                continue;
+            let records = match &mut read[output.route] {
+                Ok(records) => records,
+                Err(why) => {
+                    found.push((output.route, String::new(), String::new(), Found::Untracked(*why)));
+                    continue;
+                }
             };
             let prefix = checkpoint::watch_prefix(&checkpoint::route_prefix(&config.cluster, &output.route_name), &label, scope.namespace.as_deref());
             let digest = checkpoint::digest(&config.cluster, scope, output);
@@ -188,14 +192,14 @@ async fn open(
     let started = Instant::now();
     let mut attempt = 0;
     loop {
-        let result = async {
+        let result: Result<_, StoreError> = async {
             let Some(store) = Store::open(&route.sink, &config.resume, &route.name).await? else { return Ok(None) };
             let records = store.load(prefix).await?;
             Ok(Some((store, records)))
         }
         .await;
         match result {
-            Err(e) if started.elapsed() < READ_FOR && !stop.is_cancelled() => {
+            Err(e) if !e.is_permanent() && started.elapsed() < READ_FOR && !stop.is_cancelled() => {
                 if attempt == 0 {
                     tracing::warn!(route = %route.name, error = %e, "Cannot read the route's checkpoint yet; retrying");
                 }

@@ -21,8 +21,9 @@ pub enum Stop<E> {
 /// Sends `items` in order, each through `send` (which resolves once the record is taken
 /// and returns its acknowledgement), with at most `window` acknowledgements outstanding,
 /// and waits for all of them.
-pub async fn in_order<T, A, E>(items: impl IntoIterator<Item = T>, window: usize, mut send: impl AsyncFnMut(T) -> Result<A, E>) -> Result<(), Stop<E>>
+pub async fn in_order<T, S, A, E>(items: impl IntoIterator<Item = T>, window: usize, mut send: impl FnMut(T) -> S) -> Result<(), Stop<E>>
 where
+    S: Future<Output = Result<A, E>>,
     A: Future<Output = Result<(), E>>,
 {
     let mut acks = VecDeque::with_capacity(window);
@@ -64,12 +65,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn records_go_out_in_order_within_the_window_and_all_are_acknowledged() {
-        let seen = RefCell::new(Seen::default());
-        let sent = in_order(0..10u32, 3, async |i| {
+        let seen = &RefCell::new(Seen::default());
+        let sent = in_order(0..10u32, 3, |i| async move {
             let mut s = seen.borrow_mut();
             s.sent.push(i);
             s.most_outstanding = s.most_outstanding.max(s.sent.len() - s.acked.len());
-            let seen = &seen;
+            drop(s);
             Ok::<_, ()>(async move {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 seen.borrow_mut().acked.push(i);
@@ -78,7 +79,7 @@ mod tests {
         })
         .await;
         assert_eq!(sent, Ok(()));
-        let s = seen.into_inner();
+        let s = seen.take();
         assert_eq!(s.sent, (0..10).collect::<Vec<_>>());
         assert_eq!(s.acked, (0..10).collect::<Vec<_>>(), "every acknowledgement awaited");
         assert_eq!(s.most_outstanding, 3);
@@ -86,16 +87,16 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_failed_acknowledgement_fails_the_write() {
-        let sent = in_order(0..5u32, 2, async |i| Ok(async move { if i == 3 { Err(i) } else { Ok(()) } })).await;
+        let sent = in_order(0..5u32, 2, |i| async move { Ok(async move { if i == 3 { Err(i) } else { Ok(()) } }) }).await;
         assert_eq!(sent, Err(Stop::Failed(3)));
-        let refused = in_order(0..5u32, 2, async |i| if i == 1 { Err(i) } else { Ok(async { Ok(()) }) }).await;
+        let refused = in_order(0..5u32, 2, |i| async move { if i == 1 { Err(i) } else { Ok(async { Ok(()) }) } }).await;
         assert_eq!(refused, Err(Stop::Failed(1)));
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_acknowledgement_that_never_comes_stalls_the_write_after_the_bound() {
         let start = tokio::time::Instant::now();
-        let sent = in_order(0..5u32, 2, async |i| Ok::<_, ()>(async move { if i == 2 { futures::future::pending().await } else { Ok(()) } })).await;
+        let sent = in_order(0..5u32, 2, |i| async move { Ok::<_, ()>(async move { if i == 2 { futures::future::pending().await } else { Ok(()) } }) }).await;
         assert_eq!(sent, Err(Stop::Stalled));
         assert_eq!(start.elapsed(), STALL);
     }

@@ -44,6 +44,18 @@ pub struct KafkaStore {
     producer: Mutex<FutureProducer<QuietContext>>,
 }
 
+/// Why the topic is not ready: for good (it must be fixed first), or for now.
+enum NotReady {
+    Refused(String),
+    Failed(String),
+}
+
+impl From<String> for NotReady {
+    fn from(reason: String) -> NotReady {
+        NotReady::Failed(reason)
+    }
+}
+
 impl KafkaStore {
     /// Connects with the sink's settings, and creates the topic when it is missing and
     /// `sink.create_topics` is set (with its replication factor). A topic that is not
@@ -51,7 +63,10 @@ impl KafkaStore {
     pub async fn open(cfg: &KafkaConfig, topic: &str) -> Result<KafkaStore, StoreError> {
         let fail = |reason: String| StoreError::Kafka { topic: topic.to_string(), reason };
         let store = KafkaStore::connect(cfg, topic).map_err(fail)?;
-        store.prepare(cfg).await.map_err(fail)?;
+        store.prepare(cfg).await.map_err(|e| match e {
+            NotReady::Refused(reason) => StoreError::Refused { store: format!("topic {topic}"), reason },
+            NotReady::Failed(reason) => fail(reason),
+        })?;
         Ok(store)
     }
 
@@ -78,37 +93,37 @@ impl KafkaStore {
     }
 
     /// Finds the topic, or creates it; then checks its shape.
-    async fn prepare(&self, cfg: &KafkaConfig) -> Result<(), String> {
+    async fn prepare(&self, cfg: &KafkaConfig) -> Result<(), NotReady> {
         let admin: AdminClient<QuietContext> =
             self.config.create_with_context(self.context.clone()).map_err(|e| client_refused("admin client", &self.config, e).to_string())?;
         let partitions = match self.partitions().await? {
             Some(n) => n,
             None => {
                 let Some(creation) = &cfg.create_topics else {
-                    return Err(format!("the topic does not exist and sink.create_topics is not set: {CREATE_FIX}"));
+                    return Err(NotReady::Refused(format!("the topic does not exist and sink.create_topics is not set: {CREATE_FIX}")));
                 };
                 self.create(&admin, creation.replication_factor).await?
             }
         };
         if partitions != 1 {
-            return Err(format!(
+            return Err(NotReady::Refused(format!(
                 "the topic has {partitions} partitions; a checkpoint topic needs exactly one (its records are read back in order): \
                  name another topic in resume.kafka_topic, or delete this one"
-            ));
+            )));
         }
         let opts = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
         let described =
             admin.describe_configs(&[ResourceSpecifier::Topic(&self.topic)], &opts).await.map_err(|e| self.explain("cannot read its configuration", e))?;
         let policy = match described.into_iter().next() {
             Some(Ok(resource)) => resource.get("cleanup.policy").and_then(|e| e.value.clone()).unwrap_or_default(),
-            Some(Err(code)) => return Err(format!("cannot read its configuration: {code} (the user needs DescribeConfigs on the topic)")),
+            Some(Err(code)) => return Err(NotReady::Failed(format!("cannot read its configuration: {code} (the user needs DescribeConfigs on the topic)"))),
             None => String::new(),
         };
         if policy != "compact" {
-            return Err(format!(
+            return Err(NotReady::Refused(format!(
                 "the topic's cleanup.policy is `{policy}`; a checkpoint topic must be compacted (cleanup.policy=compact) to keep the latest \
                  record of every key: alter the topic, or name another topic in resume.kafka_topic"
-            ));
+            )));
         }
         Ok(())
     }
@@ -171,7 +186,8 @@ impl KafkaStore {
     /// write that times out leaves a new producer for the next one.
     pub async fn write(&self, records: &Records) -> Result<(), StoreError> {
         let producer = self.producer();
-        let sent = inflight::in_order(records, WINDOW, async |(key, value)| {
+        let producer = &producer;
+        let sent = inflight::in_order(records, WINDOW, |(key, value)| async move {
             let mut record = FutureRecord::<str, [u8]>::to(&self.topic).key(key.as_str()).partition(0);
             if let Some(v) = value {
                 record = record.payload(v.as_slice());

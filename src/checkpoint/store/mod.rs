@@ -28,6 +28,17 @@ pub enum StoreError {
     Kafka { topic: String, reason: String },
     #[error("checkpoint bucket {bucket}: {reason}")]
     Nats { bucket: String, reason: String },
+    /// The store exists in a shape deltaship cannot use, or may not be created: retrying
+    /// does not help.
+    #[error("checkpoint {store} cannot be used: {reason}")]
+    Refused { store: String, reason: String },
+}
+
+impl StoreError {
+    /// Whether retrying cannot help (the store must be fixed first).
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, StoreError::Refused { .. })
+    }
 }
 
 pub enum Store {

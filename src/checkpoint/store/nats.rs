@@ -65,7 +65,10 @@ impl NatsStore {
                 created
             }
             Err(e) if e.kind() == KeyValueErrorKind::InvalidStoreName => {
-                return Err(fail("a stream of that name exists and is not a key-value bucket: name another bucket in resume.nats_bucket".into()));
+                return Err(StoreError::Refused {
+                    store: format!("bucket {bucket}"),
+                    reason: "a stream of that name exists and is not a key-value bucket: name another bucket in resume.nats_bucket".into(),
+                });
             }
             Err(e) => return Err(fail(format!("cannot look up the bucket: {e}"))),
         };
@@ -104,7 +107,7 @@ impl NatsStore {
 
     /// Puts and deletes the records in order, and waits until the stream stored all of them.
     pub async fn write(&self, records: &Records) -> Result<(), StoreError> {
-        let sent = inflight::in_order(records, WINDOW, async |(key, value)| {
+        let sent = inflight::in_order(records, WINDOW, |(key, value)| async move {
             let subject = format!("{}{key}", self.kv.prefix);
             let ack = match value {
                 Some(v) => self.jetstream.publish(subject, Bytes::copy_from_slice(v)).await?,
