@@ -4,18 +4,19 @@
 
 mod support;
 
-use std::fs::File;
-use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use deltaship::config::KafkaConfig;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::bridge::{Bridge, command, free_port};
+use support::bridge::{Bridge, command, free_port, run_to_exit};
+use support::config::{TestConfig, kafka, resource};
 use support::kube::{client, delete_namespace, eventually, namespace};
 
-fn configmaps_in(ns: &str, kubernetes: &str) -> String {
-    format!("cluster = \"it\"\n{kubernetes}\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = [\"{ns}\"]\n")
+/// The ConfigMaps of `ns` in cluster `it` (to stdout unless a sink is added).
+fn configmaps_in(ns: &str) -> TestConfig {
+    TestConfig::new().cluster("it").configmaps(ns)
 }
 
 /// `deltaship check` off the async runtime's worker (it is a blocking child process).
@@ -28,44 +29,12 @@ async fn check(config: String) -> (Option<i32>, String) {
     .unwrap()
 }
 
-/// `deltaship run` until it exits by itself: (status, stdout, stderr). Panics if it is
-/// still running after `timeout` (a start-up failure must not hang).
-fn run_to_exit(config_toml: &str, timeout: Duration) -> (ExitStatus, String, String) {
-    let dir = std::env::temp_dir().join(support::unique("cli-run"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("config.toml");
-    std::fs::write(&config, format!("{config_toml}\n[http]\nlisten = \"127.0.0.1:{}\"\n", free_port())).unwrap();
-    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_deltaship"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .stdout(File::create(&out).unwrap())
-        .stderr(File::create(&err).unwrap())
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("`run` still running after {timeout:?}:\n{}", std::fs::read_to_string(&err).unwrap_or_default());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let read = |p| std::fs::read_to_string(p).unwrap_or_default();
-    (status, read(&out), read(&err))
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn check_reports_version_resolution_and_access_and_passes_for_a_valid_config() {
     support::env();
     let client = client().await;
     let ns = namespace(&client, "it-check").await;
-    let (code, out) = check(configmaps_in(&ns, "")).await;
+    let (code, out) = check(configmaps_in(&ns).toml()).await;
     assert_eq!(code, Some(0), "{out}");
     let lines: Vec<&str> = out.lines().collect();
     for want in [
@@ -82,7 +51,7 @@ async fn check_reports_version_resolution_and_access_and_passes_for_a_valid_conf
 #[tokio::test(flavor = "multi_thread")]
 async fn check_fails_on_a_misspelled_kind_and_suggests_the_served_one() {
     support::env();
-    let config = "[[resources]]\ngroup = \"apps\"\nversion = \"v1\"\nkind = \"Deploymnet\"\n".to_string();
+    let config = TestConfig::new().resource(resource("apps", "Deploymnet", &[])).toml();
     let (code, out) = check(config).await;
     assert_eq!(code, Some(1), "{out}");
     let want = "[FAIL] resources[0]: kind Deploymnet in apps/v1 is not served by the API server; did you mean kind Deployment in apps/v1?";
@@ -97,8 +66,7 @@ async fn check_and_run_name_the_missing_verb_until_list_and_watch_are_granted() 
     let env = support::env();
     let client = client().await;
     let ns = namespace(&client, "it-rbac").await;
-    let limited = format!("[kubernetes]\nkubeconfig = \"{}\"", env.limited_kubeconfig);
-    let config = configmaps_in(&ns, &limited);
+    let config = configmaps_in(&ns).with(|c| c.kubernetes.kubeconfig = Some(env.limited_kubeconfig.into())).toml();
 
     let (code, out) = check(config.clone()).await;
     assert_eq!(code, Some(1), "{out}");
@@ -177,6 +145,8 @@ brokers = "from-the-file:9092"
 
 #[test]
 fn a_zero_queue_capacity_exits_2_naming_the_key_and_the_fix() {
+    // Invalid on purpose, so written as text (as every invalid config of this file): the
+    // refusal of what a file says is the point.
     let config = "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[delivery]\nqueue_capacity = 0\n";
     let (status, _, stderr) = command(&["check"], config, &[]);
     assert_eq!(status.code(), Some(2), "{stderr}");
@@ -187,6 +157,7 @@ fn a_zero_queue_capacity_exits_2_naming_the_key_and_the_fix() {
 
 #[test]
 fn an_unknown_top_level_key_exits_2_naming_it_and_listing_the_expected_keys() {
+    // Text: the builder cannot write an unknown key.
     let config = "queue_size = 5\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n";
     let (status, _, stderr) = command(&["run"], config, &[]);
     assert_eq!(status.code(), Some(2), "{stderr}");
@@ -202,7 +173,8 @@ fn an_unknown_top_level_key_exits_2_naming_it_and_listing_the_expected_keys() {
 #[test]
 fn a_config_that_parses_lists_every_validation_problem_at_once() {
     // Parse errors (unknown keys, wrong types) stop parsing at the first one; once the
-    // file parses, every validation problem is reported in one go.
+    // file parses, every validation problem is reported in one go. Invalid on purpose, so
+    // written as text.
     let config = "cluster = \"Bad_Name\"\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[delivery]\nqueue_capacity = 0\n";
     let (status, _, stderr) = command(&["check"], config, &[]);
     assert_eq!(status.code(), Some(2), "{stderr}");
@@ -218,12 +190,9 @@ async fn run_with_a_closed_broker(tag: &str) -> (Bridge, kube::Client, String) {
     support::env();
     let client = client().await;
     let ns = namespace(&client, tag).await;
-    let config = format!(
-        "{}[sink]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:{}\"\ntopic_template = \"{}.{{group}}.{{plural}}\"\n[delivery]\nshutdown_timeout_secs = 2\n",
-        configmaps_in(&ns, ""),
-        free_port(),
-        support::unique("it")
-    );
+    let closed = format!("127.0.0.1:{}", free_port());
+    let sink = KafkaConfig { create_topics: None, ..kafka(&closed, &format!("{}.{{group}}.{{plural}}", support::unique("it"))) };
+    let config = configmaps_in(&ns).kafka(sink).with(|c| c.delivery.shutdown_timeout_secs = 2).toml();
     let bridge = Bridge::start(&config);
     let deadline = Instant::now() + Duration::from_secs(30);
     while bridge.get("/healthz").is_none() {

@@ -7,27 +7,22 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
+use deltaship::config::{ContentMode, KafkaConfig, PayloadMode, ResourceConfig};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::bridge::Bridge;
+use support::config::{TestConfig, kafka, resource};
 use support::kafka::{Record, read_until};
 use support::kube::{client, delete_namespace, eventually, namespace};
 
 const WAIT: Duration = Duration::from_secs(60);
 const STRUCTURED: &str = "application/cloudevents+json; charset=UTF-8";
 
-/// A bridge config in the style of kafka_pipeline.rs: `resources` are TOML tables,
-/// `sink_extra` lines go into `[sink]`.
-fn config(brokers: &str, topic_template: &str, resources: &str, sink_extra: &str) -> String {
-    format!(
-        "cluster = \"it\"\n{resources}\n[sink]\ntype = \"kafka\"\nbrokers = \"{brokers}\"\ntopic_template = \"{topic_template}\"\ncreate_topics = {{ partitions = 3 }}\n{sink_extra}\n"
-    )
-}
-
-fn resource(group: &str, kind: &str, ns: &str, extra: &str) -> String {
-    format!("[[resources]]\ngroup = \"{group}\"\nversion = \"v1\"\nkind = \"{kind}\"\nnamespaces = [\"{ns}\"]\n{extra}\n")
+/// A bridge of cluster `it` shipping `resources` to `sink`.
+fn config(resources: &[ResourceConfig], sink: KafkaConfig) -> String {
+    TestConfig::new().cluster("it").with(|c| c.resources = resources.to_vec()).kafka(sink).toml()
 }
 
 fn per_resource_topics(prefix: &str) -> String {
@@ -57,7 +52,8 @@ async fn structured_mode_puts_the_whole_event_in_the_value_and_no_ce_headers() {
     let client = client().await;
     let ns = namespace(&client, "it-structured").await;
     let prefix = support::unique("it");
-    let cfg = config(&env.kafka, &per_resource_topics(&prefix), &resource("", "ConfigMap", &ns, ""), "content_mode = \"structured\"");
+    let sink = KafkaConfig { content_mode: ContentMode::Structured, ..kafka(&env.kafka, &per_resource_topics(&prefix)) };
+    let cfg = config(&[resource("", "ConfigMap", &[&ns])], sink);
     let mut bridge = Bridge::start(&cfg);
     bridge.wait_ready(WAIT);
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
@@ -111,7 +107,8 @@ async fn a_deleted_object_is_followed_by_a_tombstone_with_its_key() {
     let client = client().await;
     let ns = namespace(&client, "it-tomb").await;
     let prefix = support::unique("it");
-    let cfg = config(&env.kafka, &per_resource_topics(&prefix), &resource("", "ConfigMap", &ns, ""), "tombstones = true");
+    let sink = KafkaConfig { tombstones: true, ..kafka(&env.kafka, &per_resource_topics(&prefix)) };
+    let cfg = config(&[resource("", "ConfigMap", &[&ns])], sink);
     let mut bridge = Bridge::start(&cfg);
     bridge.wait_ready(WAIT);
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
@@ -154,7 +151,8 @@ async fn a_deployment_lifecycle_ships_in_order_without_status_only_updates() {
     let client = client().await;
     let ns = namespace(&client, "it-deploy").await;
     let prefix = support::unique("it");
-    let cfg = config(&env.kafka, &per_resource_topics(&prefix), &resource("apps", "Deployment", &ns, "ignore_fields = [\"/status\"]"), "");
+    let deployments = ResourceConfig { ignore_fields: vec!["/status".into()], ..resource("apps", "Deployment", &[&ns]) };
+    let cfg = config(&[deployments], kafka(&env.kafka, &per_resource_topics(&prefix)));
     let mut bridge = Bridge::start(&cfg);
     bridge.wait_ready(WAIT);
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns);
@@ -211,7 +209,8 @@ async fn reference_payload_ships_only_the_identity_of_the_object() {
     let make = |name: &str| -> ConfigMap { serde_json::from_value(json!({"metadata": {"name": name}, "data": {"body": "not-in-a-reference"}})).unwrap() };
     // Present at start: its `synced` event is a reference too.
     let before = cms.create(&PostParams::default(), &make("before")).await.unwrap();
-    let cfg = config(&env.kafka, &per_resource_topics(&prefix), &resource("", "ConfigMap", &ns, "payload = \"reference\""), "");
+    let references = ResourceConfig { payload: PayloadMode::Reference, ..resource("", "ConfigMap", &[&ns]) };
+    let cfg = config(&[references], kafka(&env.kafka, &per_resource_topics(&prefix)));
     let mut bridge = Bridge::start(&cfg);
     bridge.wait_ready(WAIT);
     let created = cms.create(&PostParams::default(), &make("ref")).await.unwrap();
@@ -246,8 +245,8 @@ async fn a_shared_topic_prefixes_keys_with_the_resource_and_keys_markers_per_res
     let client = client().await;
     let ns = namespace(&client, "it-shared").await;
     let topic = format!("{}-all", support::unique("it"));
-    let resources = format!("{}{}", resource("", "ConfigMap", &ns, ""), resource("", "Secret", &ns, ""));
-    let mut bridge = Bridge::start(&config(&env.kafka, &topic, &resources, ""));
+    let resources = [resource("", "ConfigMap", &[&ns]), resource("", "Secret", &[&ns])];
+    let mut bridge = Bridge::start(&config(&resources, kafka(&env.kafka, &topic)));
     bridge.wait_ready(WAIT);
     // Same name in both resources: only the prefix keeps compaction from merging them.
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "same"}, "data": {"k": "v"}})).unwrap();

@@ -10,10 +10,12 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use deltaship::config::{KafkaConfig, KafkaSasl, KafkaTls, SaslMechanism, Secret};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use support::bridge::{Bridge, command};
+use support::config::{TestConfig, kafka, partitions};
 use support::kafka::{Record, read_until};
 use support::kube::{client, delete_namespace, namespace};
 
@@ -50,49 +52,38 @@ impl Secured {
 
     /// `tls` trusting the test CA, with a client certificate from `client` (`client` or
     /// `untrusted-client`), or without one.
-    fn tls(&self, client: Option<&str>) -> String {
-        let ca = self.file("ca.pem");
+    fn tls(&self, client: Option<&str>) -> KafkaTls {
+        let ca_file = Some(self.file("ca.pem"));
         match client {
             Some(c) => {
-                format!("tls = {{ ca_file = {ca:?}, cert_file = {:?}, key_file = {:?} }}", self.file(&format!("{c}.pem")), self.file(&format!("{c}.key")))
+                KafkaTls { ca_file, cert_file: Some(self.file(&format!("{c}.pem"))), key_file: Some(self.file(&format!("{c}.key"))), ..KafkaTls::default() }
             }
-            None => format!("tls = {{ ca_file = {ca:?} }}"),
+            None => KafkaTls { ca_file, ..KafkaTls::default() },
         }
     }
 
-    /// `tls` and `sasl` for `mechanism`'s user with the password from its file, and the
-    /// password (for scanning logs).
-    fn sasl(&self, mechanism: &str) -> (String, String) {
-        let name = mechanism.to_lowercase();
-        let sasl = format!(
-            "{}\nsasl = {{ mechanism = \"{mechanism}\", username = \"{}\", password_file = {:?} }}",
-            self.tls(None),
-            self.read(&format!("{name}.user")),
-            self.file(&format!("{name}.password"))
-        );
-        (sasl, self.read(&format!("{name}.password")))
+    /// `mechanism`'s user (`sasl` without a password).
+    fn user(&self, mechanism: SaslMechanism) -> KafkaSasl {
+        let username = self.read(&format!("{}.user", mechanism.as_str().to_lowercase()));
+        KafkaSasl { mechanism, username, password: None, password_file: None }
+    }
+
+    /// `sasl` for `mechanism`'s user with the password from its file, and the password
+    /// (for scanning logs).
+    fn sasl(&self, mechanism: SaslMechanism) -> (KafkaSasl, String) {
+        let name = format!("{}.password", mechanism.as_str().to_lowercase());
+        (KafkaSasl { password_file: Some(self.file(&name)), ..self.user(mechanism) }, self.read(&name))
     }
 }
 
-/// ConfigMaps of `ns` to the topic `<topic>.core.configmaps` at `brokers`; `sink_extra`
-/// adds keys to `[sink]`.
-fn config(ns: &str, topic: &str, brokers: &str, sink_extra: &str) -> String {
-    format!(
-        r#"
-[[resources]]
-version = "v1"
-kind = "ConfigMap"
-namespaces = ["{ns}"]
-[sink]
-type = "kafka"
-brokers = "{brokers}"
-topic_template = "{topic}.{{group}}.{{plural}}"
-create_topics = {{ partitions = 1 }}
-{sink_extra}
-[delivery]
-shutdown_timeout_secs = 5
-"#
-    )
+/// The Kafka sink at `brokers`, to the topic `<topic>.core.configmaps` of one partition.
+fn sink(brokers: &str, topic: &str) -> KafkaConfig {
+    KafkaConfig { create_topics: partitions(1), ..kafka(brokers, &format!("{topic}.{{group}}.{{plural}}")) }
+}
+
+/// ConfigMaps of `ns` to `sink`, drained for at most 5 s at shutdown.
+fn config(ns: &str, sink: KafkaConfig) -> String {
+    TestConfig::new().configmaps(ns).kafka(sink).with(|c| c.delivery.shutdown_timeout_secs = 5).toml()
 }
 
 /// What a shipped ConfigMap left behind.
@@ -104,14 +95,15 @@ struct Shipped {
 }
 
 /// Runs the bridge (created topics through the admin client, then the producer, both
-/// secured), creates a ConfigMap in a fresh namespace, and reads its `added` event back
-/// through the plaintext listener of the same broker.
-async fn ships_a_configmap(brokers: &str, sink_extra: &str, envs: &[(&str, &str)]) -> Shipped {
+/// secured by `tls` and `sasl`), creates a ConfigMap in a fresh namespace, and reads its
+/// `added` event back through the plaintext listener of the same broker.
+async fn ships_a_configmap(brokers: &str, tls: KafkaTls, sasl: Option<KafkaSasl>, envs: &[(&str, &str)]) -> Shipped {
     let plaintext = support::env().kafka;
     let client = client().await;
     let ns = namespace(&client, "it-kafka-sec").await;
     let prefix = support::unique("it-kafka-sec");
-    let mut bridge = Bridge::start_with_env(&config(&ns, &prefix, brokers, sink_extra), envs);
+    let sink = KafkaConfig { tls: Some(tls), sasl, ..sink(brokers, &prefix) };
+    let mut bridge = Bridge::start_with_env(&config(&ns, sink), envs);
     bridge.wait_ready(Duration::from_secs(60));
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "x"}, "data": {"k": "v"}})).unwrap();
     Api::<ConfigMap>::namespaced(client.clone(), &ns).create(&PostParams::default(), &cm).await.unwrap();
@@ -131,22 +123,22 @@ async fn ships_a_configmap(brokers: &str, sink_extra: &str, envs: &[(&str, &str)
 #[tokio::test(flavor = "multi_thread")]
 async fn mutual_tls_with_a_client_certificate_of_the_brokers_ca_ships_events() {
     let s = secured();
-    ships_a_configmap(&s.mtls, &s.tls(Some("client")), &[]).await;
+    ships_a_configmap(&s.mtls, s.tls(Some("client")), None, &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sasl_plain_over_tls_with_a_password_file_ships_events_and_never_logs_the_password() {
     let s = secured();
-    let (sasl, password) = s.sasl("PLAIN");
-    let shipped = ships_a_configmap(&s.sasl_ssl, &sasl, &[]).await;
+    let (sasl, password) = s.sasl(SaslMechanism::Plain);
+    let shipped = ships_a_configmap(&s.sasl_ssl, s.tls(None), Some(sasl), &[]).await;
     assert!(!shipped.log.contains(&password), "the password is in the log:\n{}", shipped.log);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sasl_scram_sha_256_over_tls_with_a_password_file_ships_events_and_never_logs_the_password() {
     let s = secured();
-    let (sasl, password) = s.sasl("SCRAM-SHA-256");
-    let shipped = ships_a_configmap(&s.sasl_ssl, &sasl, &[]).await;
+    let (sasl, password) = s.sasl(SaslMechanism::ScramSha256);
+    let shipped = ships_a_configmap(&s.sasl_ssl, s.tls(None), Some(sasl), &[]).await;
     assert!(!shipped.log.contains(&password), "the password is in the log:\n{}", shipped.log);
 }
 
@@ -155,8 +147,8 @@ async fn sasl_scram_sha_256_over_tls_with_a_password_file_ships_events_and_never
 #[tokio::test(flavor = "multi_thread")]
 async fn sasl_scram_sha_512_over_tls_ships_events_and_rebuild_reads_them_with_the_same_config() {
     let s = secured();
-    let (sasl, password) = s.sasl("SCRAM-SHA-512");
-    let shipped = ships_a_configmap(&s.sasl_ssl, &sasl, &[]).await;
+    let (sasl, password) = s.sasl(SaslMechanism::ScramSha512);
+    let shipped = ships_a_configmap(&s.sasl_ssl, s.tls(None), Some(sasl), &[]).await;
     assert!(!shipped.log.contains(&password), "the password is in the log:\n{}", shipped.log);
 
     let out = Command::new(env!("CARGO_BIN_EXE_deltaship"))
@@ -182,8 +174,8 @@ async fn sasl_scram_sha_512_over_tls_ships_events_and_rebuild_reads_them_with_th
 async fn the_sasl_password_from_the_environment_authenticates_and_is_never_logged() {
     let s = secured();
     let password = s.read("scram-sha-256.password");
-    let sasl = format!("{}\nsasl = {{ mechanism = \"SCRAM-SHA-256\", username = \"{}\" }}", s.tls(None), s.read("scram-sha-256.user"));
-    let shipped = ships_a_configmap(&s.sasl_ssl, &sasl, &[("DELTASHIP_SINK__SASL__PASSWORD", &password)]).await;
+    let sasl = s.user(SaslMechanism::ScramSha256);
+    let shipped = ships_a_configmap(&s.sasl_ssl, s.tls(None), Some(sasl), &[("DELTASHIP_SINK__SASL__PASSWORD", &password)]).await;
     assert!(!shipped.log.contains(&password), "the password is in the log:\n{}", shipped.log);
 }
 
@@ -194,9 +186,9 @@ async fn the_sasl_password_from_the_environment_authenticates_and_is_never_logge
 async fn a_wrong_password_fails_check_naming_authentication_and_keeps_run_unready_without_showing_it() {
     let s = secured();
     const WRONG: &str = "wr0ng-kafka-pw-93";
-    let sasl = format!("{}\nsasl = {{ mechanism = \"SCRAM-SHA-512\", username = \"{}\", password = \"{WRONG}\" }}", s.tls(None), s.read("scram-sha-512.user"));
+    let sasl = KafkaSasl { password: Some(Secret::new(WRONG)), ..s.user(SaslMechanism::ScramSha512) };
     // Nothing is created in "default": no clean-up needed after a failure.
-    let toml = config("default", &support::unique("it-kafka-badpw"), &s.sasl_ssl, &sasl);
+    let toml = config("default", KafkaConfig { tls: Some(s.tls(None)), sasl: Some(sasl), ..sink(&s.sasl_ssl, &support::unique("it-kafka-badpw")) });
     let (status, out, err) = command(&["check"], &toml, &[]);
     assert!(!status.success(), "check passed:\n{out}{err}");
     let fail = out.lines().find(|l| l.starts_with("[FAIL]")).unwrap_or_else(|| panic!("no [FAIL] line:\n{out}"));
@@ -221,7 +213,7 @@ async fn a_wrong_password_fails_check_naming_authentication_and_keeps_run_unread
 #[test]
 fn a_client_certificate_of_another_ca_fails_check_naming_tls() {
     let s = secured();
-    let toml = config("default", &support::unique("it-kafka-badcert"), &s.mtls, &s.tls(Some("untrusted-client")));
+    let toml = config("default", KafkaConfig { tls: Some(s.tls(Some("untrusted-client"))), ..sink(&s.mtls, &support::unique("it-kafka-badcert")) });
     let (status, out, err) = command(&["check"], &toml, &[]);
     assert!(!status.success(), "check passed:\n{out}{err}");
     let fail = out.lines().find(|l| l.starts_with("[FAIL]")).unwrap_or_else(|| panic!("no [FAIL] line:\n{out}"));
@@ -232,8 +224,9 @@ fn a_client_certificate_of_another_ca_fails_check_naming_tls() {
 fn print_config_masks_the_sasl_password_inline_or_from_the_environment() {
     let s = secured();
     const PASSWORD: &str = "pr1nt-me-not";
-    let inline = config("default", "t", &s.sasl_ssl, &format!("sasl = {{ mechanism = \"PLAIN\", username = \"u\", password = \"{PASSWORD}\" }}"));
-    let no_password = config("default", "t", &s.sasl_ssl, "sasl = { mechanism = \"PLAIN\", username = \"u\" }");
+    let user = KafkaSasl { mechanism: SaslMechanism::Plain, username: "u".into(), password: None, password_file: None };
+    let inline = config("default", KafkaConfig { sasl: Some(KafkaSasl { password: Some(Secret::new(PASSWORD)), ..user.clone() }), ..sink(&s.sasl_ssl, "t") });
+    let no_password = config("default", KafkaConfig { sasl: Some(user), ..sink(&s.sasl_ssl, "t") });
     for (toml, env) in [(&inline, vec![]), (&no_password, vec![("DELTASHIP_SINK__SASL__PASSWORD", PASSWORD)])] {
         let (status, out, err) = command(&["print-config"], toml, &env);
         assert!(status.success(), "print-config failed: {err}");
@@ -259,6 +252,7 @@ fn readme_example_passes_check(name: &str, files: &[(&str, &str)], envs: &[(&str
         assert!(snippet.contains(&format!("{README_DIR}{readme_name}")), "README {name} does not name {readme_name}:\n{snippet}");
         std::fs::copy(s.file(test_name), dir.join(readme_name)).unwrap();
     }
+    // The snippet's own text, not the builder's: the README is tested as users copy it.
     let toml = format!("[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n{}", snippet.replace(README_DIR, &format!("{}/", dir.display())));
     let (status, out, err) = command(&["check"], &toml, envs);
     assert!(status.success(), "README {name} fails check:\n{out}{err}");

@@ -6,14 +6,16 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use async_nats::{ConnectOptions, jetstream};
+use deltaship::config::{NatsAuth, NatsConfig, NatsTls, Secret};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use support::bridge::{Bridge, command, free_port};
+use support::bridge::{Bridge, command, run_to_exit};
+use support::config::{TestConfig, nats};
 use support::kube::{client, delete_namespace, namespace};
 use support::nats::{Msg, STREAM, read_until};
 use support::nats_server::NatsServer;
@@ -24,23 +26,19 @@ use support::nats_server::NatsServer;
 /// time a bridge that does connect can take to turn ready.
 const NOT_READY_WINDOW: Duration = Duration::from_secs(15);
 
-/// ConfigMaps of `ns` to the NATS server at `url`; `sink_extra` goes into
-/// `[sink.jetstream]` (plain keys) or adds tables (`[sink.auth]`, `[sink.tls]`).
-fn config(ns: &str, url: &str, sink_extra: &str) -> String {
-    format!(
-        r#"
-[[resources]]
-version = "v1"
-kind = "ConfigMap"
-namespaces = ["{ns}"]
-[sink]
-type = "nats"
-url = "{url}"
-[sink.jetstream]
-ack_timeout_secs = 2
-{sink_extra}
-"#
-    )
+/// ConfigMaps of `ns` to `sink`.
+fn config(ns: &str, sink: NatsConfig) -> String {
+    TestConfig::new().configmaps(ns).nats(sink).toml()
+}
+
+/// The NATS sink at `url` with `auth`.
+fn with_auth(url: &str, auth: NatsAuth) -> NatsConfig {
+    NatsConfig { auth, ..nats(url) }
+}
+
+/// The user `deltaship` with `password` inline.
+fn user_and_password(password: &str) -> NatsAuth {
+    NatsAuth { user: Some("deltaship".into()), password: Some(Secret::new(password)), ..NatsAuth::default() }
 }
 
 /// The test's own reader of the server's stream, with the bridge's credentials.
@@ -50,10 +48,10 @@ async fn reader(opts: ConnectOptions, url: &str) -> jetstream::Context {
 
 /// Runs the bridge, creates a ConfigMap, and reads its `added` event back from the stream
 /// through `js`; returns the bridge's log.
-async fn ships_a_configmap(url: &str, sink_extra: &str, js: &jetstream::Context) -> String {
+async fn ships_a_configmap(sink: NatsConfig, js: &jetstream::Context) -> String {
     let client = client().await;
     let ns = namespace(&client, "it-nats-auth").await;
-    let mut bridge = Bridge::start(&config(&ns, url, sink_extra));
+    let mut bridge = Bridge::start(&config(&ns, sink));
     bridge.wait_ready(Duration::from_secs(60));
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "x"}, "data": {"k": "v"}})).unwrap();
     Api::<ConfigMap>::namespaced(client.clone(), &ns).create(&PostParams::default(), &cm).await.unwrap();
@@ -85,36 +83,6 @@ fn assert_alive_but_never_ready(bridge: &Bridge) -> String {
     }
 }
 
-/// `deltaship run` to its exit: (status, stderr, how long it took). A run still going
-/// after `timeout` is killed and fails the test (Command::output would hang it).
-fn run_to_exit(config_toml: &str, timeout: Duration) -> (ExitStatus, String, Duration) {
-    let dir = std::env::temp_dir().join(support::unique("deltaship-it"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("config.toml");
-    std::fs::write(&path, format!("{config_toml}\n[http]\nlisten = \"127.0.0.1:{}\"\n", free_port())).unwrap();
-    let stderr = dir.join("stderr");
-    let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_deltaship"))
-        .args(["run", "--config"])
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .expect("start deltaship");
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("deltaship run still running after {timeout:?}:\n{}", std::fs::read_to_string(&stderr).unwrap_or_default());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    (status, std::fs::read_to_string(&stderr).unwrap(), started.elapsed())
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn user_and_password_from_a_file_authenticate_and_the_password_is_never_shown() {
     const PASSWORD: &str = "s3cret-pw";
@@ -122,13 +90,13 @@ async fn user_and_password_from_a_file_authenticate_and_the_password_is_never_sh
     let url = format!("nats://{}", server.addr());
     let file = server.file("password", &format!("{PASSWORD}\n"));
     let js = reader(ConnectOptions::with_user_and_password("deltaship".into(), PASSWORD.into()), &url).await;
-    let auth = format!("[sink.auth]\nuser = \"deltaship\"\npassword_file = {file:?}");
-    let log = ships_a_configmap(&url, &auth, &js).await;
+    let auth = NatsAuth { user: Some("deltaship".into()), password_file: Some(file), ..NatsAuth::default() };
+    let log = ships_a_configmap(with_auth(&url, auth), &js).await;
     assert!(!log.contains(PASSWORD), "the password is in the log:\n{log}");
 
     // Given inline, in the file or from the environment, print-config masks it.
-    let inline = config("default", &url, &format!("[sink.auth]\nuser = \"deltaship\"\npassword = \"{PASSWORD}\""));
-    let user_only = config("default", &url, "[sink.auth]\nuser = \"deltaship\"");
+    let inline = config("default", with_auth(&url, user_and_password(PASSWORD)));
+    let user_only = config("default", with_auth(&url, NatsAuth { user: Some("deltaship".into()), ..NatsAuth::default() }));
     for (toml, env) in [(&inline, vec![]), (&user_only, vec![("DELTASHIP_SINK__AUTH__PASSWORD", PASSWORD)])] {
         let (status, out, err) = command(&["print-config"], toml, &env);
         assert!(status.success(), "print-config failed: {err}");
@@ -144,8 +112,20 @@ async fn a_token_from_a_file_authenticates() {
     let url = format!("nats://{}", server.addr());
     let file = server.file("token", "tok-123\n");
     let js = reader(ConnectOptions::with_token("tok-123".into()), &url).await;
-    let log = ships_a_configmap(&url, &format!("[sink.auth]\ntoken_file = {file:?}"), &js).await;
+    let log = ships_a_configmap(with_auth(&url, NatsAuth { token_file: Some(file), ..NatsAuth::default() }), &js).await;
     assert!(!log.contains("tok-123"), "the token is in the log:\n{log}");
+}
+
+/// The config builder writes an inline secret as it is (only print-config masks it): the
+/// token reaches the server, and never the log.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_inline_token_authenticates_and_is_never_logged() {
+    const TOKEN: &str = "tok-inline-456";
+    let server = NatsServer::start(&format!("authorization {{ token: \"{TOKEN}\" }}"));
+    let url = format!("nats://{}", server.addr());
+    let js = reader(ConnectOptions::with_token(TOKEN.into()), &url).await;
+    let log = ships_a_configmap(with_auth(&url, NatsAuth { token: Some(Secret::new(TOKEN)), ..NatsAuth::default() }), &js).await;
+    assert!(!log.contains(TOKEN), "the token is in the log:\n{log}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -156,7 +136,7 @@ async fn an_nkey_seed_file_authenticates() {
     let url = format!("nats://{}", server.addr());
     let file = server.file("user.nk", &format!("{seed}\n"));
     let js = reader(ConnectOptions::with_nkey(seed.clone()), &url).await;
-    let log = ships_a_configmap(&url, &format!("[sink.auth]\nnkey_seed_file = {file:?}"), &js).await;
+    let log = ships_a_configmap(with_auth(&url, NatsAuth { nkey_seed_file: Some(file), ..NatsAuth::default() }), &js).await;
     assert!(!log.contains(&seed), "the seed is in the log:\n{log}");
 }
 
@@ -191,12 +171,13 @@ async fn tls_with_a_custom_ca_file_connects_and_without_it_the_bridge_stays_unre
     let url = format!("tls://{}", server.addr());
 
     let js = reader(ConnectOptions::new().add_root_certificates(ca.clone()).require_tls(true), &url).await;
-    ships_a_configmap(&url, &format!("[sink.tls]\nca_file = {ca:?}\nrequired = true"), &js).await;
+    let tls = NatsTls { ca_file: Some(ca.clone()), required: true, ..NatsTls::default() };
+    ships_a_configmap(NatsConfig { tls, ..nats(&url) }, &js).await;
 
     // The system roots do not know the test CA.
     let client = client().await;
     let ns = namespace(&client, "it-nats-tls").await;
-    let bridge = Bridge::start(&config(&ns, &url, "[sink.tls]\nrequired = true"));
+    let bridge = Bridge::start(&config(&ns, NatsConfig { tls: NatsTls { required: true, ..NatsTls::default() }, ..nats(&url) }));
     assert_alive_but_never_ready(&bridge);
     drop(bridge);
     delete_namespace(&client, &ns).await;
@@ -209,8 +190,7 @@ async fn a_wrong_password_keeps_the_bridge_alive_and_unready_and_the_log_says_wh
     let client = client().await;
     let ns = namespace(&client, "it-nats-badpw").await;
     let wrong = "wr0ng-pw-71";
-    let auth = format!("[sink.auth]\nuser = \"deltaship\"\npassword = \"{wrong}\"");
-    let bridge = Bridge::start(&config(&ns, &format!("nats://{}", server.addr()), &auth));
+    let bridge = Bridge::start(&config(&ns, with_auth(&format!("nats://{}", server.addr()), user_and_password(wrong))));
     assert_alive_but_never_ready(&bridge);
     let log = bridge.log_text();
     assert!(log.to_lowercase().contains("authorization violation"), "the log names the cause:\n{log}");
@@ -224,9 +204,10 @@ async fn a_wrong_password_keeps_the_bridge_alive_and_unready_and_the_log_says_wh
 #[test]
 fn sigterm_ends_a_bridge_that_cannot_authenticate() {
     let server = NatsServer::start("authorization { user: deltaship, password: \"s3cret-pw\" }");
-    let auth = "[sink.auth]\nuser = \"deltaship\"\npassword = \"wr0ng\"\n[delivery]\nshutdown_timeout_secs = 2";
+    let sink = with_auth(&format!("nats://{}", server.addr()), user_and_password("wr0ng"));
     // Nothing is created in the namespace: "default" needs no clean-up after a failure.
-    let bridge = Bridge::start(&config("default", &format!("nats://{}", server.addr()), auth));
+    let config = TestConfig::new().configmaps("default").nats(sink).with(|c| c.delivery.shutdown_timeout_secs = 2).toml();
+    let bridge = Bridge::start(&config);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !bridge.log_text().contains("authorization violation") {
         assert!(Instant::now() < deadline, "no authorization violation logged:\n{}", bridge.log_text());
@@ -239,9 +220,11 @@ fn sigterm_ends_a_bridge_that_cannot_authenticate() {
 
 #[test]
 fn a_missing_password_file_stops_start_up_naming_the_key_and_the_path() {
-    let auth = "[sink.auth]\nuser = \"deltaship\"\npassword_file = \"/nonexistent\"";
+    let auth = NatsAuth { user: Some("deltaship".into()), password_file: Some("/nonexistent".into()), ..NatsAuth::default() };
     // The file is read before the first connection attempt: any URL will do.
-    let (status, stderr, took) = run_to_exit(&config("default", &support::env().nats, auth), Duration::from_secs(30));
+    let started = Instant::now();
+    let (status, _, stderr) = run_to_exit(&config("default", with_auth(&support::env().nats, auth)), Duration::from_secs(30));
+    let took = started.elapsed();
     assert!(!status.success(), "exit {status}:\n{stderr}");
     assert!(took < Duration::from_secs(15), "took {took:?} to fail");
     assert!(stderr.contains("sink.auth.password_file") && stderr.contains("/nonexistent"), "{stderr}");
@@ -253,8 +236,10 @@ fn a_missing_password_file_stops_start_up_naming_the_key_and_the_path() {
 async fn a_missing_stream_with_creation_off_stops_start_up_and_fails_check() {
     let server = NatsServer::start("");
     let url = format!("nats://{}", server.addr());
-    let toml = config("default", &url, "create = false");
-    let (status, stderr, _) = run_to_exit(&toml, Duration::from_secs(60));
+    let mut sink = nats(&url);
+    sink.jetstream.create = false;
+    let toml = config("default", sink);
+    let (status, _, stderr) = run_to_exit(&toml, Duration::from_secs(60));
     assert!(!status.success(), "exit {status}:\n{stderr}");
     assert!(stderr.contains("does not exist") && stderr.contains("sink.jetstream.create"), "{stderr}");
 

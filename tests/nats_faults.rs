@@ -11,28 +11,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
+use support::config::{TestConfig, nats};
 use support::kube::{client, delete_namespace, namespace};
 use support::nats::{Msg, STREAM, jetstream, read_until};
 
 fn of<'a>(msgs: &'a [Msg], subject: &str) -> Vec<&'a Msg> {
     msgs.iter().filter(|m| m.headers.get("ce-subject").map(String::as_str) == Some(subject)).collect()
-}
-
-fn config(cluster: &str, ns: &str, nats: &str) -> String {
-    format!(
-        r#"
-cluster = "{cluster}"
-[[resources]]
-version = "v1"
-kind = "ConfigMap"
-namespaces = ["{ns}"]
-[sink]
-type = "nats"
-url = "{nats}"
-[sink.jetstream]
-ack_timeout_secs = 2
-"#
-    )
 }
 
 /// A restart of the NATS server in the middle of a stream of updates loses nothing and
@@ -43,7 +27,7 @@ async fn a_nats_server_restart_mid_stream_loses_and_reorders_nothing() {
     let client = client().await;
     let ns = namespace(&client, "it-nats-restart").await;
     let cluster = support::unique("c");
-    let mut bridge = Bridge::start(&config(&cluster, &ns, &env.nats));
+    let mut bridge = Bridge::start(&TestConfig::new().cluster(&cluster).configmaps(&ns).nats(nats(&env.nats)).toml());
     bridge.wait_ready(Duration::from_secs(60));
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let names = ["a", "b", "c"];

@@ -17,6 +17,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::bridge::Bridge;
+use support::config::{TestConfig, kafka, nats, resource};
 use support::kube::{client, delete_namespace, until_done};
 use support::nats::STREAM;
 use support::state::{api_configmaps, differences, rebuilt_configmaps};
@@ -48,21 +49,17 @@ impl Target {
         format!("{}.core.configmaps", self.topic_prefix)
     }
 
-    /// The bridge's config: ConfigMaps of `namespaces` (one watch each), `kubernetes` added
-    /// to the `[kubernetes]` table.
-    fn config(&self, namespaces: &[String], kubernetes: &str) -> String {
+    /// The bridge's config: ConfigMaps of `namespaces` (one watch each), resynced every
+    /// `resync_secs` (0: never).
+    fn config(&self, namespaces: &[String], resync_secs: u64) -> String {
         let env = support::env();
-        let sink = match self.sink {
-            Sink::Kafka => format!(
-                "type = \"kafka\"\nbrokers = \"{}\"\ntopic_template = \"{}.{{group}}.{{plural}}\"\ncreate_topics = {{ partitions = 3 }}\n",
-                env.kafka, self.topic_prefix
-            ),
-            Sink::Nats => format!("type = \"nats\"\nurl = \"{}\"\n[sink.jetstream]\nack_timeout_secs = 2\n", env.nats),
-        };
-        format!(
-            "cluster = \"{}\"\n[kubernetes]\n{kubernetes}\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = {namespaces:?}\n[sink]\n{sink}",
-            self.cluster
-        )
+        let namespaces: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+        let config = TestConfig::new().cluster(&self.cluster).with(|c| c.kubernetes.resync_secs = resync_secs).resource(resource("", "ConfigMap", &namespaces));
+        match self.sink {
+            Sink::Kafka => config.kafka(kafka(&env.kafka, &format!("{}.{{group}}.{{plural}}", self.topic_prefix))),
+            Sink::Nats => config.nats(nats(&env.nats)),
+        }
+        .toml()
     }
 
     /// Runs `deltaship rebuild` over everything shipped so far; the ConfigMaps of
@@ -217,7 +214,7 @@ async fn churn_through_expired_watches_and_api_server_restarts(sink: Sink) {
     let client = client().await;
     let namespaces = namespaces(&client).await;
     let target = Target::new(sink);
-    let mut bridge = Bridge::start(&target.config(&namespaces, ""));
+    let mut bridge = Bridge::start(&target.config(&namespaces, 0));
     bridge.wait_ready(Duration::from_secs(60));
 
     let mut fault = None;
@@ -261,7 +258,7 @@ async fn churn_through_bridge_kills(sink: Sink) {
     let client = client().await;
     let namespaces = namespaces(&client).await;
     let target = Target::new(sink);
-    let config = target.config(&namespaces, "");
+    let config = target.config(&namespaces, 0);
     let mut bridge = Some(Bridge::start(&config));
     bridge.as_mut().unwrap().wait_ready(Duration::from_secs(60));
 
@@ -379,7 +376,7 @@ async fn resyncs_redeliver_the_index(sink: Sink) {
         until_done("create a ConfigMap", 409, async || api.create(&PostParams::default(), &cm).await.map(drop)).await;
     }
     let target = Target::new(sink);
-    let mut bridge = Bridge::start(&target.config(&namespaces, "resync_secs = 3"));
+    let mut bridge = Bridge::start(&target.config(&namespaces, 3));
     bridge.wait_ready(Duration::from_secs(60));
     // Changes between resyncs: the resyncs after them must carry the index as it is now.
     until_done("delete cm-0", 404, async || api.delete("cm-0", &DeleteParams::default()).await.map(drop)).await;

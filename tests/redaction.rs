@@ -6,6 +6,7 @@ mod support;
 
 use std::time::Duration;
 
+use deltaship::config::{FieldPath, KafkaConfig, PayloadMode, RedactAction, RedactField, ResourceConfig};
 use hmac::{Hmac, Mac};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -13,6 +14,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use support::bridge::{Bridge, command};
+use support::config::{TestConfig, kafka, partitions, resource};
 use support::kafka::{Record, read_until};
 use support::kube::{client, delete_namespace, namespace};
 
@@ -65,6 +67,11 @@ fn every_byte(records: &[Record]) -> String {
     all
 }
 
+/// A field rule; `path` is one that parses.
+fn rule(path: &str, action: RedactAction) -> RedactField {
+    RedactField { path: FieldPath::parse(path).unwrap_or_else(|e| panic!("{path}: {e:?}")), action }
+}
+
 fn of_type<'a>(records: &'a [Record], key: &str, ty: &str) -> Vec<&'a Record> {
     records.iter().filter(|r| r.key.as_deref() == Some(key) && r.headers.get("ce_type").map(String::as_str) == Some(ty)).collect()
 }
@@ -89,40 +96,29 @@ async fn redact_rules_keep_credentials_out_of_every_byte_of_the_topics() {
     let pin: Secret = serde_json::from_value(json!({"metadata": {"name": "pin"}, "stringData": {"pin": "1234"}})).unwrap();
     secrets.create(&PostParams::default(), &pin).await.unwrap();
 
-    let mut bridge = Bridge::start(&format!(
-        r#"
-cluster = "it"
-[redaction]
-digest_key_file = "{key_file}"
-[[resources]]
-group = "apps"
-version = "v1"
-kind = "Deployment"
-namespaces = ["{ns}"]
-payload = "patch"
-redact_fields = [
-  {{ path = "/spec/template/spec/containers/*/env", action = "drop" }},
-  {{ path = "/metadata/annotations/example.com~1token", action = "hash" }},
-  {{ path = "/metadata/annotations/example.com~1note", action = "mask" }},
-]
-[[resources]]
-version = "v1"
-kind = "ConfigMap"
-namespaces = ["{ns}"]
-redact_fields = [{{ path = "/data/*", action = "hash" }}, {{ path = "/metadata/annotations/example.com~1note", action = "mask" }}]
-[[resources]]
-version = "v1"
-kind = "Secret"
-namespaces = ["{ns}"]
-[sink]
-type = "kafka"
-brokers = "{brokers}"
-topic_template = "{prefix}.{{group}}.{{plural}}"
-create_topics = {{ partitions = 2 }}
-"#,
-        key_file = key_file.display(),
-        brokers = env.kafka,
-    ));
+    let deployment_rules = ResourceConfig {
+        payload: PayloadMode::Patch,
+        redact_fields: vec![
+            rule("/spec/template/spec/containers/*/env", RedactAction::Drop),
+            rule("/metadata/annotations/example.com~1token", RedactAction::Hash),
+            rule("/metadata/annotations/example.com~1note", RedactAction::Mask),
+        ],
+        ..resource("apps", "Deployment", &[&ns])
+    };
+    let configmap_rules = ResourceConfig {
+        redact_fields: vec![rule("/data/*", RedactAction::Hash), rule("/metadata/annotations/example.com~1note", RedactAction::Mask)],
+        ..resource("", "ConfigMap", &[&ns])
+    };
+    let sink = KafkaConfig { create_topics: partitions(2), ..kafka(&env.kafka, &format!("{prefix}.{{group}}.{{plural}}")) };
+    let config = TestConfig::new()
+        .cluster("it")
+        .with(|c| c.redaction.digest_key_file = Some(key_file.clone()))
+        .resource(deployment_rules)
+        .resource(configmap_rules)
+        .resource(resource("", "Secret", &[&ns]))
+        .kafka(sink)
+        .toml();
+    let mut bridge = Bridge::start(&config);
     bridge.wait_ready(Duration::from_secs(60));
     assert!(!bridge.log_text().contains("are unkeyed"), "a key is configured: no warning\n{}", bridge.log_text());
 
@@ -230,9 +226,7 @@ async fn without_a_key_digests_are_unkeyed_and_a_warning_says_so_once() {
     support::env();
     let kube = client().await;
     let ns = namespace(&kube, "it-redact-unkeyed").await;
-    let mut bridge = Bridge::start(&format!(
-        "[[resources]]\nversion = \"v1\"\nkind = \"Secret\"\nnamespaces = [\"{ns}\"]\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = [\"{ns}\"]\n"
-    ));
+    let mut bridge = Bridge::start(&TestConfig::new().resource(resource("", "Secret", &[&ns])).configmaps(&ns).toml());
     bridge.wait_ready(Duration::from_secs(60));
     let secrets: Api<Secret> = Api::namespaced(kube.clone(), &ns);
     let pin: Secret = serde_json::from_value(json!({"metadata": {"name": "pin"}, "stringData": {"pin": "1234"}})).unwrap();
@@ -257,6 +251,8 @@ fn bad_rules_and_key_files_exit_2_naming_the_key_and_the_fix() {
     let short = dir.join("short");
     std::fs::write(&short, "tiny-secret\n").unwrap();
     // Rules are parsed as the file is read: the one refused is named, the good one before it is not.
+    // The configs of this test are invalid on purpose, so written as text (the builder
+    // holds only rules that parse).
     let config = |rule: &str| {
         format!("[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nredact_fields = [\n  {{ path = \"/data/*\", action = \"hash\" }},\n  {rule},\n]\n")
     };

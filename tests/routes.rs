@@ -6,12 +6,15 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use deltaship::config::{EventFormat, FilterConfig, JetStreamConfig, KafkaConfig, NatsConfig, PayloadMode, RouteConfig, SinkConfig};
+use deltaship::model::ChangeType;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::bridge::Bridge;
 use support::churn::{ctl, metric, try_ctl};
+use support::config::{TestConfig, kafka, nats, partitions, resource};
 use support::kube::{client, delete_namespace, namespace};
 use support::nats::{Msg, STREAM, jetstream, read_until};
 use support::state::assert_rebuild_matches;
@@ -43,35 +46,16 @@ impl Drop for Down {
     }
 }
 
+/// A route named `name` to `sink`, with every resource as it is configured.
+fn route(name: &str, sink: SinkConfig) -> RouteConfig {
+    RouteConfig { name: name.into(), sink, resources: Vec::new(), payload: None, format: None, filter: FilterConfig::default() }
+}
+
 fn fan_out_config(cluster: &str, ns: &str, topic_prefix: &str) -> String {
     let env = support::env();
-    format!(
-        r#"
-cluster = "{cluster}"
-[delivery]
-retry_max_ms = 2000
-[[resources]]
-version = "v1"
-kind = "ConfigMap"
-namespaces = ["{ns}"]
-[[routes]]
-name = "analytics"
-[routes.sink]
-type = "kafka"
-brokers = "{kafka}"
-topic_template = "{topic_prefix}.{{group}}.{{plural}}"
-create_topics = {{ partitions = 3 }}
-[[routes]]
-name = "functions"
-[routes.sink]
-type = "nats"
-url = "{nats}"
-[routes.sink.jetstream]
-ack_timeout_secs = 2
-"#,
-        kafka = env.kafka,
-        nats = env.nats,
-    )
+    let analytics = route("analytics", SinkConfig::Kafka(Box::new(kafka(&env.kafka, &format!("{topic_prefix}.{{group}}.{{plural}}")))));
+    let functions = route("functions", SinkConfig::Nats(Box::new(nats(&env.nats))));
+    TestConfig::new().cluster(cluster).with(|c| c.delivery.retry_max_ms = 2000).configmaps(ns).with(|c| c.routes = vec![analytics, functions]).toml()
 }
 
 async fn set_all(cms: &Api<ConfigMap>, names: &[String], value: usize) {
@@ -185,31 +169,21 @@ async fn a_fan_out_route_keeps_delivering_to_one_sink_while_the_other_is_down() 
 
 fn shapes_config(cluster: &str, ns: &str, topic_prefix: &str) -> String {
     let env = support::env();
-    format!(
-        r#"
-cluster = "{cluster}"
-[[resources]]
-version = "v1"
-kind = "ConfigMap"
-namespaces = ["{ns}"]
-[[resources]]
-version = "v1"
-kind = "Secret"
-namespaces = ["{ns}"]
-[[routes]]
-name = "audit"
-sink = {{ type = "kafka", brokers = "{kafka}", topic_template = "{topic_prefix}.{{group}}.{{plural}}", create_topics = {{ partitions = 1 }} }}
-[[routes]]
-name = "trigger"
-resources = ["ConfigMap"]
-payload = "reference"
-format = "knative"
-filter = {{ types = ["updated"] }}
-sink = {{ type = "nats", url = "{nats}" }}
-"#,
-        kafka = env.kafka,
-        nats = env.nats,
-    )
+    let audit = KafkaConfig { create_topics: partitions(1), ..kafka(&env.kafka, &format!("{topic_prefix}.{{group}}.{{plural}}")) };
+    let trigger = RouteConfig {
+        resources: vec!["ConfigMap".into()],
+        payload: Some(PayloadMode::Reference),
+        format: Some(EventFormat::Knative),
+        filter: FilterConfig { types: Some(vec![ChangeType::Updated]), ..FilterConfig::default() },
+        // JetStream's defaults (an ack timeout of 10 s), not the tests' usual 2 s.
+        ..route("trigger", SinkConfig::Nats(Box::new(NatsConfig { jetstream: JetStreamConfig::default(), ..nats(&env.nats) })))
+    };
+    TestConfig::new()
+        .cluster(cluster)
+        .configmaps(ns)
+        .resource(resource("", "Secret", &[ns]))
+        .with(|c| c.routes = vec![route("audit", SinkConfig::Kafka(Box::new(audit))), trigger])
+        .toml()
 }
 
 async fn create_secret(client: &Client, ns: &str) {

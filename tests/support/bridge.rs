@@ -4,6 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub struct Bridge {
@@ -12,6 +13,8 @@ pub struct Bridge {
     pub config: PathBuf,
     pub stdout: Arc<Mutex<Vec<String>>>,
     pub log: PathBuf,
+    /// The thread that copies stdout into `stdout`, until the process closes it.
+    reader: Option<JoinHandle<()>>,
 }
 
 pub fn free_port() -> u16 {
@@ -44,6 +47,19 @@ pub fn command(args: &[&str], config_toml: &str, envs: &[(&str, &str)]) -> (Exit
     std::fs::write(&path, config_toml).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_deltaship")).args(args).arg("--config").arg(&path).envs(envs.iter().copied()).output().expect("run deltaship");
     (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Runs `deltaship run` with `config_toml` until it exits by itself (a start-up failure),
+/// its HTTP server on a free port: (exit status, stdout, stderr). A run still going after
+/// `timeout` fails the test with its log (`command` would hang it).
+pub fn run_to_exit(config_toml: &str, timeout: Duration) -> (ExitStatus, String, String) {
+    let mut bridge = Bridge::start(config_toml);
+    let status = bridge.wait_exit(timeout);
+    // The process is gone, so its stdout is closed: the reader has read everything once it ends.
+    if let Some(reader) = bridge.reader.take() {
+        reader.join().expect("the stdout reader panicked");
+    }
+    (status, bridge.lines().join("\n"), bridge.log_text())
 }
 
 impl Bridge {
@@ -85,12 +101,12 @@ impl Bridge {
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let lines = stdout.clone();
         let pipe = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                 lines.lock().unwrap().push(line);
             }
         });
-        Bridge { child, http: format!("127.0.0.1:{port}"), config, stdout, log }
+        Bridge { child, http: format!("127.0.0.1:{port}"), config, stdout, log, reader: Some(reader) }
     }
 
     /// The process id of the running bridge (for /proc/<pid>/status).

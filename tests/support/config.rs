@@ -1,7 +1,7 @@
 //! Test configs built as `deltaship::config::Config` values and written as TOML, so that a
 //! test names the options it sets and a typo fails to compile instead of at start-up.
 
-use deltaship::config::{Config, KafkaConfig, NatsConfig, ResourceConfig, SinkConfig};
+use deltaship::config::{Config, KafkaConfig, NatsConfig, ResourceConfig, SinkConfig, TopicCreation};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -21,9 +21,15 @@ pub fn resource(group: &str, kind: &str, namespaces: &[&str]) -> ResourceConfig 
 }
 
 /// A Kafka sink to `brokers`, topics named by `topic_template`, creating its topics with 3
-/// partitions (the tests' usual setting).
+/// partitions (the tests' usual setting; another number: `KafkaConfig { create_topics:
+/// partitions(1), ..kafka(..) }`).
 pub fn kafka(brokers: &str, topic_template: &str) -> KafkaConfig {
-    from_json(json!({"brokers": brokers, "topic_template": topic_template, "create_topics": {"partitions": 3}}))
+    KafkaConfig { create_topics: partitions(3), ..from_json(json!({"brokers": brokers, "topic_template": topic_template})) }
+}
+
+/// `create_topics` with `n` partitions, replication factor 1 and no topic configs.
+pub fn partitions(n: i32) -> Option<TopicCreation> {
+    Some(TopicCreation { partitions: n, replication_factor: 1, config: Default::default() })
 }
 
 /// A NATS (JetStream) sink at `url`, waiting 2 s for acknowledgements so that a test sees
