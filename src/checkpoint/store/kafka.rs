@@ -300,7 +300,8 @@ mod tests {
     #[test]
     fn the_latest_record_of_each_key_under_the_prefix_is_kept_and_tombstones_delete() {
         let mut latest = HashMap::new();
-        let records: [(Option<&[u8]>, Option<&[u8]>); 7] = [
+        type Part<'a> = Option<&'a [u8]>;
+        let records: [(Part, Part); 7] = [
             (Some(b"c.r.x.w"), Some(b"1")),
             (Some(b"c.r.x.o.a"), Some(b"2")),
             (Some(b"c.r.x.o.b"), Some(b"3")),
