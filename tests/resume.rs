@@ -11,7 +11,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use deltaship::config::ResumeConfig;
+use deltaship::config::{JetStreamConfig, NatsConfig, ResumeConfig, Template};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use rdkafka::ClientConfig;
@@ -36,6 +36,8 @@ const LISTED: usize = OBJECTS + 1;
 /// for markers the sync's reason.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Ev {
+    /// Where the event is in the stream: (partition, offset) on Kafka, (0, sequence) on NATS.
+    pos: (i32, i64),
     ty: String,
     key: String,
     reason: String,
@@ -43,8 +45,15 @@ struct Ev {
 
 #[derive(Clone)]
 enum Sink {
-    Kafka { brokers: String, topic: String, checkpoints: String },
-    Nats { cluster: String },
+    Kafka {
+        brokers: String,
+        topic: String,
+        checkpoints: String,
+    },
+    /// The test's own stream, holding the subjects that start with the cluster's name.
+    Nats {
+        stream: String,
+    },
 }
 
 impl Sink {
@@ -67,22 +76,21 @@ impl Sink {
                 records
                     .iter()
                     .map(|r| Ev {
+                        pos: (r.partition, r.offset),
                         ty: short(r.event_type()),
-                        key: r.header("ce_partitionkey").to_string(),
+                        key: object_key(r.header("ce_partitionkey")),
                         reason: r.json()["reason"].as_str().unwrap_or_default().to_string(),
                     })
                     .collect()
             }
-            Sink::Nats { cluster } => {
-                let prefix = format!("deltaship.{cluster}.");
+            Sink::Nats { stream } => {
                 let js = support::nats::jetstream().await;
-                let mine = |m: &support::nats::Msg| m.subject.starts_with(&prefix);
-                let msgs = support::nats::read_until(&js, support::nats::STREAM, timeout, |m| m.iter().filter(|m| mine(m)).count() >= at_least).await;
+                let msgs = support::nats::read_until(&js, stream, timeout, |m| m.len() >= at_least).await;
                 msgs.iter()
-                    .filter(|m| mine(m))
                     .map(|m| Ev {
+                        pos: (0, m.sequence as i64),
                         ty: short(m.event_type()),
-                        key: m.header("ce-partitionkey").to_string(),
+                        key: object_key(m.header("ce-partitionkey")),
                         reason: m.json()["reason"].as_str().unwrap_or_default().to_string(),
                     })
                     .collect()
@@ -93,10 +101,7 @@ impl Sink {
     fn rebuild_args(&self) -> Vec<String> {
         match self {
             Sink::Kafka { brokers, topic, .. } => vec!["--kafka".into(), brokers.clone(), "--topic".into(), topic.clone()],
-            Sink::Nats { cluster } => {
-                let env = support::env();
-                vec!["--nats".into(), env.nats, "--stream".into(), support::nats::STREAM.into(), "--subject".into(), format!("deltaship.{cluster}.>")]
-            }
+            Sink::Nats { stream } => vec!["--nats".into(), support::env().nats, "--stream".into(), stream.clone()],
         }
     }
 
@@ -136,16 +141,23 @@ impl Setup {
         let cluster = support::unique("resume");
         let resume = ResumeConfig { interval_ms: 200, kafka_topic: support::unique("it-checkpoints"), ..ResumeConfig::default() };
         let (sink, config) = if nats_sink {
+            let stream = support::unique("RESUME").to_uppercase().replace('-', "_");
+            let sink = NatsConfig {
+                subject_template: Template::parse(&format!("{cluster}.{{group}}.{{kind}}.{{namespace}}.{{name}}")).unwrap(),
+                marker_subject_template: Template::parse(&format!("{cluster}.{{group}}.{{kind}}._sync")).unwrap(),
+                jetstream: JetStreamConfig { stream: stream.clone(), subjects: vec![format!("{cluster}.>")], ..JetStreamConfig::default() },
+                ..nats(&env.nats)
+            };
             let config = TestConfig::new()
                 .cluster(&cluster)
                 .configmaps(&ns)
-                .nats(nats(&env.nats))
+                .nats(sink)
                 .with(|c| {
                     c.resume = resume;
                     extra(c);
                 })
                 .toml();
-            (Sink::Nats { cluster }, config)
+            (Sink::Nats { stream }, config)
         } else {
             let prefix = support::unique("it");
             let config = TestConfig::new()
@@ -220,6 +232,21 @@ impl Setup {
     }
 }
 
+/// `namespace/name` of a partition key (`<plural>/<namespace>/<name>` on Kafka and NATS).
+fn object_key(partition_key: &str) -> String {
+    let parts: Vec<&str> = partition_key.rsplitn(3, '/').collect();
+    match parts.as_slice() {
+        [name, ns, ..] => format!("{ns}/{name}"),
+        _ => partition_key.to_string(),
+    }
+}
+
+/// The events of `all` that are not in `before` (by their place in the stream).
+fn after(all: &[Ev], before: &[Ev]) -> Vec<Ev> {
+    let seen: std::collections::HashSet<_> = before.iter().map(|e| e.pos).collect();
+    all.iter().filter(|e| !seen.contains(&e.pos)).cloned().collect()
+}
+
 /// `added`, `sync.started`, ...: the type without its common prefixes.
 fn short(ty: &str) -> String {
     ty.trim_start_matches("dev.deltaship.").trim_start_matches("object.").to_string()
@@ -269,19 +296,19 @@ async fn killed_and_restarted(nats_sink: bool) {
     let ready_after = started.elapsed();
     let want = expected_after_changes(&s.ns, s.sink.markers());
     let events = s.sink.events(initial.len() + want.values().sum::<usize>()).await;
-    assert_eq!(counted(&events[initial.len()..]), want, "shipped after the restart");
+    assert_eq!(counted(&after(&events, &initial)), want, "shipped after the restart");
     s.assert_rebuilt().await;
     eprintln!("RESUME-FIGURES sink={} ready after restart {ready_after:?}", if nats_sink { "nats" } else { "kafka" });
 
     // A graceful restart with nothing changed ships the markers alone.
     s.wait_checkpointed(&bridge);
     bridge.stop(Duration::from_secs(30));
-    let before = events.len();
+    let before = events;
     let bridge = s.start();
     let markers = 2 * s.sink.markers();
-    let events = s.sink.events(before + markers).await;
+    let events = s.sink.events(before.len() + markers).await;
     let want = BTreeMap::from([("sync.started resume".to_string(), s.sink.markers()), ("sync.completed resume".to_string(), s.sink.markers())]);
-    assert_eq!(counted(&events[before..]), want, "nothing changed: markers only");
+    assert_eq!(counted(&after(&events, &before)), want, "nothing changed: markers only");
     bridge.stop(Duration::from_secs(30));
     delete_namespace(&s.kube, &s.ns).await;
 }
@@ -316,7 +343,7 @@ async fn a_version_gone_while_down_ships_the_list_as_a_diff() {
     let bridge = s.start();
     let want = expected_after_changes(&s.ns, s.sink.markers());
     let events = s.sink.events(initial.len() + want.values().sum::<usize>()).await;
-    assert_eq!(counted(&events[initial.len()..]), want, "shipped after the restart");
+    assert_eq!(counted(&after(&events, &initial)), want, "shipped after the restart");
     assert!(bridge.log_text().contains("no longer has this version"), "the watch could not continue:\n{}", bridge.log_text());
     s.assert_rebuilt().await;
     bridge.stop(Duration::from_secs(30));
@@ -348,9 +375,9 @@ async fn a_corrupt_checkpoint_falls_back_to_a_full_sync() {
     let bridge = s.start();
     let objects = LISTED + 3 - 2;
     let events = s.sink.events(initial.len() + objects + 2 * s.sink.markers()).await;
-    let after = counted(&events[initial.len()..]);
-    assert_eq!(after.get("sync.started initial"), Some(&s.sink.markers()), "a full initial sync: {after:?}");
-    assert_eq!(after.keys().filter(|k| k.starts_with("synced ")).count(), objects, "{after:?}");
+    let shipped = counted(&after(&events, &initial));
+    assert_eq!(shipped.get("sync.started initial"), Some(&s.sink.markers()), "a full initial sync: {shipped:?}");
+    assert_eq!(shipped.keys().filter(|k| k.starts_with("synced ")).count(), objects, "{shipped:?}");
     let metrics = bridge.get("/metrics").unwrap().1;
     assert_eq!(series(&metrics, "deltaship_resume_fallbacks_total{resource=\"configmaps\",reason=\"corrupt\"}"), Some(1.0), "{metrics}");
     s.assert_rebuilt().await;
@@ -386,11 +413,11 @@ async fn a_graceful_handover_ships_nothing_the_old_leader_delivered() {
     b.wait_leading(Duration::from_secs(30));
     let events = s.sink.events(initial.len() + 2 * s.sink.markers()).await;
     let want = BTreeMap::from([("sync.started resume".to_string(), s.sink.markers()), ("sync.completed resume".to_string(), s.sink.markers())]);
-    assert_eq!(counted(&events[initial.len()..]), want, "the new leader resumed: markers only");
+    assert_eq!(counted(&after(&events, &initial)), want, "the new leader resumed: markers only");
 
     s.cms.patch("cm-5", &PatchParams::apply("it").force(), &Patch::Apply(&cm("cm-5", "2"))).await.unwrap();
     let more = s.sink.events(events.len() + 1).await;
-    assert_eq!(counted(&more[events.len()..]), BTreeMap::from([(format!("updated {}/cm-5", s.ns), 1)]));
+    assert_eq!(counted(&after(&more, &events)), BTreeMap::from([(format!("updated {}/cm-5", s.ns), 1)]));
     s.assert_rebuilt().await;
     b.stop(Duration::from_secs(30));
     delete_namespace(&s.kube, &s.ns).await;
@@ -436,11 +463,13 @@ fn stdout_events(bridge: &Bridge, at_least: usize) -> Vec<Ev> {
     bridge
         .lines()
         .iter()
-        .map(|l| {
+        .enumerate()
+        .map(|(i, l)| {
             let e: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|err| panic!("not an event ({err}): {l}"));
             Ev {
+                pos: (0, i as i64),
                 ty: short(e["type"].as_str().unwrap()),
-                key: e["partitionkey"].as_str().unwrap_or_default().to_string(),
+                key: object_key(e["partitionkey"].as_str().unwrap_or_default()),
                 reason: e["data"]["reason"].as_str().unwrap_or_default().to_string(),
             }
         })
