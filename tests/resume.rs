@@ -213,6 +213,19 @@ impl Setup {
         }
     }
 
+    /// Starts a bridge, waits for its initial sync and its checkpoint, kills it (SIGKILL)
+    /// and makes `change_while_down`'s changes: the events of the initial sync.
+    async fn synced_then_killed_and_changed(&self) -> Vec<Ev> {
+        let bridge = self.start();
+        let initial = self.sink.events(LISTED + 2 * self.sink.markers()).await;
+        assert_eq!(initial.len(), LISTED + 2 * self.sink.markers(), "the initial sync: {:?}", counted(&initial));
+        self.wait_checkpointed(&bridge);
+        bridge.signal("KILL");
+        drop(bridge);
+        self.change_while_down().await;
+        initial
+    }
+
     /// Changes while the bridge is down: 3 created, 2 updated, 2 deleted.
     async fn change_while_down(&self) {
         for i in OBJECTS..OBJECTS + 3 {
@@ -283,13 +296,7 @@ fn expected_after_changes(ns: &str, markers: usize) -> BTreeMap<String, usize> {
 
 async fn killed_and_restarted(nats_sink: bool) {
     let s = Setup::new(nats_sink, |_| {}).await;
-    let bridge = s.start();
-    let initial = s.sink.events(LISTED + 2 * s.sink.markers()).await;
-    assert_eq!(initial.len(), LISTED + 2 * s.sink.markers(), "the initial sync: {:?}", counted(&initial));
-    s.wait_checkpointed(&bridge);
-    bridge.signal("KILL");
-    drop(bridge);
-    s.change_while_down().await;
+    let initial = s.synced_then_killed_and_changed().await;
 
     let started = std::time::Instant::now();
     let bridge = s.start();
@@ -332,12 +339,7 @@ async fn a_killed_bridge_ships_only_what_changed_while_down_nats() {
 async fn a_version_gone_while_down_ships_the_list_as_a_diff() {
     let _serial = SERIAL.lock().await;
     let s = Setup::new(false, |_| {}).await;
-    let bridge = s.start();
-    let initial = s.sink.events(LISTED + 2 * s.sink.markers()).await;
-    s.wait_checkpointed(&bridge);
-    bridge.signal("KILL");
-    drop(bridge);
-    s.change_while_down().await;
+    let initial = s.synced_then_killed_and_changed().await;
     support::churn::ctl("kube", "expire-watches");
 
     let bridge = s.start();
@@ -356,12 +358,7 @@ async fn a_version_gone_while_down_ships_the_list_as_a_diff() {
 async fn a_corrupt_checkpoint_falls_back_to_a_full_sync() {
     let _serial = SERIAL.lock().await;
     let s = Setup::new(false, |_| {}).await;
-    let bridge = s.start();
-    let initial = s.sink.events(LISTED + 2 * s.sink.markers()).await;
-    s.wait_checkpointed(&bridge);
-    bridge.signal("KILL");
-    drop(bridge);
-    s.change_while_down().await;
+    let initial = s.synced_then_killed_and_changed().await;
     let Sink::Kafka { brokers, checkpoints, .. } = &s.sink else { unreachable!() };
     // Garbage over every watch record of the checkpoint topic.
     let records =
