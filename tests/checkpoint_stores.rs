@@ -120,7 +120,7 @@ async fn kafka_loads_a_hundred_thousand_records_quickly() {
 async fn a_missing_kafka_topic_without_create_topics_is_refused_with_the_fix_and_not_created() {
     let topic = unique("deltaship.checkpoints");
     let e = refusal(&kafka_sink(false), &resume(&topic, "unused")).await;
-    assert!(e.starts_with(&format!("checkpoint topic {topic}: the topic does not exist")), "{e}");
+    assert!(e.starts_with(&format!("checkpoint topic {topic} cannot be used: the topic does not exist")), "{e}");
     assert!(e.contains("cleanup.policy=compact") && e.contains("resume.kafka_topic") && e.contains("resume.enabled = false"), "{e}");
     assert_eq!(partitions(&topic), None, "the broker auto-creates topics, but not this one");
 }
