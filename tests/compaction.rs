@@ -20,7 +20,9 @@ use support::state::assert_rebuild_matches;
 
 /// Creates ConfigMaps a, b and c; runs a bridge with `config` until its initial sync is
 /// delivered and stops it; deletes b and updates a while no bridge runs; starts a second
-/// bridge (returned, still running) that ships its own initial sync.
+/// bridge (returned, still running) that ships its own initial sync. The configs of this
+/// file turn resume off: each start is a full initial sync, whose markers must survive
+/// compaction (a resumed start ships the delete itself, tests/resume.rs).
 async fn ghost_while_down(api: &Api<ConfigMap>, config: &str) -> Bridge {
     for name in ["a", "b", "c"] {
         let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}, "data": {"v": "0"}})).unwrap();
@@ -81,7 +83,7 @@ async fn a_compacted_kafka_topic_rebuilds_without_objects_deleted_while_no_bridg
         }),
         ..kafka(&env.kafka, &format!("{prefix}.{{group}}.{{plural}}"))
     };
-    let config = TestConfig::new().cluster(&support::unique("c")).configmaps(&ns).kafka(sink).toml();
+    let config = TestConfig::new().cluster(&support::unique("c")).configmaps(&ns).kafka(sink).with(|c| c.resume.enabled = false).toml();
     let api: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
     let _second = ghost_while_down(&api, &config).await;
     let (brokers, t) = (env.kafka.clone(), topic.clone());
@@ -126,7 +128,7 @@ async fn a_stream_keeping_one_message_per_subject_rebuilds_without_objects_delet
         jetstream: JetStreamConfig { stream: stream.clone(), subjects: vec![format!("{cluster}.>")], max_msgs_per_subject: 1, ..JetStreamConfig::default() },
         ..nats(&env.nats)
     };
-    let config = TestConfig::new().cluster(&cluster).configmaps(&ns).nats(sink).toml();
+    let config = TestConfig::new().cluster(&cluster).configmaps(&ns).nats(sink).with(|c| c.resume.enabled = false).toml();
     let api: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
     let _second = ghost_while_down(&api, &config).await;
     let js = support::nats::jetstream().await;

@@ -240,6 +240,8 @@ pub struct Audit {
     pub inexact_duplicates: usize,
     pub relists: usize,
     pub initial_syncs: usize,
+    /// Starts from a checkpoint (`resume` syncs).
+    pub resumes: usize,
     pub problems: Vec<String>,
 }
 
@@ -259,7 +261,7 @@ pub fn audit(logs: &[Vec<Item>], written: &BTreeMap<String, u64>) -> Audit {
     let mut a = Audit::default();
     let mut lanes: HashMap<&str, Lane> = HashMap::new();
     let mut ids: HashMap<&str, u64> = HashMap::new();
-    let (mut relists, mut initials) = (HashSet::new(), HashSet::new());
+    let (mut relists, mut initials, mut resumes) = (HashSet::new(), HashSet::new(), HashSet::new());
     let note = |a: &mut Audit, p: String| {
         if a.problems.len() < 20 {
             a.problems.push(p)
@@ -275,6 +277,9 @@ pub fn audit(logs: &[Vec<Item>], written: &BTreeMap<String, u64>) -> Audit {
                     in_initial = reason == "initial";
                     if reason == "relist" {
                         relists.insert(sync_id.as_str());
+                    }
+                    if reason == "resume" {
+                        resumes.insert(sync_id.as_str());
                     }
                     if in_initial {
                         initials.insert(sync_id.as_str());
@@ -337,6 +342,7 @@ pub fn audit(logs: &[Vec<Item>], written: &BTreeMap<String, u64>) -> Audit {
     }
     a.relists = relists.len();
     a.initial_syncs = initials.len();
+    a.resumes = resumes.len();
     a
 }
 
@@ -344,7 +350,7 @@ impl Audit {
     /// The figures line the lead copies into the report.
     pub fn print(&self, test: &str, writes: usize, faults: &str, peak_rss_mib: f64, extra: &str) {
         eprintln!(
-            "FAULT-FIGURES test={test} writes={writes} events={} faults=\"{faults}\" lost={} reordered={} duplicates={} inexact_duplicates={} skipped_by_sync={} relists={} initial_syncs={} reordered_across_runs={} peak_rss_mib={peak_rss_mib:.1}{extra}",
+            "FAULT-FIGURES test={test} writes={writes} events={} faults=\"{faults}\" lost={} reordered={} duplicates={} inexact_duplicates={} skipped_by_sync={} relists={} initial_syncs={} resumes={} reordered_across_runs={} peak_rss_mib={peak_rss_mib:.1}{extra}",
             self.events,
             self.lost,
             self.reordered,
@@ -353,6 +359,7 @@ impl Audit {
             self.skipped_by_sync,
             self.relists,
             self.initial_syncs,
+            self.resumes,
             self.reordered_across_runs
         );
     }
