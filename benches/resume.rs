@@ -188,14 +188,22 @@ fn records(s: &Sample) -> f64 {
 /// `QUIET`), stops it gracefully.
 fn run_start(bin: &str, id: &str, port: u16, config: &str, expected: usize) -> Start {
     let mut bridge = Bridge::spawn(bin, id, port, config);
-    let mut last = (f64::NAN, 0.0); // (records, when they last changed)
+    // When the checkpoint records last changed, and when the changes were all acknowledged.
+    let mut last = (f64::NAN, 0.0);
+    let mut acknowledged: Option<f64> = None;
     let samples = bridge.sample_until(Duration::from_secs(900), |s| {
         let written = records(s);
         if written != last.0 {
             last = (written, s.secs);
         }
-        let drained = s.metrics.sum("deltaship_checkpoint_pending_events", &[]) == 0.0 && s.metrics.sum("deltaship_checkpoint_unwritten_records", &[]) == 0.0;
-        s.ready && object_events(s) >= expected as f64 && drained && s.secs - last.1 >= QUIET
+        if acknowledged.is_none() && s.ready && object_events(s) >= expected as f64 {
+            acknowledged = Some(s.secs);
+        }
+        // The writer sets these gauges on every interval, written or not.
+        let drained = ["deltaship_checkpoint_pending_events", "deltaship_checkpoint_unwritten_records"]
+            .iter()
+            .all(|g| s.metrics.by(g, "route").values().eq([0.0].iter()));
+        acknowledged.is_some_and(|at| drained && s.secs - at.max(last.1) >= QUIET)
     });
     let (status, log) = bridge.stop();
     // The bridge's own account of its start (INFO: no per-object lines).
@@ -223,14 +231,32 @@ fn run_start(bin: &str, id: &str, port: u16, config: &str, expected: usize) -> S
     }
 }
 
-/// The route's checkpoint read back through the bridge's own store, as a start reads it.
+/// The route's checkpoint read back through the bridge's own store, as a start reads it
+/// (retried for a minute: the shared broker may be restarting under other tests).
 async fn read_checkpoint(config: &str) -> Read {
     let config = common::load_config(config);
     let route = config.effective_routes().remove(0);
-    let store = Store::open(&route.sink, &config.resume, &route.name).await.expect("the checkpoint topic").expect("a Kafka route keeps a checkpoint");
-    let started = Instant::now();
-    let records = store.load(&checkpoint::route_prefix(&config.cluster, &route.name)).await.expect("read the checkpoint");
-    Read { keys: records.len(), bytes: records.iter().map(|(k, v)| k.len() + v.len()).sum(), load_secs: started.elapsed().as_secs_f64() }
+    let prefix = checkpoint::route_prefix(&config.cluster, &route.name);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let store = Store::open(&route.sink, &config.resume, &route.name).await;
+        let started = Instant::now();
+        let read = match store {
+            Ok(Some(store)) => store.load(&prefix).await,
+            Ok(None) => panic!("a Kafka route keeps a checkpoint"),
+            Err(e) => Err(e),
+        };
+        match read {
+            Ok(records) => {
+                return Read { keys: records.len(), bytes: records.iter().map(|(k, v)| k.len() + v.len()).sum(), load_secs: started.elapsed().as_secs_f64() };
+            }
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("resume: reading the checkpoint: {e}; retrying");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(e) => panic!("cannot read the checkpoint: {e}"),
+        }
+    }
 }
 
 /// Sets `data.mode` of the named ConfigMaps (a visible change; "production" is what they

@@ -208,6 +208,7 @@ impl Bridge {
             .arg("--config")
             .arg(&path)
             .env_remove("RUST_LOG")
+            .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
