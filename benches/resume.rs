@@ -20,7 +20,9 @@
 //! ready and when settled, peak RSS (VmHWM when settled), checkpoint records written
 //! (`deltaship_checkpoint_records_total`) and the time of the last one. After the stop the
 //! route's checkpoint is read back through the bridge's own store: its keys and bytes (key
-//! + value, latest record per key) and how long the read took. MB = 10^6 bytes.
+//! + value, latest record per key) and how long the read took. `listed`: the API server no
+//! longer had the checkpoint's version (410), so the watch listed and shipped a diff. MB =
+//! 10^6 bytes.
 //!
 //! The namespaces are memory.rs's `deltaship-bench-<count>` (created once, reused); the
 //! changed ConfigMaps are restored before and after the runs so that memory.rs measures
@@ -81,6 +83,8 @@ struct Start {
     syncs: BTreeMap<String, f64>,
     fallbacks: BTreeMap<String, f64>,
     relists: f64,
+    /// The checkpoint's version was gone (410), so the watch listed and shipped a diff.
+    listed: bool,
     graceful: bool,
 }
 
@@ -133,7 +137,7 @@ fn main() {
                            "peak_rss_mb": start.peak_rss_mb, "checkpoint_records": start.checkpoint_records,
                            "checkpoint_last_write_secs": start.checkpoint_last_write_secs, "checkpoint_keys": read.keys,
                            "checkpoint_bytes": read.bytes, "checkpoint_load_secs": read.load_secs, "syncs": start.syncs,
-                           "fallbacks": start.fallbacks, "relists": start.relists, "graceful": start.graceful, "smoke": !bench})
+                           "fallbacks": start.fallbacks, "relists": start.relists, "listed": start.listed, "graceful": start.graceful, "smoke": !bench})
                 );
                 results.push((phase, start, read));
             }
@@ -167,6 +171,7 @@ fn main() {
                        "checkpoint_keys": s(&|_, r| Some(r.keys as f64)), "checkpoint_bytes": s(&|_, r| Some(r.bytes as f64)),
                        "checkpoint_load_secs": s(&|_, r| Some(r.load_secs)),
                        "resumed": of.iter().filter(|(_, st, _)| st.syncs.contains_key("resume")).count(),
+                       "listed": of.iter().filter(|(_, st, _)| st.listed).count(),
                        "relists": s(&|st, _| Some(st.relists)), "smoke": !bench})
             );
         }
@@ -227,6 +232,8 @@ fn run_start(bin: &str, id: &str, port: u16, config: &str, expected: usize) -> S
         syncs: end.metrics.by("deltaship_syncs_total", "reason"),
         fallbacks: end.metrics.by("deltaship_resume_fallbacks_total", "reason"),
         relists: end.metrics.sum("deltaship_relists_total", &[]),
+        // No metric tells it; src/watch/resume.rs logs it at INFO.
+        listed: log.contains("The API server no longer has this version; listing"),
         graceful: status.is_some_and(|s| s.success()),
     }
 }
