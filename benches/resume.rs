@@ -19,10 +19,10 @@
 //! first probe runs 1 s after start), time to the last change acknowledged, process CPU at
 //! ready and when settled, peak RSS (VmHWM when settled), checkpoint records written
 //! (`deltaship_checkpoint_records_total`) and the time of the last one. After the stop the
-//! route's checkpoint is read back through the bridge's own store: its keys and bytes (key
-//! + value, latest record per key) and how long the read took. `listed`: the API server no
-//! longer had the checkpoint's version (410), so the watch listed and shipped a diff. MB =
-//! 10^6 bytes.
+//! route's checkpoint is read back through the bridge's own store: its keys and bytes (keys
+//! and values, the latest record per key) and how long the read took. `listed`: the API
+//! server no longer had the checkpoint's version (410), so the watch listed and shipped a
+//! diff. MB = 10^6 bytes.
 //!
 //! The namespaces are memory.rs's `deltaship-bench-<count>` (created once, reused); the
 //! changed ConfigMaps are restored before and after the runs so that memory.rs measures
