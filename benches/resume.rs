@@ -96,17 +96,7 @@ struct Read {
 }
 
 fn main() {
-    let bench = common::bench_mode();
-    let counts: Vec<usize> = common::env_or("DELTASHIP_TEST_BENCH_COUNTS", if bench { "10000,100000".to_string() } else { "20".to_string() })
-        .split(',')
-        .map(|c| c.trim().parse().expect("DELTASHIP_TEST_BENCH_COUNTS: numbers, comma separated"))
-        .collect();
-    let runs: usize = common::env_or("DELTASHIP_TEST_BENCH_RUNS", if bench { 3 } else { 1 });
-    let bin = common::env_or("DELTASHIP_TEST_BENCH_BIN", env!("CARGO_BIN_EXE_deltaship").to_string());
-    common::test_env("KUBECONFIG");
-    let brokers = common::test_env("DELTASHIP_TEST_KAFKA");
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let client = rt.block_on(Client::try_default()).expect("a client for the test API server (KUBECONFIG)");
+    let live::Setup { bench, counts, runs, bin, brokers, rt, client } = live::setup("10000,100000");
     for count in counts {
         let ns = live::namespace(count, bench);
         rt.block_on(live::prepare(&client, &ns, count, "resume"));

@@ -22,6 +22,39 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 const CREATE_CONCURRENCY: usize = 32;
 pub const LABEL: &str = "bench.deltaship.dev/set";
 
+/// What a live bench runs with: the counts of ConfigMaps (DELTASHIP_TEST_BENCH_COUNTS),
+/// repetitions (DELTASHIP_TEST_BENCH_RUNS, default 3), the binary (DELTASHIP_TEST_BENCH_BIN,
+/// default the bench build's), the test servers. Without `--bench`: 20 ConfigMaps, one run.
+pub struct Setup {
+    pub bench: bool,
+    pub counts: Vec<usize>,
+    pub runs: usize,
+    pub bin: String,
+    pub brokers: String,
+    pub rt: tokio::runtime::Runtime,
+    pub client: Client,
+}
+
+pub fn setup(default_counts: &str) -> Setup {
+    let bench = crate::common::bench_mode();
+    let counts = crate::common::env_or("DELTASHIP_TEST_BENCH_COUNTS", if bench { default_counts.to_string() } else { "20".to_string() })
+        .split(',')
+        .map(|c| c.trim().parse().expect("DELTASHIP_TEST_BENCH_COUNTS: numbers, comma separated"))
+        .collect();
+    crate::common::test_env("KUBECONFIG");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let client = rt.block_on(Client::try_default()).expect("a client for the test API server (KUBECONFIG)");
+    Setup {
+        bench,
+        counts,
+        runs: crate::common::env_or("DELTASHIP_TEST_BENCH_RUNS", if bench { 3 } else { 1 }),
+        bin: crate::common::env_or("DELTASHIP_TEST_BENCH_BIN", env!("CARGO_BIN_EXE_deltaship").to_string()),
+        brokers: crate::common::test_env("DELTASHIP_TEST_KAFKA"),
+        rt,
+        client,
+    }
+}
+
 /// The namespace of `count` bench ConfigMaps: `deltaship-bench-<count>` (shared by the
 /// benches, created once and reused), or a smoke run's own.
 pub fn namespace(count: usize, bench: bool) -> String {
