@@ -171,7 +171,7 @@ fn main() {
 
 /// Object events (every type but the markers) among the acknowledged.
 fn object_events(s: &Sample) -> f64 {
-    s.metrics.by("deltaship_events_total", "type").iter().filter(|(ty, _)| !ty.starts_with("sync.")).map(|(_, n)| n).sum()
+    s.metrics.by("deltaship_events_total", "type").iter().filter(|(ty, _)| !ty.starts_with("sync.")).map(|(_, n)| n).sum::<f64>() + 0.0 // an empty sum is -0.0
 }
 
 fn records(s: &Sample) -> f64 {

@@ -315,7 +315,7 @@ pub struct Metrics(String);
 impl Metrics {
     /// The sum of the series of `name` that carry every one of `labels`.
     pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.series(name).filter(|(l, _)| labels.iter().all(|want| l.contains(want))).map(|(_, v)| v).sum()
+        self.series(name).filter(|(l, _)| labels.iter().all(|want| l.contains(want))).map(|(_, v)| v).sum::<f64>() + 0.0 // an empty sum is -0.0
     }
 
     /// The sums of the series of `name`, by the value of its label `label`.
