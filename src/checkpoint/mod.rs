@@ -11,7 +11,7 @@ mod writer;
 use sha2::{Digest, Sha256};
 
 pub use progress::{Effect, Progress, Records, Start};
-pub use record::{Loaded, Parsed, Refused, Saved, Unusable, WatchRecord, object_key, parse, route_prefix, watch_key, watch_prefix};
+pub use record::{Loaded, Parsed, Refused, Saved, Unusable, WatchRecord, object_key, parse, route_prefix, watch_prefix};
 pub use store::{Store, StoreError};
 pub use writer::Writer;
 
@@ -20,7 +20,7 @@ use crate::plan::{Output, Scope};
 
 /// Where a watch starts from a checkpoint: the index to load and the watch position it
 /// was acknowledged at.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Resume {
     pub entries: Vec<(String, Entry)>,
     pub resource_version: String,

@@ -4,7 +4,7 @@
 //! consumers hold at a position of the watch, never an event that was not acknowledged.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -81,7 +81,8 @@ struct Watch {
     /// The sequence number of `pending`'s first change.
     base: u64,
     /// Registered changes not yet applied, in the watch's order, and whether each is done.
-    pending: VecDeque<(Effect, bool)>,
+    /// Shared by the routes of the watch: the last one to apply it takes it without a copy.
+    pending: VecDeque<(Arc<Effect>, bool)>,
     /// Hashes of the object keys recorded (for the watch record's count).
     keys: HashSet<u64>,
     resource_version: Option<String>,
@@ -117,7 +118,7 @@ impl Progress {
 
     /// Registers the watch's next change; `done` when the route does not ship it (a filter
     /// left it out). The position to acknowledge it with, when the watch is tracked.
-    pub fn register(&self, slot: usize, effect: Effect, done: bool) -> Option<Position> {
+    pub fn register(&self, slot: usize, effect: Arc<Effect>, done: bool) -> Option<Position> {
         let mut watches = self.lock();
         let watch = watches.get_mut(&slot)?;
         let seq = watch.base + watch.pending.len() as u64;
@@ -184,7 +185,7 @@ impl Watch {
         while self.pending.front().is_some_and(|(_, done)| *done) {
             let (effect, _) = self.pending.pop_front().expect("front checked");
             self.base += 1;
-            self.apply(effect);
+            self.apply(Arc::unwrap_or_clone(effect));
         }
     }
 
@@ -246,9 +247,9 @@ mod tests {
     #[test]
     fn changes_are_recorded_only_once_everything_before_them_is_acknowledged() {
         let p = progress();
-        let a = p.register(0, upsert("ns/a", "5"), false).unwrap();
-        let b = p.register(0, upsert("ns/b", "6"), false).unwrap();
-        p.register(0, upsert("ns/c", "7"), true); // filtered out: done at once
+        let a = p.register(0, Arc::new(upsert("ns/a", "5")), false).unwrap();
+        let b = p.register(0, Arc::new(upsert("ns/b", "6")), false).unwrap();
+        p.register(0, Arc::new(upsert("ns/c", "7")), true); // filtered out: done at once
         p.acknowledged(b);
         let (rv, count, _) = summary(&p.take());
         assert_eq!((rv, count), (None, 0), "b waits for a: nothing recorded yet");
@@ -263,12 +264,12 @@ mod tests {
     fn a_sync_moves_the_position_only_when_it_completes() {
         let p = progress();
         for e in [Effect::SyncStarted, upsert("ns/b", "9"), upsert("ns/a", "3")] {
-            p.register(0, e, true);
+            p.register(0, Arc::new(e), true);
         }
         let (rv, count, _) = summary(&p.take());
         assert_eq!((rv, count), (None, 2), "listed objects are recorded, the position is not");
-        p.register(0, Effect::SyncCompleted { resource_version: "9".into() }, true);
-        p.register(0, Effect::Object { key: "ns/a".into(), saved: None, resource_version: "12".into() }, true);
+        p.register(0, Arc::new(Effect::SyncCompleted { resource_version: "9".into() }), true);
+        p.register(0, Arc::new(Effect::Object { key: "ns/a".into(), saved: None, resource_version: "12".into() }), true);
         let (rv, count, objects) = summary(&p.take());
         assert_eq!((rv.as_deref(), count), (Some("12"), 1));
         assert_eq!(objects, ["c.r.configmaps.=.o.ns/a (deleted)"]);
@@ -278,7 +279,7 @@ mod tests {
     fn an_unusable_checkpoint_is_cleared_and_untracked_watches_get_no_position() {
         let p = Progress::default();
         p.track(3, Start { prefix: "p".into(), digest: "d".into(), clear: vec!["p.o.old".into()], ..Start::default() });
-        assert!(p.register(0, upsert("ns/a", "1"), false).is_none());
+        assert!(p.register(0, Arc::new(upsert("ns/a", "1")), false).is_none());
         let records = p.take();
         assert_eq!(records[0], ("p.o.old".to_string(), None));
         assert_eq!(summary(&records).0, None, "a fresh watch record: not resumable until synced");

@@ -101,7 +101,8 @@ impl Worker {
         let scope = &self.scope;
         for change in changes.drain(..) {
             let last = scope.outputs.len().saturating_sub(1);
-            let effect = (!self.progress.is_empty()).then(|| Effect::of(&change));
+            // One effect per change, shared by its routes (not copied per route).
+            let effect = (!self.progress.is_empty()).then(|| Arc::new(Effect::of(&change)));
             let mut change = Some(change);
             for (i, output) in scope.outputs.iter().enumerate() {
                 let c = change.as_ref().expect("taken only by the last output");
