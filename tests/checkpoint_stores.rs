@@ -1,6 +1,6 @@
 //! The checkpoint stores against the real Kafka and NATS servers: the latest value of every
-//! key under a prefix, across reopening; 100k records written and read back; a missing or
-//! misshapen Kafka topic refused with the fix.
+//! key under a prefix, across reopening and beside other clusters' writers; 100k records
+//! written and read back; a missing or misshapen Kafka topic refused with the fix.
 
 mod support;
 
@@ -75,6 +75,36 @@ async fn a_hundred_thousand_records_load_fast(sink: &SinkConfig, resume: &Resume
     assert!(load < Duration::from_secs(5), "{label}: loading 100k records took {load:?}");
 }
 
+/// The store is shared by every bridge of the brokers (one topic or bucket): a prefix loads
+/// whole, and only its own keys, while another cluster's bridge writes and deletes beside it,
+/// after 20k keys of yet another cluster were written and deleted.
+async fn a_prefix_loads_whole_beside_other_writers(sink: &SinkConfig, resume: &ResumeConfig) {
+    let store = open(sink, resume).await;
+    let gone: Records = (0..20_000).map(|i| (format!("old.r.configmaps.=.o.ns/o-{i}"), Some(b"{}".to_vec()))).collect();
+    store.write(&gone).await.expect("keys of another cluster");
+    store.write(&gone.iter().map(|(k, _)| (k.clone(), None)).collect()).await.expect("deleted again");
+    let other = open(sink, resume).await;
+    let noise = tokio::spawn(async move {
+        for n in 0u32.. {
+            let batch: Records = (0..200).map(|i| (format!("busy.r.configmaps.=.o.ns/o-{i}"), (n % 3 != 0).then(|| n.to_string().into_bytes()))).collect();
+            other.write(&batch).await.expect("the other cluster's writes");
+        }
+    });
+    for round in 0..30 {
+        let prefix = format!("c{round}.r");
+        let mut mine: Records = (0..12).map(|i| (format!("{prefix}.configmaps.=.o.ns/cm-{i}"), Some(b"{}".to_vec()))).collect();
+        mine.push((format!("{prefix}.configmaps.=.w"), Some(b"w".to_vec())));
+        store.write(&mine).await.expect("this cluster's records");
+        store.write(&records(&[(&format!("{prefix}.configmaps.=.o.ns/cm-0"), None)])).await.expect("a delete");
+        let loaded = store.load(&prefix).await.expect("load");
+        let mut keys: Vec<&String> = loaded.keys().collect();
+        keys.sort();
+        assert_eq!(keys.len(), 12, "round {round}: {keys:?}");
+        assert!(loaded.contains_key(&format!("{prefix}.configmaps.=.w")), "round {round}: the watch record is read");
+    }
+    noise.abort();
+}
+
 fn kafka_sink(create: bool) -> SinkConfig {
     let mut k: KafkaConfig = kafka(&support::env().kafka, "unused.{plural}");
     if !create {
@@ -114,6 +144,11 @@ async fn kafka_keeps_the_latest_value_of_each_key_in_a_compacted_topic_it_create
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_loads_a_hundred_thousand_records_quickly() {
     a_hundred_thousand_records_load_fast(&kafka_sink(true), &resume(&unique("deltaship.checkpoints"), "unused"), "Kafka").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_loads_a_prefix_whole_beside_other_writers() {
+    a_prefix_loads_whole_beside_other_writers(&kafka_sink(true), &resume(&unique("deltaship.checkpoints"), "unused")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,5 +194,13 @@ async fn nats_loads_a_hundred_thousand_records_quickly() {
     let bucket = unique("checkpoints");
     let sink = SinkConfig::Nats(Box::new(nats(&support::env().nats)));
     a_hundred_thousand_records_load_fast(&sink, &resume("unused", &bucket), "NATS").await;
+    drop_bucket(&bucket).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_loads_a_prefix_whole_beside_other_writers() {
+    let bucket = unique("checkpoints");
+    let sink = SinkConfig::Nats(Box::new(nats(&support::env().nats)));
+    a_prefix_loads_whole_beside_other_writers(&sink, &resume("unused", &bucket)).await;
     drop_bucket(&bucket).await;
 }

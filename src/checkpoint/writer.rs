@@ -25,12 +25,19 @@ impl Writer {
         let mut failing = false;
         let pending = metrics::gauge!(m::CHECKPOINT_PENDING, "route" => self.route.clone());
         let behind = metrics::gauge!(m::CHECKPOINT_UNWRITTEN, "route" => self.route.clone());
+        let report = |progress: &Progress, unwritten: &Records| {
+            let (events, records) = progress.backlog();
+            pending.set(events as f64);
+            behind.set((records + unwritten.len()) as f64);
+        };
         loop {
             let stopping = tokio::select! {
                 _ = stop.cancelled() => true,
                 _ = tokio::time::sleep(self.interval) => false,
             };
             unwritten.extend(self.progress.take());
+            // Reported before the write too: a write in flight is not written yet.
+            report(&self.progress, &unwritten);
             if !unwritten.is_empty() {
                 match self.store.write(&unwritten).await {
                     Ok(()) => {
@@ -49,9 +56,7 @@ impl Writer {
                     }
                 }
             }
-            let (events, records) = self.progress.backlog();
-            pending.set(events as f64);
-            behind.set((records + unwritten.len()) as f64);
+            report(&self.progress, &unwritten);
             if stopping {
                 return;
             }
