@@ -53,6 +53,12 @@ fn object(o: &ObjectChange) -> Effect {
     Effect::Object { key: r.key(), saved, resource_version: r.resource_version.clone() }
 }
 
+/// How an object key is counted in a watch's record (a hash: the keys themselves are in
+/// the classifier's index already).
+pub fn key_hash(key: &str) -> u64 {
+    xxh3_64(key.as_bytes())
+}
+
 /// Where a watch's checkpoint starts on this route.
 #[derive(Debug, Clone, Default)]
 pub struct Start {
@@ -60,8 +66,8 @@ pub struct Start {
     pub prefix: String,
     /// The digest of its configuration on this route.
     pub digest: String,
-    /// The checkpoint resumed from (object keys, position), if any.
-    pub objects: Vec<String>,
+    /// The checkpoint resumed from (its object keys' `key_hash`es, position), if any.
+    pub objects: HashSet<u64>,
     pub resource_version: Option<String>,
     /// Records of an unusable checkpoint, deleted by the first write.
     pub clear: Vec<String>,
@@ -102,7 +108,7 @@ impl Progress {
     pub fn track(&self, slot: usize, start: Start) {
         let resumed = start.resource_version.is_some();
         let watch = Watch {
-            keys: start.objects.iter().map(|k| xxh3_64(k.as_bytes())).collect(),
+            keys: start.objects,
             prefix: start.prefix,
             digest: start.digest,
             base: 0,
@@ -192,7 +198,7 @@ impl Watch {
     fn apply(&mut self, effect: Effect) {
         match effect {
             Effect::Object { key, saved, resource_version } => {
-                let hash = xxh3_64(key.as_bytes());
+                let hash = key_hash(&key);
                 if saved.is_some() {
                     self.keys.insert(hash);
                 } else {

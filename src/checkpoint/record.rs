@@ -151,43 +151,65 @@ pub struct Refused {
 /// One route's checkpoints by watch prefix.
 pub type Parsed = HashMap<String, Result<Loaded, Refused>>;
 
-/// A watch's records as found: its watch record, and its objects' (record key, object key
-/// token, value).
-type Found = (Option<Vec<u8>>, Vec<(String, String, Vec<u8>)>);
+/// One watch's records while they are read: the watch record, and the objects parsed as
+/// they come (the raw values are not kept).
+#[derive(Default)]
+struct Reading {
+    watch: Option<Vec<u8>>,
+    objects: HashMap<String, Saved>,
+    /// Tokens of object records that do not parse.
+    unreadable: Vec<String>,
+}
+
+impl Reading {
+    fn object(&mut self, token: &str, value: &[u8]) {
+        match (untoken(token), serde_json::from_slice::<Saved>(value)) {
+            (Some(key), Ok(saved)) => {
+                self.objects.insert(key, saved);
+            }
+            _ => self.unreadable.push(token.to_string()),
+        }
+    }
+
+    /// The watch's checkpoint, or `Corrupt` with the keys of its records (to clear).
+    fn finish(self, prefix: &str) -> Result<Loaded, Refused> {
+        let watch = self.watch.and_then(|w| serde_json::from_slice::<WatchRecord>(&w).ok());
+        match watch {
+            Some(watch) if self.unreadable.is_empty() && watch.format == FORMAT && watch.objects == self.objects.len() as u64 => {
+                Ok(Loaded { watch, objects: self.objects })
+            }
+            _ => {
+                let mut keys: Vec<String> = self.objects.keys().map(|k| object_key(prefix, k)).collect();
+                keys.extend(self.unreadable.iter().map(|t| format!("{prefix}.o.{t}")));
+                Err(Refused { why: Unusable::Corrupt, keys })
+            }
+        }
+    }
+}
 
 /// The watches of one route's records (latest value per key), by watch prefix: their
 /// checkpoint, or why it is unusable. Object records of a watch without a watch record
-/// are reported under their prefix as `Corrupt`, so that they are cleared.
+/// are reported under their prefix as `Corrupt`, so that they are cleared. Each record is
+/// parsed and dropped in turn: the raw values and the parsed ones are not held whole at once.
 pub fn parse(records: HashMap<String, Vec<u8>>) -> Parsed {
-    let mut watches: HashMap<String, Found> = HashMap::new();
+    let mut watches: HashMap<String, Reading> = HashMap::new();
     for (key, value) in records {
         if let Some(prefix) = key.strip_suffix(".w") {
-            watches.entry(prefix.to_string()).or_default().0 = Some(value);
-        } else if let Some((prefix, object)) = key.split_once(".o.") {
-            watches.entry(prefix.to_string()).or_default().1.push((key.clone(), object.to_string(), value));
+            watches.entry(prefix.to_string()).or_default().watch = Some(value);
+        } else if let Some((prefix, token)) = key.split_once(".o.") {
+            match watches.get_mut(prefix) {
+                Some(reading) => reading.object(token, &value),
+                None => watches.entry(prefix.to_string()).or_default().object(token, &value),
+            }
         }
     }
     watches
         .into_iter()
-        .map(|(prefix, (watch, objects))| {
-            let keys: Vec<String> = objects.iter().map(|(k, _, _)| k.clone()).collect();
-            let loaded = read_watch(watch, objects).map_err(|why| Refused { why, keys });
+        .map(|(prefix, reading)| {
+            let loaded = reading.finish(&prefix);
             (prefix, loaded)
         })
         .collect()
-}
-
-fn read_watch(watch: Option<Vec<u8>>, objects: Vec<(String, String, Vec<u8>)>) -> Result<Loaded, Unusable> {
-    let watch: WatchRecord = serde_json::from_slice(&watch.ok_or(Unusable::Corrupt)?).map_err(|_| Unusable::Corrupt)?;
-    if watch.format != FORMAT || watch.objects != objects.len() as u64 {
-        return Err(Unusable::Corrupt);
-    }
-    let mut out = HashMap::with_capacity(objects.len());
-    for (_, token, value) in objects {
-        let key = untoken(&token).ok_or(Unusable::Corrupt)?;
-        out.insert(key, serde_json::from_slice(&value).map_err(|_| Unusable::Corrupt)?);
-    }
-    Ok(Loaded { watch, objects: out })
 }
 
 /// The value of a `token`.
@@ -241,8 +263,11 @@ mod tests {
         let refused = parsed.into_values().next().unwrap().unwrap_err();
         assert_eq!((refused.why, refused.keys.len()), (Unusable::Corrupt, 1), "one object record lost");
         let mut garbage = records(&watch, &[("ns/a", saved("1")), ("ns/b", saved("2"))]);
-        garbage.values_mut().for_each(|v| v.truncate(5));
-        assert_eq!(parse(garbage).into_values().next().unwrap().unwrap_err().why, Unusable::Corrupt);
+        let prefix = watch_prefix(&route_prefix("c", "r"), "configmaps", None);
+        garbage.insert(object_key(&prefix, "ns/b"), b"{not json".to_vec());
+        let mut refused = parse(garbage).into_values().next().unwrap().unwrap_err();
+        refused.keys.sort();
+        assert_eq!((refused.why, refused.keys), (Unusable::Corrupt, vec![object_key(&prefix, "ns/a"), object_key(&prefix, "ns/b")]), "cleared whole");
     }
 
     #[test]

@@ -79,7 +79,14 @@ impl KafkaStore {
         // The sink's producer never gives up on a record (0); a checkpoint write must end.
         config.set("message.timeout.ms", STALL.as_millis().to_string());
         let mut reader = cfg.client_config(ClientRole::Consumer).map_err(|e| e.to_string())?;
-        let settings = [("bootstrap.servers", cfg.brokers.as_str()), ("group.id", "deltaship-checkpoints"), ("enable.auto.commit", "false")];
+        // The checkpoint is read once, at start: a prefetch of 8 MB (librdkafka's default is
+        // 64 MB) reads it as fast without holding a large one twice at the start's peak.
+        let settings = [
+            ("bootstrap.servers", cfg.brokers.as_str()),
+            ("group.id", "deltaship-checkpoints"),
+            ("enable.auto.commit", "false"),
+            ("queued.max.messages.kbytes", "8192"),
+        ];
         for (key, value) in settings {
             // The sink's raw librdkafka options win, as they do over its producer's settings.
             if reader.get(key).is_none() {
