@@ -73,8 +73,7 @@ impl Worker {
                 Ok(e) => e,
                 Err(e) => {
                     let kind = FailureKind::of(&e).as_str();
-                    let resource = &meters.resource;
-                    meters.watch_errors.increment(kind, |k| metrics::counter!(m::WATCH_ERRORS, "resource" => resource.clone(), "error_kind" => k));
+                    meters.watch_error(kind);
                     self.health.failed(kind);
                     tracing::warn!(watch = %scope.describe(), error_kind = kind, error = %e, "Watch failed; backing off");
                     continue;
@@ -121,8 +120,7 @@ impl Worker {
                 let mut env = match event::build(watch, scope, output, c, chrono::Utc::now()) {
                     Ok(env) => env,
                     Err(e) => {
-                        let resource = &meters.resource;
-                        meters.unencodable.increment((), |()| metrics::counter!(m::BAD_OBJECTS, "resource" => resource.clone(), "reason" => "encode"));
+                        meters.unencodable();
                         tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be encoded");
                         if let Some((p, effect)) = progress {
                             p.register(self.slot, effect.clone(), true);
@@ -174,6 +172,18 @@ impl Meters {
     fn filtered(&mut self, i: usize, route: &Arc<str>, change: ChangeType) {
         let resource = &self.resource;
         self.filtered[i].increment(change, |t| metrics::counter!(m::FILTERED, "resource" => resource.clone(), "type" => t.as_str(), "route" => route.clone()));
+    }
+
+    /// Counts a watch error of `kind` (`FailureKind::as_str`).
+    fn watch_error(&mut self, kind: &'static str) {
+        let resource = &self.resource;
+        self.watch_errors.increment(kind, |k| metrics::counter!(m::WATCH_ERRORS, "resource" => resource.clone(), "error_kind" => k));
+    }
+
+    /// Counts an object skipped because its event cannot be encoded.
+    fn unencodable(&mut self) {
+        let resource = &self.resource;
+        self.unencodable.increment((), |()| metrics::counter!(m::BAD_OBJECTS, "resource" => resource.clone(), "reason" => "encode"));
     }
 }
 
