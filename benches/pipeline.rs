@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use common::Kind;
 use deltaship::change::{Change, Classifier, Fingerprinter, ObjectChange, Payload};
-use deltaship::event::{self, Envelope};
+use deltaship::event::{self, Envelope, WatchAttributes};
 use deltaship::model::{ChangeType, Object, Observed};
 use deltaship::plan::Scope;
 use divan::Bencher;
@@ -41,6 +41,8 @@ struct Setup {
     base: Value,
     kafka: Arc<Scope>,
     nats: Arc<Scope>,
+    /// The attributes the worker derives once per watch (the same for both scopes).
+    watch: WatchAttributes,
     classifier: Classifier,
     /// Next resourceVersion and revision, so that every change is a visible update.
     rv: u64,
@@ -60,7 +62,8 @@ impl Setup {
             out.clear();
         }
         classifier.handle(Observed::InitDone, &mut out);
-        Setup { kind, base, kafka, nats, classifier, rv: 1_000_000 }
+        let watch = WatchAttributes::new(CLUSTER.into(), &kafka.resource);
+        Setup { kind, base, kafka, nats, watch, classifier, rv: 1_000_000 }
     }
 
     /// The next update of an indexed object, as wire bytes.
@@ -83,7 +86,7 @@ impl Setup {
 
     fn envelope(&mut self, scope: &Scope) -> Envelope {
         let change = self.updated();
-        event::build(CLUSTER, scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap()
+        event::build(&self.watch, scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap()
     }
 }
 
@@ -124,11 +127,11 @@ fn classify(bencher: Bencher, fixture: &str) {
 #[divan::bench(args = FIXTURES)]
 fn build(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));
-    let scope = s.kafka.clone();
+    let (scope, watch) = (s.kafka.clone(), s.watch.clone());
     bencher
         .counter(bytes(s.kind))
         .with_inputs(|| s.updated())
-        .bench_local_values(|change| event::build(CLUSTER, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap());
+        .bench_local_values(|change| event::build(&watch, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap());
 }
 
 /// Kafka binary mode: data as the record value, attributes as `ce_` headers.
@@ -153,13 +156,13 @@ fn encode_nats(bencher: Bencher, fixture: &str) {
 #[divan::bench(args = FIXTURES)]
 fn per_event_kafka(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));
-    let scope = s.kafka.clone();
+    let (scope, watch) = (s.kafka.clone(), s.watch.clone());
     let mut classifier = std::mem::replace(&mut s.classifier, Classifier::new(String::new(), Fingerprinter::new(&[]), s.kafka.relist, false));
     bencher.counter(bytes(s.kind)).with_inputs(|| s.next_wire()).bench_local_values(|wire| {
         let mut out = Vec::with_capacity(1);
         classifier.handle(Observed::Apply(common::decode(&wire)), &mut out);
         let change = out.pop().expect("a visible update");
-        let env = event::build(CLUSTER, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
+        let env = event::build(&watch, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
         let encoded = common::encode_kafka(&env);
         (env, encoded)
     });
@@ -169,13 +172,13 @@ fn per_event_kafka(bencher: Bencher, fixture: &str) {
 #[divan::bench(args = FIXTURES)]
 fn per_event_nats(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));
-    let scope = s.nats.clone();
+    let (scope, watch) = (s.nats.clone(), s.watch.clone());
     let mut classifier = std::mem::replace(&mut s.classifier, Classifier::new(String::new(), Fingerprinter::new(&[]), s.nats.relist, false));
     bencher.counter(bytes(s.kind)).with_inputs(|| s.next_wire()).bench_local_values(|wire| {
         let mut out = Vec::with_capacity(1);
         classifier.handle(Observed::Apply(common::decode(&wire)), &mut out);
         let change = out.pop().expect("a visible update");
-        let env = event::build(CLUSTER, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
+        let env = event::build(&watch, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
         let encoded = common::encode_nats(&env);
         (env, encoded)
     });

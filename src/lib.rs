@@ -7,6 +7,7 @@ pub mod check;
 pub mod checkpoint;
 pub mod config;
 pub mod event;
+mod hex;
 pub mod leader;
 pub mod model;
 pub mod pipeline;

@@ -215,22 +215,10 @@ fn digest(v: &Value, key: Option<&DigestKey>) -> String {
         Some(DigestKey(mac)) => {
             let mut mac = mac.clone();
             mac.update(bytes);
-            labelled("hmac-sha256:", &mac.finalize().into_bytes())
+            crate::hex::encode("hmac-sha256:", &mac.finalize().into_bytes())
         }
-        None => labelled("sha256:", &Sha256::digest(bytes)),
+        None => crate::hex::encode("sha256:", &Sha256::digest(bytes)),
     }
-}
-
-/// `label` then the hex of `bytes`.
-fn labelled(label: &str, bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(label.len() + 2 * bytes.len());
-    out.push_str(label);
-    for b in bytes {
-        out.push(HEX[usize::from(b >> 4)] as char);
-        out.push(HEX[usize::from(b & 0xf)] as char);
-    }
-    out
 }
 
 #[cfg(test)]

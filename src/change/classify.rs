@@ -5,13 +5,17 @@ use std::sync::Arc;
 
 use super::{Change, Entry, Fingerprinter, Index, Marker, ObjectChange, Payload, SyncCounts};
 use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Observed, SyncMode, SyncReason};
-use crate::telemetry::metrics as m;
+use crate::telemetry::metrics::{self as m, Counters};
 
 /// The classifier of one watch (a resource within one namespace scope). It owns that
 /// watch's index, so no lock is needed.
 #[derive(Debug)]
 pub struct Classifier {
-    resource: String,
+    resource: Arc<str>,
+    /// The watch's counters, by reason: registered once, not looked up per event.
+    syncs: Counters<SyncReason>,
+    relists: Counters<()>,
+    skips: Counters<&'static str>,
     index: Index,
     fingerprinter: Fingerprinter,
     relist_mode: SyncMode,
@@ -38,8 +42,33 @@ struct SyncInProgress {
 impl Classifier {
     /// `resource` is the metric label; `relist_mode` applies to relists after the first
     /// sync; `keep_content` keeps shipped content in the index (resyncs, patch payloads).
-    pub fn new(resource: String, fingerprinter: Fingerprinter, relist_mode: SyncMode, keep_content: bool) -> Self {
-        Classifier { resource, index: Index::default(), fingerprinter, relist_mode, keep_content, sync: None, synced_once: false, resuming: None }
+    pub fn new(resource: impl Into<Arc<str>>, fingerprinter: Fingerprinter, relist_mode: SyncMode, keep_content: bool) -> Self {
+        Classifier {
+            resource: resource.into(),
+            syncs: Counters::default(),
+            relists: Counters::default(),
+            skips: Counters::default(),
+            index: Index::default(),
+            fingerprinter,
+            relist_mode,
+            keep_content,
+            sync: None,
+            synced_once: false,
+            resuming: None,
+        }
+    }
+
+    /// Counts a completed sync of `reason`.
+    fn count_sync(&mut self, reason: SyncReason) {
+        let resource = &self.resource;
+        self.syncs.increment(reason, |r| metrics::counter!(m::SYNCS, "resource" => resource.clone(), "reason" => r.as_str()));
+    }
+
+    /// Counts an update not shipped because nothing visible changed: `reason` is
+    /// `resource_version` or `fingerprint`.
+    fn count_skip(&mut self, reason: &'static str) {
+        let resource = &self.resource;
+        self.skips.increment(reason, |r| metrics::counter!(m::DEDUPE_SKIPS, "resource" => resource.clone(), "reason" => r));
     }
 
     /// Starts from a checkpoint instead of an empty index: `entries` is what was
@@ -77,7 +106,7 @@ impl Classifier {
         let mut done = marker(&sync, MarkerPhase::Completed);
         done.counts = Some(sync.counts.clone());
         out.push(Change::Marker(done));
-        metrics::counter!(m::SYNCS, "resource" => self.resource.clone(), "reason" => SyncReason::Resync.as_str()).increment(1);
+        self.count_sync(SyncReason::Resync);
         true
     }
 
@@ -107,7 +136,7 @@ impl Classifier {
         let mut done = marker(&sync, MarkerPhase::Completed);
         done.counts = Some(SyncCounts::default());
         out.push(Change::Marker(done));
-        metrics::counter!(m::SYNCS, "resource" => self.resource.clone(), "reason" => SyncReason::Resume.as_str()).increment(1);
+        self.count_sync(SyncReason::Resume);
     }
 
     fn start_sync(&mut self, out: &mut Vec<Change>) {
@@ -121,7 +150,8 @@ impl Classifier {
         let sync = SyncInProgress::new(reason, mode);
         out.push(Change::Marker(marker(&sync, MarkerPhase::Started)));
         if reason == SyncReason::Relist {
-            metrics::counter!(m::RELISTS, "resource" => self.resource.clone()).increment(1);
+            let resource = &self.resource;
+            self.relists.increment((), |()| metrics::counter!(m::RELISTS, "resource" => resource.clone()));
         }
         self.sync = Some(sync);
     }
@@ -163,7 +193,7 @@ impl Classifier {
         let mut done = marker(&sync, MarkerPhase::Completed);
         done.counts = Some(sync.counts.clone());
         out.push(Change::Marker(done));
-        metrics::counter!(m::SYNCS, "resource" => self.resource.clone(), "reason" => sync.reason.as_str()).increment(1);
+        self.count_sync(sync.reason);
         self.synced_once = true;
     }
 
@@ -176,7 +206,7 @@ impl Classifier {
             && prev.resource_version == obj.reference.resource_version
         {
             self.keep_as_shipped(&key, obj);
-            metrics::counter!(m::DEDUPE_SKIPS, "resource" => self.resource.clone(), "reason" => "resource_version").increment(1);
+            self.count_skip("resource_version");
             return;
         }
         let fingerprint = serialize(&self.fingerprinter, &mut obj);
@@ -190,7 +220,7 @@ impl Classifier {
                 // Same content once ignored fields are left out: ship nothing, and keep the
                 // entry as shipped (consumers hold that version; patches and resyncs start
                 // from it).
-                metrics::counter!(m::DEDUPE_SKIPS, "resource" => self.resource.clone(), "reason" => "fingerprint").increment(1);
+                self.count_skip("fingerprint");
                 self.keep_as_shipped(&key, obj);
                 return;
             }
@@ -320,7 +350,7 @@ mod tests {
     use crate::model::fixtures::configmap;
 
     fn classifier() -> Classifier {
-        Classifier::new("configmaps".into(), Fingerprinter::new(&["/status".into()]), SyncMode::Diff, false)
+        Classifier::new("configmaps", Fingerprinter::new(&["/status".into()]), SyncMode::Diff, false)
     }
 
     fn run(c: &mut Classifier, events: Vec<Observed>) -> Vec<Change> {
@@ -497,7 +527,7 @@ mod tests {
 
     #[test]
     fn a_resync_redelivers_the_index_as_synced_with_its_own_sync_id() {
-        let mut c = Classifier::new("configmaps".into(), Fingerprinter::new(&[]), SyncMode::Diff, true);
+        let mut c = Classifier::new("configmaps", Fingerprinter::new(&[]), SyncMode::Diff, true);
         let mut out = Vec::new();
         assert!(!c.resync(&mut out), "no resync before the initial sync completed");
         run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone]);
@@ -519,7 +549,7 @@ mod tests {
 
     #[test]
     fn no_resync_during_a_sync_or_without_kept_content() {
-        let mut c = Classifier::new("configmaps".into(), Fingerprinter::new(&[]), SyncMode::Diff, true);
+        let mut c = Classifier::new("configmaps", Fingerprinter::new(&[]), SyncMode::Diff, true);
         run(&mut c, vec![Observed::Init, Observed::InitDone, Observed::Init]);
         assert!(!c.resync(&mut Vec::new()), "a relist is under way");
         let mut lean = classifier();
@@ -529,7 +559,7 @@ mod tests {
 
     #[test]
     fn updates_carry_the_previously_shipped_content_when_kept() {
-        let mut c = Classifier::new("configmaps".into(), Fingerprinter::new(&[]), SyncMode::Diff, true);
+        let mut c = Classifier::new("configmaps", Fingerprinter::new(&[]), SyncMode::Diff, true);
         let out = run(&mut c, vec![Observed::Apply(cm("a", "1", "x")), Observed::Apply(cm("a", "2", "y"))]);
         let Change::Object(u) = &out[1] else { panic!() };
         assert_eq!(u.change, ChangeType::Updated);
@@ -540,7 +570,7 @@ mod tests {
 
     #[test]
     fn a_full_relist_ships_every_object_as_synced_and_infers_deletes() {
-        let mut c = Classifier::new("configmaps".into(), Fingerprinter::new(&[]), SyncMode::Full, false);
+        let mut c = Classifier::new("configmaps", Fingerprinter::new(&[]), SyncMode::Full, false);
         run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitApply(cm("b", "2", "x")), Observed::InitDone]);
         let out = run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone]);
         assert_eq!(summary(&out), ["started:Relist", "synced:ns/a@1", "deleted:ns/b@2", "completed:Relist:0/0/1/1"]);

@@ -47,5 +47,5 @@ pub fn digest(cluster: &str, scope: &Scope, output: &Output) -> String {
         output.address,
     );
     let hash = Sha256::digest(described.as_bytes());
-    hash[..12].iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::encode("", &hash[..12])
 }

@@ -16,12 +16,11 @@ use crate::change::{Change, Marker, ObjectChange, Payload};
 
 use crate::config::PayloadMode;
 use crate::model::MarkerSlot;
-use crate::model::{ChangeType, MarkerPhase, ObjectRef, Position, SyncReason};
+use crate::model::{ChangeType, MarkerPhase, ObjectRef, Position, ResourceType, SyncReason};
 use crate::plan::{Output, Scope};
 
 pub use id::event_id;
 
-pub const TYPE_PREFIX: &str = "dev.deltaship.";
 const JSON: &str = "application/json";
 /// `updated` events of resources with `payload = "patch"`: RFC 6902 from the previous event.
 pub const JSON_PATCH: &str = "application/json-patch+json";
@@ -50,6 +49,24 @@ pub struct Envelope {
     pub position: Option<Position>,
 }
 
+/// What every event of one watch carries alike, derived once per watch rather than per
+/// event: the cluster, the CloudEvents `source`, the `apiversion` extension, and the
+/// `resource` metric label (one allocation shared by all the watch's envelopes).
+#[derive(Debug, Clone)]
+pub struct WatchAttributes {
+    pub cluster: Arc<str>,
+    /// The `resource` metric label (`ResourceType::label`).
+    pub resource: Arc<str>,
+    source: String,
+    api_version: String,
+}
+
+impl WatchAttributes {
+    pub fn new(cluster: Arc<str>, resource: &ResourceType) -> WatchAttributes {
+        WatchAttributes { source: resource.source(&cluster), api_version: resource.api_version(), resource: resource.label().into(), cluster }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnvelopeKind {
     Object(ChangeType),
@@ -67,10 +84,16 @@ impl EnvelopeKind {
         }
     }
 
-    pub fn event_type(self) -> String {
+    /// The CloudEvents `type`: `dev.deltaship.` then `object.<change>` or the marker's
+    /// label.
+    pub fn event_type(self) -> &'static str {
         match self {
-            EnvelopeKind::Object(t) => format!("{TYPE_PREFIX}object.{}", t.as_str()),
-            EnvelopeKind::Marker(_) => format!("{TYPE_PREFIX}{}", self.label()),
+            EnvelopeKind::Object(ChangeType::Added) => "dev.deltaship.object.added",
+            EnvelopeKind::Object(ChangeType::Updated) => "dev.deltaship.object.updated",
+            EnvelopeKind::Object(ChangeType::Deleted) => "dev.deltaship.object.deleted",
+            EnvelopeKind::Object(ChangeType::Synced) => "dev.deltaship.object.synced",
+            EnvelopeKind::Marker(MarkerPhase::Started) => "dev.deltaship.sync.started",
+            EnvelopeKind::Marker(MarkerPhase::Completed) => "dev.deltaship.sync.completed",
         }
     }
 }
@@ -83,41 +106,37 @@ pub struct BuildError {
     pub source: cloudevents::event::EventBuilderError,
 }
 
-/// Builds the envelope of a change of the watch `scope` observed at `now`, shaped and
-/// routed for `output`.
-pub fn build(cluster: &str, scope: &Scope, output: &Output, change: Change, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+/// Builds the envelope of a change of the watch `scope` (whose shared attributes are
+/// `watch`) observed at `now`, shaped and routed for `output`.
+pub fn build(watch: &WatchAttributes, scope: &Scope, output: &Output, change: Change, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
     match change {
-        Change::Object(c) => object_event(cluster, scope, output, c, now),
-        Change::Marker(m) => marker_event(cluster, scope, output, m, now),
+        Change::Object(c) => object_event(watch, scope, output, c, now),
+        Change::Marker(m) => marker_event(watch, scope, output, m, now),
     }
 }
 
-fn object_event(cluster: &str, scope: &Scope, output: &Output, c: ObjectChange, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+fn object_event(watch: &WatchAttributes, scope: &Scope, output: &Output, c: ObjectChange, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
     let kind = EnvelopeKind::Object(c.change);
-    let r = c.payload.reference().clone();
-    let (ty, source, subject) = match &output.knative_source {
-        None => (kind.event_type(), scope.resource.source(cluster), r.key()),
-        Some(api_server) => knative::attributes(c.change, api_server, &scope.resource, &r),
-    };
-    let destination = output.address.object_destination(&r);
+    // The attributes are read from the payload's reference before the payload is taken
+    // for the data (no copy of the reference).
+    let r = c.payload.reference();
     let key = r.key();
-    let partition_key = output.address.key(&key);
-    let resource = scope.resource.label();
-    let sync_id = c.sync_id.as_deref().unwrap_or("");
-    let id = event_id(&[cluster, &resource, &r.uid, &r.resource_version, &ty, sync_id]);
-    let (data, content_type) = match (output.payload, c.payload, c.previous) {
-        (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => (to_bytes(&reference_data(scope, payload.reference())), JSON),
-        (PayloadMode::Patch, Payload::Object(o), Some(previous)) => (to_bytes(&json_patch::diff(&previous, &o.value)), JSON_PATCH),
-        (_, Payload::Object(o), _) => (o.json.unwrap_or_else(|| to_bytes(&o.value)), JSON),
+    let (ty, source, subject) = match &output.knative_source {
+        None => (kind.event_type().to_owned(), watch.source.clone(), key.clone()),
+        Some(api_server) => knative::attributes(c.change, api_server, &scope.resource, r),
     };
+    let destination = output.address.object_destination(r);
+    let partition_key = output.address.key(&key);
+    let sync_id = c.sync_id.as_deref().unwrap_or("");
+    let id = event_id(&[&watch.cluster, &watch.resource, &r.uid, &r.resource_version, &ty, sync_id]);
     let mut b = EventBuilderV10::new()
         .id(id)
         .ty(ty)
         .source(source)
         .subject(subject)
         .time(now)
-        .extension("cluster", cluster)
-        .extension("apiversion", scope.resource.api_version())
+        .extension("cluster", &*watch.cluster)
+        .extension("apiversion", watch.api_version.as_str())
         .extension("kind", scope.resource.kind.as_str())
         .extension("name", r.name.as_str())
         .extension("uid", r.uid.as_str())
@@ -130,8 +149,13 @@ fn object_event(cluster: &str, scope: &Scope, output: &Output, c: ObjectChange, 
         b = b.extension("syncid", s.as_ref());
     }
     let mut event = b.build().map_err(|source| BuildError { key, source })?;
+    let (data, content_type) = match (output.payload, c.payload, c.previous) {
+        (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => (to_bytes(&reference_data(watch, scope, payload.reference())), JSON),
+        (PayloadMode::Patch, Payload::Object(o), Some(previous)) => (to_bytes(&json_patch::diff(&previous, &o.value)), JSON_PATCH),
+        (_, Payload::Object(o), _) => (o.json.unwrap_or_else(|| to_bytes(&o.value)), JSON),
+    };
     event.set_datacontenttype(Some(content_type));
-    Ok(Envelope { event, data, destination, key: partition_key, kind, resource: resource.into(), completes_initial_sync: false, position: None })
+    Ok(Envelope { event, data, destination, key: partition_key, kind, resource: watch.resource.clone(), completes_initial_sync: false, position: None })
 }
 
 /// The same event as a reference (identity only), marked with the extension
@@ -166,9 +190,9 @@ fn to_bytes(data: &impl Serialize) -> Bytes {
     bytes.into()
 }
 
-fn reference_data(scope: &Scope, r: &ObjectRef) -> Value {
+fn reference_data(watch: &WatchAttributes, scope: &Scope, r: &ObjectRef) -> Value {
     let mut v = json!({
-        "apiVersion": scope.resource.api_version(),
+        "apiVersion": watch.api_version,
         "kind": scope.resource.kind,
         "name": r.name,
         "uid": r.uid,
@@ -180,12 +204,11 @@ fn reference_data(scope: &Scope, r: &ObjectRef) -> Value {
     v
 }
 
-fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+fn marker_event(watch: &WatchAttributes, scope: &Scope, output: &Output, m: Marker, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
     let kind = EnvelopeKind::Marker(m.phase);
     let ty = kind.event_type();
-    let resource = scope.resource.label();
     let scope_ns = scope.namespace.as_deref().unwrap_or("");
-    let id = event_id(&[cluster, &resource, scope_ns, &m.sync_id, &ty]);
+    let id = event_id(&[&watch.cluster, &watch.resource, scope_ns, &m.sync_id, ty]);
     let mut data = json!({
         "syncId": m.sync_id.as_ref(),
         "reason": m.reason,
@@ -212,10 +235,10 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
     let mut event = EventBuilderV10::new()
         .id(id)
         .ty(ty)
-        .source(scope.resource.source(cluster))
+        .source(watch.source.as_str())
         .time(now)
-        .extension("cluster", cluster)
-        .extension("apiversion", scope.resource.api_version())
+        .extension("cluster", &*watch.cluster)
+        .extension("apiversion", watch.api_version.as_str())
         .extension("kind", scope.resource.kind.as_str())
         .extension("syncid", m.sync_id.as_ref())
         .extension("partitionkey", key.as_str())
@@ -228,7 +251,7 @@ fn marker_event(cluster: &str, scope: &Scope, output: &Output, m: Marker, now: D
         destination: output.address.marker_destination_of(slot),
         key,
         kind,
-        resource: resource.into(),
+        resource: watch.resource.clone(),
         completes_initial_sync,
         position: None,
     })
@@ -259,6 +282,10 @@ mod tests {
         }
     }
 
+    fn watch() -> WatchAttributes {
+        WatchAttributes::new("c".into(), &configmaps())
+    }
+
     fn output(payload: PayloadMode) -> Output {
         Output {
             route: 0,
@@ -287,7 +314,7 @@ mod tests {
     #[test]
     fn patch_payloads_carry_a_json_patch_from_the_previous_content() {
         let before = configmap("a", "u1", "1", json!({"v": "old"})).value;
-        let env = build("c", &scope(), &output(PayloadMode::Patch), updated(Some(before)), Utc::now()).unwrap();
+        let env = build(&watch(), &scope(), &output(PayloadMode::Patch), updated(Some(before)), Utc::now()).unwrap();
         assert_eq!(env.event.datacontenttype(), Some(JSON_PATCH));
         let patch = data(&env);
         assert!(patch.as_array().unwrap().contains(&json!({"op": "replace", "path": "/data/v", "value": "new"})), "{patch}");
@@ -296,7 +323,7 @@ mod tests {
 
     #[test]
     fn a_truncated_event_keeps_its_id_and_carries_the_reference() {
-        let env = build("c", &scope(), &output(PayloadMode::Object), updated(None), Utc::now()).unwrap();
+        let env = build(&watch(), &scope(), &output(PayloadMode::Object), updated(None), Utc::now()).unwrap();
         let t = truncated(&env).unwrap();
         assert_eq!(t.event.id(), env.event.id());
         assert_eq!(t.event.extension("truncated").map(|v| v.to_string()).as_deref(), Some("true"));
@@ -307,10 +334,36 @@ mod tests {
 
     #[test]
     fn object_and_reference_payloads() {
-        let env = build("c", &scope(), &output(PayloadMode::Object), updated(None), Utc::now()).unwrap();
+        let env = build(&watch(), &scope(), &output(PayloadMode::Object), updated(None), Utc::now()).unwrap();
         assert_eq!(env.event.datacontenttype(), Some(JSON));
         assert_eq!(data(&env)["data"]["v"], "new");
-        let env = build("c", &scope(), &output(PayloadMode::Reference), updated(None), Utc::now()).unwrap();
+        let env = build(&watch(), &scope(), &output(PayloadMode::Reference), updated(None), Utc::now()).unwrap();
         assert_eq!(data(&env), json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
+    }
+
+    #[test]
+    fn event_types_are_the_prefix_then_the_change_or_the_marker() {
+        for t in [ChangeType::Added, ChangeType::Updated, ChangeType::Deleted, ChangeType::Synced] {
+            assert_eq!(EnvelopeKind::Object(t).event_type(), format!("dev.deltaship.object.{}", t.as_str()));
+        }
+        for p in [MarkerPhase::Started, MarkerPhase::Completed] {
+            assert_eq!(EnvelopeKind::Marker(p).event_type(), format!("dev.deltaship.{}", EnvelopeKind::Marker(p).label()));
+        }
+    }
+
+    #[test]
+    fn the_events_of_a_watch_share_its_resource_label_and_carry_its_attributes() {
+        let w = watch();
+        let a = build(&w, &scope(), &output(PayloadMode::Object), updated(None), Utc::now()).unwrap();
+        let b = build(&w, &scope(), &output(PayloadMode::Reference), updated(None), Utc::now()).unwrap();
+        assert!(Arc::ptr_eq(&a.resource, &b.resource), "one label for the watch, not one per event");
+        assert_eq!(&*a.resource, "configmaps");
+        assert_eq!(a.event.source().to_string(), "//c/api/v1/configmaps");
+        assert_eq!(a.event.ty(), "dev.deltaship.object.updated");
+        assert_eq!(a.event.subject(), Some("ns/a"));
+        assert_eq!(a.event.extension("apiversion").map(|v| v.to_string()).as_deref(), Some("v1"));
+        assert_eq!(a.event.extension("cluster").map(|v| v.to_string()).as_deref(), Some("c"));
+        // The id over the same parts as before the attributes were shared: ids never change.
+        assert_eq!(a.event.id(), event_id(&["c", "configmaps", "u1", "2", "dev.deltaship.object.updated", ""]));
     }
 }

@@ -12,10 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::change::{Change, Classifier, Fingerprinter};
 use crate::checkpoint::{Effect, Progress, Resume};
-use crate::event::{self, Envelope};
-use crate::model::Observed;
+use crate::event::{self, Envelope, WatchAttributes};
+use crate::model::{ChangeType, Observed};
 use crate::plan::Scope;
-use crate::telemetry::{WatchHealth, metrics as m};
+use crate::telemetry::WatchHealth;
+use crate::telemetry::metrics::{self as m, Counters};
 use crate::watch::FailureKind;
 
 /// Everything one watch's worker needs besides its observations.
@@ -41,9 +42,10 @@ impl Worker {
     /// (or relists) after a backoff.
     pub async fn run(mut self, observed: impl Stream<Item = Result<Observed, watcher::Error>>, stop: CancellationToken) {
         let scope = self.scope.clone();
-        let label = scope.resource.label();
+        let watch = WatchAttributes::new(self.cluster.clone(), &scope.resource);
+        let mut meters = Meters::new(&watch.resource, &scope);
         let mut observed = std::pin::pin!(observed);
-        let mut classifier = Classifier::new(label.clone(), Fingerprinter::new(&scope.ignore_fields), scope.relist, scope.keeps_content());
+        let mut classifier = Classifier::new(watch.resource.clone(), Fingerprinter::new(&scope.ignore_fields), scope.relist, scope.keeps_content());
         if let Some(resume) = self.resume.take() {
             classifier.resume_from(resume.entries, resume.resource_version);
         }
@@ -51,9 +53,6 @@ impl Worker {
         // carries its state at emission time, in order with its live events.
         let mut resync = scope.resync.map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
         let mut changes = Vec::new();
-        // Per-event gauges, registered once (a lookup by labels allocates them).
-        let indexed = metrics::gauge!(m::INDEXED, "resource" => label.clone());
-        let queued: Vec<metrics::Gauge> = scope.outputs.iter().map(|o| metrics::gauge!(m::QUEUED, "route" => o.route_name.to_string())).collect();
         tracing::info!(watch = %scope.describe(), "Watch started");
         loop {
             let item = tokio::select! {
@@ -62,7 +61,7 @@ impl Worker {
                     if !classifier.resync(&mut changes) {
                         tracing::debug!(watch = %scope.describe(), "Resync skipped: a sync is under way");
                     }
-                    if !self.enqueue(&label, &mut changes, &queued, &stop).await {
+                    if !self.enqueue(&watch, &mut changes, &mut meters, &stop).await {
                         return;
                     }
                     continue;
@@ -74,7 +73,7 @@ impl Worker {
                 Ok(e) => e,
                 Err(e) => {
                     let kind = FailureKind::of(&e).as_str();
-                    metrics::counter!(m::WATCH_ERRORS, "resource" => label.clone(), "error_kind" => kind).increment(1);
+                    meters.watch_error(kind);
                     self.health.failed(kind);
                     tracing::warn!(watch = %scope.describe(), error_kind = kind, error = %e, "Watch failed; backing off");
                     continue;
@@ -86,8 +85,8 @@ impl Worker {
                 self.health.worked();
             }
             classifier.handle(event, &mut changes);
-            indexed.set(classifier.index_len() as f64);
-            if !self.enqueue(&label, &mut changes, &queued, &stop).await {
+            meters.indexed.set(classifier.index_len() as f64);
+            if !self.enqueue(&watch, &mut changes, &mut meters, &stop).await {
                 return;
             }
         }
@@ -95,9 +94,8 @@ impl Worker {
 
     /// Builds and queues the events of `changes` for each route that ships them; false
     /// when stopping. A full route queue pauses this watch (and with it every route it
-    /// feeds) until that route catches up: nothing is dropped. `queued` holds the queue
-    /// gauge of each of the scope's outputs.
-    async fn enqueue(&self, label: &str, changes: &mut Vec<Change>, queued: &[metrics::Gauge], stop: &CancellationToken) -> bool {
+    /// feeds) until that route catches up: nothing is dropped.
+    async fn enqueue(&self, watch: &WatchAttributes, changes: &mut Vec<Change>, meters: &mut Meters, stop: &CancellationToken) -> bool {
         let scope = &self.scope;
         for change in changes.drain(..) {
             let last = scope.outputs.len().saturating_sub(1);
@@ -110,8 +108,7 @@ impl Worker {
                 if let Change::Object(o) = c
                     && !output.passes(o.candidate())
                 {
-                    metrics::counter!(m::FILTERED, "resource" => label.to_string(), "type" => o.change.as_str(), "route" => output.route_name.to_string())
-                        .increment(1);
+                    meters.filtered(i, &output.route_name, o.change);
                     // Left out of this route: its consumers' state moves on all the same.
                     if let Some((p, effect)) = progress {
                         p.register(self.slot, effect.clone(), true);
@@ -120,10 +117,10 @@ impl Worker {
                 }
                 // The last output takes the change; the others build from a copy.
                 let c = if i == last { change.take().expect("not taken yet") } else { c.clone() };
-                let mut env = match event::build(&self.cluster, scope, output, c, chrono::Utc::now()) {
+                let mut env = match event::build(watch, scope, output, c, chrono::Utc::now()) {
                     Ok(env) => env,
                     Err(e) => {
-                        metrics::counter!(m::BAD_OBJECTS, "resource" => label.to_string(), "reason" => "encode").increment(1);
+                        meters.unencodable();
                         tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be encoded");
                         if let Some((p, effect)) = progress {
                             p.register(self.slot, effect.clone(), true);
@@ -138,10 +135,55 @@ impl Worker {
                     sent = tx.send(env) => if sent.is_err() { return false },
                 }
                 // Set where the queue fills (here) and where it drains (the dispatcher).
-                queued[i].set((tx.max_capacity() - tx.capacity()) as f64);
+                meters.queued[i].set((tx.max_capacity() - tx.capacity()) as f64);
             }
         }
         true
+    }
+}
+
+/// The worker's metric handles, registered once per watch and route (a lookup by labels
+/// allocates them, which the per-event path must not do: `pipeline/meters.rs`).
+struct Meters {
+    resource: Arc<str>,
+    indexed: metrics::Gauge,
+    /// Each output's queue gauge, by output position.
+    queued: Vec<metrics::Gauge>,
+    /// Each output's filtered events, by output position and change type.
+    filtered: Vec<Counters<ChangeType>>,
+    watch_errors: Counters<&'static str>,
+    unencodable: Counters<()>,
+}
+
+impl Meters {
+    fn new(resource: &Arc<str>, scope: &Scope) -> Meters {
+        Meters {
+            indexed: metrics::gauge!(m::INDEXED, "resource" => resource.clone()),
+            queued: scope.outputs.iter().map(|o| metrics::gauge!(m::QUEUED, "route" => o.route_name.clone())).collect(),
+            filtered: scope.outputs.iter().map(|_| Counters::default()).collect(),
+            watch_errors: Counters::default(),
+            unencodable: Counters::default(),
+            resource: resource.clone(),
+        }
+    }
+
+    /// Counts an object event of type `change` left out of output `i` (of route `route`)
+    /// by its filter.
+    fn filtered(&mut self, i: usize, route: &Arc<str>, change: ChangeType) {
+        let resource = &self.resource;
+        self.filtered[i].increment(change, |t| metrics::counter!(m::FILTERED, "resource" => resource.clone(), "type" => t.as_str(), "route" => route.clone()));
+    }
+
+    /// Counts a watch error of `kind` (`FailureKind::as_str`).
+    fn watch_error(&mut self, kind: &'static str) {
+        let resource = &self.resource;
+        self.watch_errors.increment(kind, |k| metrics::counter!(m::WATCH_ERRORS, "resource" => resource.clone(), "error_kind" => k));
+    }
+
+    /// Counts an object skipped because its event cannot be encoded.
+    fn unencodable(&mut self) {
+        let resource = &self.resource;
+        self.unencodable.increment((), |()| metrics::counter!(m::BAD_OBJECTS, "resource" => resource.clone(), "reason" => "encode"));
     }
 }
 

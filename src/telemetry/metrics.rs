@@ -70,3 +70,54 @@ pub fn describe() {
     describe_gauge!(READY, "1 when every route delivered its initial syncs and its sink is reachable.");
     describe_gauge!(SINK_REACHABLE, "1 while the route's sink answers probes, by route.");
 }
+
+/// Counters of one metric and one watch or route, told apart by a key from a bounded set (a
+/// reason, a change type): each registered on its first increment and reused after.
+/// Looking a counter up by its labels allocates them, which the per-event path must not
+/// do (`pipeline/meters.rs`); registering ahead would show series that never counted.
+#[derive(Debug)]
+pub struct Counters<K>(Vec<(K, metrics::Counter)>);
+
+impl<K> Default for Counters<K> {
+    fn default() -> Self {
+        Counters(Vec::new())
+    }
+}
+
+impl<K: Copy + PartialEq> Counters<K> {
+    /// Adds one to the counter of `key`, registered by `register` the first time.
+    pub fn increment(&mut self, key: K, register: impl FnOnce(K) -> metrics::Counter) {
+        // A scan: the keys are a handful (an enum's variants).
+        match self.0.iter().find(|(k, _)| *k == key) {
+            Some((_, c)) => c.increment(1),
+            None => {
+                let c = register(key);
+                c.increment(1);
+                self.0.push((key, c));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn each_key_is_registered_once_and_counts_every_increment() {
+        let (a, b) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let mut registered = Vec::new();
+        let mut counters = Counters::default();
+        for reason in ["a", "b", "a", "a"] {
+            counters.increment(reason, |r| {
+                registered.push(r);
+                metrics::Counter::from_arc(if r == "a" { a.clone() } else { b.clone() })
+            });
+        }
+        assert_eq!(registered, ["a", "b"]);
+        assert_eq!((a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)), (3, 1));
+    }
+}

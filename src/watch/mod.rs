@@ -19,7 +19,7 @@ use crate::config::KubernetesConfig;
 use crate::model::{Object, ObjectError, Observed, ResourceType};
 use crate::plan::Scope;
 use crate::redact::Redactor;
-use crate::telemetry::metrics as m;
+use crate::telemetry::metrics::{self as m, Counters};
 
 pub use watched::WatchedObject;
 
@@ -35,9 +35,12 @@ pub fn observe(
     kubernetes: &KubernetesConfig,
     resume_from: Option<String>,
 ) -> impl Stream<Item = Result<Observed, watcher::Error>> + Send + 'static {
-    let label = scope.resource.label();
+    let label: Arc<str> = scope.resource.label().into();
     let redactor = scope.redaction.redactor(&label);
     let decoding = scope.clone();
+    // Registered on the first undecodable object, then reused.
+    let mut undecodable = Counters::default();
+    let mut count_undecodable = move || undecodable.increment((), |()| metrics::counter!(m::BAD_OBJECTS, "resource" => label.clone(), "reason" => "decode"));
     let (api, config) = (api(client, scope), watcher_config(scope, kubernetes));
     let raw = match resume_from {
         Some(version) => resume::from_version(api, config, version).boxed(),
@@ -46,7 +49,7 @@ pub fn observe(
     raw.filter_map(move |item| {
         std::future::ready(match item {
             Ok(resume::Raw::Resumed) => Some(Ok(Observed::Resumed)),
-            Ok(resume::Raw::Event(event)) => decode(event, &decoding, &redactor, &label).map(Ok),
+            Ok(resume::Raw::Event(event)) => decode(event, &decoding, &redactor, &mut count_undecodable).map(Ok),
             Err(e) => Some(Err(e)),
         })
     })
@@ -145,13 +148,13 @@ pub fn decode_object(o: WatchedObject, resource: &ResourceType, redactor: &Redac
     Ok(obj)
 }
 
-/// Decodes and redacts the event's object; an object that cannot be decoded is counted,
-/// logged with its key and skipped.
-fn decode(event: watcher::Event<WatchedObject>, scope: &Scope, redactor: &Redactor, label: &str) -> Option<Observed> {
-    let object = |o: WatchedObject| match decode_object(o, &scope.resource, redactor) {
+/// Decodes and redacts the event's object; an object that cannot be decoded is counted
+/// (by `count_undecodable`), logged with its key and skipped.
+fn decode(event: watcher::Event<WatchedObject>, scope: &Scope, redactor: &Redactor, count_undecodable: &mut impl FnMut()) -> Option<Observed> {
+    let mut object = |o: WatchedObject| match decode_object(o, &scope.resource, redactor) {
         Ok(obj) => Some(obj),
         Err(e) => {
-            metrics::counter!(m::BAD_OBJECTS, "resource" => label.to_string(), "reason" => "decode").increment(1);
+            count_undecodable();
             tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be decoded");
             None
         }
