@@ -52,6 +52,7 @@ pub struct Dispatcher<P> {
     route: String,
     /// The route's checkpoint progress, moved by each acknowledgement.
     progress: Option<Arc<Progress>>,
+    /// Hashes an event's topic and partition key into its lane.
     lanes: RandomState,
 }
 
