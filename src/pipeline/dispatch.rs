@@ -1,14 +1,15 @@
 //! Delivery: many objects in flight, one object's events strictly in order, markers as
-//! barriers, retries with backoff; never more than `max_in_flight` events held.
+//! barriers, retries with backoff; never more than `max_in_flight` events held. Each send
+//! (encoding, the client's enqueue, the wait for the acknowledgement) is a task of its own,
+//! so the send side runs on every core; this task only keeps the order.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
 use super::meters::Meters;
 use super::retry::RetryPolicy;
@@ -29,18 +30,20 @@ pub enum DispatchError {
     },
 }
 
-/// The ordering domain of an event: its topic and partition key.
-type LaneKey = (Arc<str>, String);
+/// The ordering domain of an event, its topic and partition key, as a hash: two keys that
+/// share a hash share a lane, which orders them more strictly than needed, never less.
+type Lane = u64;
 
 struct Outcome {
-    env: Arc<Envelope>,
+    env: Envelope,
+    lane: Lane,
     result: Result<(), SendError>,
     attempt: u32,
     started: Instant,
 }
 
 pub struct Dispatcher<P> {
-    sink: P,
+    sink: Arc<P>,
     max_in_flight: usize,
     oversize: OversizePolicy,
     retry: RetryPolicy,
@@ -49,12 +52,14 @@ pub struct Dispatcher<P> {
     route: String,
     /// The route's checkpoint progress, moved by each acknowledgement.
     progress: Option<Arc<Progress>>,
+    /// Hashes an event's topic and partition key into its lane.
+    lanes: RandomState,
 }
 
 impl<P: Publisher> Dispatcher<P> {
     /// The dispatcher of one route: `health` is that route's.
     pub fn new(sink: P, max_in_flight: usize, oversize: OversizePolicy, retry: RetryPolicy, health: RouteHealth) -> Self {
-        Dispatcher { sink, max_in_flight, oversize, retry, route: health.name().to_string(), health, progress: None }
+        Dispatcher { sink: Arc::new(sink), max_in_flight, oversize, retry, route: health.name().to_string(), health, progress: None, lanes: RandomState::new() }
     }
 
     /// Moves `progress` with every event the sink acknowledges (or skips by policy).
@@ -66,28 +71,27 @@ impl<P: Publisher> Dispatcher<P> {
     /// Delivers everything received on `rx` until it is closed and drained.
     pub async fn run(self, mut rx: mpsc::Receiver<Envelope>) -> Result<(), DispatchError> {
         let mut meters = Meters::new(&self.route, self.sink.name());
-        let mut in_flight: FuturesUnordered<BoxFuture<'static, Outcome>> = FuturesUnordered::new();
-        // Keys with an event in flight, and their later events, in arrival order.
-        let mut lanes: HashMap<LaneKey, VecDeque<Arc<Envelope>>> = HashMap::new();
+        // Dropped on return (a fatal error): the sends still running are aborted with it.
+        let mut in_flight: JoinSet<Outcome> = JoinSet::new();
+        // Lanes with an event in flight, and their later events, in arrival order.
+        let mut lanes: HashMap<Lane, VecDeque<Envelope>> = HashMap::new();
         let mut held = 0usize; // events waiting in `lanes`
         // A marker waits until everything before it is acknowledged, and everything after
         // it waits until it is: consumers see sync boundaries in order on every partition.
-        let mut barrier: Option<Arc<Envelope>> = None;
-        let mut barrier_sent = false;
+        let mut barrier = false;
+        let mut marker: Option<(Envelope, Lane)> = None; // the barrier's marker, not yet sent
         let mut input_open = true;
         loop {
-            if let Some(marker) = &barrier
-                && !barrier_sent
-                && in_flight.is_empty()
+            if in_flight.is_empty()
+                && let Some((env, lane)) = marker.take()
             {
-                in_flight.push(self.attempt(marker.clone(), 0, None));
-                barrier_sent = true;
+                self.attempt(&mut in_flight, env, lane, 0, None);
             }
             meters.in_flight.set(in_flight.len() as f64);
             meters.held.set(held as f64);
             meters.queued.set(rx.len() as f64);
             self.health.set_outstanding(in_flight.len() + held);
-            let can_take = input_open && barrier.is_none() && in_flight.len() + held < self.max_in_flight;
+            let can_take = input_open && !barrier && in_flight.len() + held < self.max_in_flight;
             if !can_take && in_flight.is_empty() {
                 if !input_open {
                     return Ok(());
@@ -98,11 +102,14 @@ impl<P: Publisher> Dispatcher<P> {
             }
             tokio::select! {
                 biased;
-                Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                    let lane = (done.env.destination.clone(), done.env.key.clone());
+                Some(joined) = in_flight.join_next(), if !in_flight.is_empty() => {
+                    // Nothing aborts a send while the set lives: an error is the sink's panic,
+                    // raised here as when this task polled the sends itself.
+                    let done = joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+                    let lane = done.lane;
                     match self.settle(done, &mut meters) {
                         Settled::Retry(env, attempt, delay) => {
-                            in_flight.push(self.attempt(env, attempt, Some(delay)));
+                            self.attempt(&mut in_flight, env, lane, attempt, Some(delay));
                             continue;
                         }
                         Settled::Fatal(e) => return Err(e),
@@ -111,8 +118,7 @@ impl<P: Publisher> Dispatcher<P> {
                                 progress.acknowledged(position);
                             }
                             if matches!(env.kind, EnvelopeKind::Marker(_)) {
-                                barrier = None;
-                                barrier_sent = false;
+                                barrier = false;
                                 continue;
                             }
                         }
@@ -122,7 +128,7 @@ impl<P: Publisher> Dispatcher<P> {
                         match queue.pop_front() {
                             Some(next) => {
                                 held -= 1;
-                                in_flight.push(self.attempt(next, 0, None));
+                                self.attempt(&mut in_flight, next, lane, 0, None);
                             }
                             None => {
                                 lanes.remove(&lane);
@@ -135,12 +141,12 @@ impl<P: Publisher> Dispatcher<P> {
                         input_open = false;
                         continue;
                     };
-                    let env = Arc::new(env);
+                    let lane = self.lanes.hash_one((&*env.destination, env.key.as_str()));
                     if matches!(env.kind, EnvelopeKind::Marker(_)) {
-                        barrier = Some(env);
+                        barrier = true;
+                        marker = Some((env, lane));
                         continue;
                     }
-                    let lane = (env.destination.clone(), env.key.clone());
                     match lanes.get_mut(&lane) {
                         Some(queue) => {
                             queue.push_back(env);
@@ -148,7 +154,7 @@ impl<P: Publisher> Dispatcher<P> {
                         }
                         None => {
                             lanes.insert(lane, VecDeque::new());
-                            in_flight.push(self.attempt(env, 0, None));
+                            self.attempt(&mut in_flight, env, lane, 0, None);
                         }
                     }
                 }
@@ -156,16 +162,17 @@ impl<P: Publisher> Dispatcher<P> {
         }
     }
 
-    fn attempt(&self, env: Arc<Envelope>, attempt: u32, delay: Option<Duration>) -> BoxFuture<'static, Outcome> {
-        let send = self.sink.send(env.clone());
-        Box::pin(async move {
+    /// Starts a send of `env` as a task of its own, after `delay` when it is a retry.
+    fn attempt(&self, in_flight: &mut JoinSet<Outcome>, env: Envelope, lane: Lane, attempt: u32, delay: Option<Duration>) {
+        let sink = self.sink.clone();
+        in_flight.spawn(async move {
             if let Some(d) = delay {
                 tokio::time::sleep(d).await;
             }
             let started = Instant::now();
-            let result = send.await;
-            Outcome { env, result, attempt, started }
-        })
+            let result = sink.send(&env).await;
+            Outcome { env, lane, result, attempt, started }
+        });
     }
 
     fn settle(&self, done: Outcome, meters: &mut Meters) -> Settled {
@@ -208,7 +215,7 @@ impl<P: Publisher> Dispatcher<P> {
 impl<P: Publisher> Dispatcher<P> {
     /// The oversize policy: the event as a truncated reference (in the same lane, before
     /// anything later of its object), skipped, or fatal.
-    fn oversized(&self, env: Arc<Envelope>, source: Failure) -> Settled {
+    fn oversized(&self, env: Envelope, source: Failure) -> Settled {
         let sink = self.sink.name();
         let resource = env.resource.to_string();
         if self.oversize == OversizePolicy::Reference
@@ -216,7 +223,7 @@ impl<P: Publisher> Dispatcher<P> {
         {
             metrics::counter!(m::TRUNCATED, "resource" => resource, "route" => self.route.clone()).increment(1);
             tracing::warn!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %source, "Event too large for the sink; shipping it as a truncated reference");
-            return Settled::Retry(Arc::new(reference), 0, Duration::ZERO);
+            return Settled::Retry(reference, 0, Duration::ZERO);
         }
         if self.oversize == OversizePolicy::Fail {
             tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %source, "Event too large for the sink; stopping (delivery.oversize = fail)");
@@ -229,15 +236,15 @@ impl<P: Publisher> Dispatcher<P> {
 }
 
 enum Settled {
-    Done(Arc<Envelope>),
-    Retry(Arc<Envelope>, u32, Duration),
+    Done(Envelope),
+    Retry(Envelope, u32, Duration),
     Fatal(DispatchError),
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
-    use std::sync::Mutex;
+    use std::sync::{Condvar, Mutex};
 
     use cloudevents::{AttributesReader, EventBuilder, EventBuilderV10};
     use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -262,30 +269,27 @@ mod tests {
             "scripted"
         }
 
-        fn send(&self, env: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>> {
-            let me = self.clone();
-            Box::pin(async move {
-                let id = env.event.id().to_string();
-                {
-                    let mut c = me.max_concurrent.lock().unwrap();
-                    c.0 += 1;
-                    c.1 = c.1.max(c.0);
-                }
-                let delay = id.bytes().map(u64::from).sum::<u64>() % 7;
-                tokio::time::sleep(Duration::from_millis(delay)).await;
-                me.max_concurrent.lock().unwrap().0 -= 1;
-                let attempt = {
-                    let mut a = me.attempts.lock().unwrap();
-                    let n = a.entry(id.clone()).or_default();
-                    *n += 1;
-                    *n
-                };
-                if attempt == 1 && me.fail_first.contains(&id) {
-                    return Err(SendError::Retryable { kind: ErrorKind::Timeout, source: kafka_error(RDKafkaErrorCode::MessageTimedOut) });
-                }
-                me.acked.lock().unwrap().push(id);
-                Ok(())
-            })
+        async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+            let id = env.event.id().to_string();
+            {
+                let mut c = self.max_concurrent.lock().unwrap();
+                c.0 += 1;
+                c.1 = c.1.max(c.0);
+            }
+            let delay = id.bytes().map(u64::from).sum::<u64>() % 7;
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            self.max_concurrent.lock().unwrap().0 -= 1;
+            let attempt = {
+                let mut a = self.attempts.lock().unwrap();
+                let n = a.entry(id.clone()).or_default();
+                *n += 1;
+                *n
+            };
+            if attempt == 1 && self.fail_first.contains(&id) {
+                return Err(SendError::Retryable { kind: ErrorKind::Timeout, source: kafka_error(RDKafkaErrorCode::MessageTimedOut) });
+            }
+            self.acked.lock().unwrap().push(id);
+            Ok(())
         }
     }
 
@@ -374,6 +378,62 @@ mod tests {
         assert!(sink.max_concurrent.lock().unwrap().1 <= 3);
     }
 
+    /// Holds each send's thread until another send is inside too (until that has happened
+    /// once; waiting at most 10 s), so that two sends meet only when they run on two
+    /// threads at the same time; records the task each send ran on.
+    #[derive(Clone, Default)]
+    struct Meeting {
+        inside: Arc<(Mutex<(usize, bool)>, Condvar)>,
+        tasks: Arc<Mutex<HashSet<tokio::task::Id>>>,
+        acked: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Publisher for Meeting {
+        fn name(&self) -> &'static str {
+            "meeting"
+        }
+
+        async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+            self.tasks.lock().unwrap().insert(tokio::task::id());
+            let (state, changed) = &*self.inside;
+            let mut s = state.lock().unwrap();
+            s.0 += 1;
+            s.1 |= s.0 >= 2;
+            changed.notify_all();
+            let (mut s, _) = changed.wait_timeout_while(s, Duration::from_secs(10), |s| !s.1).unwrap();
+            s.0 -= 1;
+            self.acked.lock().unwrap().push(env.event.id().to_string());
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sends_run_on_tasks_of_their_own_in_parallel_while_each_object_stays_in_order() {
+        let sink = Meeting::default();
+        let (tx, rx) = mpsc::channel(4);
+        let retry = RetryPolicy { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
+        let d = Dispatcher::new(sink.clone(), 100, OversizePolicy::Reference, retry, Health::single(0).route(0));
+        let run = tokio::spawn(d.run(rx));
+        let dispatcher = run.id();
+        for round in 0..5 {
+            for key in ["a", "b", "c", "d"] {
+                tx.send(envelope(key, &format!("{key}{round}"), EnvelopeKind::Object(ChangeType::Updated))).await.unwrap();
+            }
+        }
+        drop(tx);
+        run.await.unwrap().unwrap();
+        assert!(sink.inside.0.lock().unwrap().1, "two sends ran at the same time on two threads");
+        let tasks = sink.tasks.lock().unwrap();
+        assert!(tasks.len() > 1 && !tasks.contains(&dispatcher), "sends run on tasks of their own, not the dispatcher's: {tasks:?}");
+        let acked = sink.acked.lock().unwrap();
+        assert_eq!(acked.len(), 20, "{acked:?}");
+        for key in ["a", "b", "c", "d"] {
+            let order: Vec<&String> = acked.iter().filter(|id| id.starts_with(key)).collect();
+            let want: Vec<String> = (0..5).map(|r| format!("{key}{r}")).collect();
+            assert_eq!(order, want.iter().collect::<Vec<_>>(), "order of {key}");
+        }
+    }
+
     /// Refuses every event that is not a truncated reference as too large.
     #[derive(Clone, Default)]
     struct Small {
@@ -384,15 +444,12 @@ mod tests {
         fn name(&self) -> &'static str {
             "small"
         }
-        fn send(&self, env: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>> {
-            let acked = self.acked.clone();
-            Box::pin(async move {
-                if env.event.extension("truncated").is_none() {
-                    return Err(SendError::TooLarge { source: kafka_error(RDKafkaErrorCode::MessageSizeTooLarge) });
-                }
-                acked.lock().unwrap().push((*env).clone());
-                Ok(())
-            })
+        async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+            if env.event.extension("truncated").is_none() {
+                return Err(SendError::TooLarge { source: kafka_error(RDKafkaErrorCode::MessageSizeTooLarge) });
+            }
+            self.acked.lock().unwrap().push(env.clone());
+            Ok(())
         }
     }
 
@@ -436,8 +493,8 @@ mod tests {
             fn name(&self) -> &'static str {
                 "refuses"
             }
-            fn send(&self, _: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>> {
-                Box::pin(async { Err(SendError::Fatal { kind: ErrorKind::Authorization, source: kafka_error(RDKafkaErrorCode::TopicAuthorizationFailed) }) })
+            async fn send(&self, _: &Envelope) -> Result<(), SendError> {
+                Err(SendError::Fatal { kind: ErrorKind::Authorization, source: kafka_error(RDKafkaErrorCode::TopicAuthorizationFailed) })
             }
         }
         let (tx, rx) = mpsc::channel(1);

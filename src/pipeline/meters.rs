@@ -15,7 +15,8 @@ pub struct Meters {
     pub held: Gauge,
     pub queued: Gauge,
     pub latency: Histogram,
-    acknowledged: HashMap<(Arc<str>, &'static str), Counter>,
+    /// By type label, then resource: looked up by a borrowed resource, without a copy.
+    acknowledged: HashMap<&'static str, HashMap<Arc<str>, Counter>>,
 }
 
 impl Meters {
@@ -35,12 +36,13 @@ impl Meters {
 
     /// Counts an event of `resource` and `ty` (its type label) acknowledged by the sink.
     pub fn acknowledged(&mut self, resource: &Arc<str>, ty: &'static str) {
-        match self.acknowledged.get(&(resource.clone(), ty)) {
+        let by_resource = self.acknowledged.entry(ty).or_default();
+        match by_resource.get(&**resource) {
             Some(c) => c.increment(1),
             None => {
                 let c = metrics::counter!(m::EVENTS, "resource" => resource.to_string(), "type" => ty, "route" => self.route.clone());
                 c.increment(1);
-                self.acknowledged.insert((resource.clone(), ty), c);
+                by_resource.insert(resource.clone(), c);
             }
         }
     }

@@ -6,10 +6,8 @@ pub mod kafka;
 pub mod nats;
 pub mod stdout;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::SinkConfig;
@@ -21,10 +19,12 @@ pub use nats::NatsSink;
 pub use stdout::StdoutSink;
 
 /// What the dispatcher needs of a sink: publish one event, resolving on acknowledgement.
-pub trait Publisher: Clone + Send + Sync + 'static {
+/// The dispatcher runs each send as a task of its own, so that encoding and the client's
+/// enqueue run on every core.
+pub trait Publisher: Send + Sync + 'static {
     /// The `sink` metric label.
     fn name(&self) -> &'static str;
-    fn send(&self, env: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>>;
+    fn send(&self, env: &Envelope) -> impl Future<Output = Result<(), SendError>> + Send;
 }
 
 /// The configured sink. Cloning is cheap (shared handles).
@@ -44,15 +44,12 @@ impl Publisher for Sink {
         }
     }
 
-    fn send(&self, env: Arc<Envelope>) -> BoxFuture<'static, Result<(), SendError>> {
-        let sink = self.clone();
-        Box::pin(async move {
-            match &sink {
-                Sink::Stdout(s) => s.send(&env),
-                Sink::Kafka(k) => k.send(&env).await,
-                Sink::Nats(n) => n.send(&env).await,
-            }
-        })
+    async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+        match self {
+            Sink::Stdout(s) => s.send(env),
+            Sink::Kafka(k) => k.send(env).await,
+            Sink::Nats(n) => n.send(env).await,
+        }
     }
 }
 

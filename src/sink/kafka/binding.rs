@@ -9,17 +9,23 @@ use crate::sink::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, data_conte
 
 /// The record value and headers of `env` in `mode`, per the CloudEvents Kafka binding.
 pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, OwnedHeaders) {
-    let (payload, content_type, attrs): (_, &str, Vec<(String, String)>) = match mode {
-        ContentMode::Binary => (
-            env.data.clone(),
-            data_content_type(&env.event),
-            binary_attributes(&env.event).filter(|(name, _)| *name != "datacontenttype").map(|(name, value)| (format!("ce_{name}"), value)).collect(),
-        ),
-        ContentMode::Structured => (structured_bytes(&env.event, &env.data).into(), STRUCTURED_CONTENT_TYPE, Vec::new()),
-    };
-    let mut headers = OwnedHeaders::new_with_capacity(attrs.len() + 1).insert(Header { key: "content-type", value: Some(content_type) });
-    for (k, v) in &attrs {
-        headers = headers.insert(Header { key: k, value: Some(v) });
+    match mode {
+        ContentMode::Binary => {
+            let mut headers =
+                OwnedHeaders::new_with_capacity(env.event.iter().count()).insert(Header { key: "content-type", value: Some(data_content_type(&env.event)) });
+            // One buffer for every header's name: librdkafka copies it.
+            let mut key = String::with_capacity(32);
+            for (name, value) in binary_attributes(&env.event).filter(|(name, _)| *name != "datacontenttype") {
+                key.clear();
+                key.push_str("ce_");
+                key.push_str(name);
+                headers = headers.insert(Header { key: &key, value: Some(&value) });
+            }
+            (env.data.clone(), headers)
+        }
+        ContentMode::Structured => {
+            let headers = OwnedHeaders::new_with_capacity(1).insert(Header { key: "content-type", value: Some(STRUCTURED_CONTENT_TYPE) });
+            (structured_bytes(&env.event, &env.data).into(), headers)
+        }
     }
-    (payload, headers)
 }
