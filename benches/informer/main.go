@@ -119,6 +119,9 @@ func main() {
 	if err := producer.Flush(ctx); err != nil {
 		fail("flushing the initial sync: %v", err)
 	}
+	if n := failed.Load(); n > 0 {
+		fail("%d records of the initial sync were not acknowledged", n)
+	}
 	fmt.Printf("synced %d\n", len(informer.GetStore().ListKeys()))
 
 	<-ctx.Done()
