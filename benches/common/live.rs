@@ -253,6 +253,10 @@ impl Bridge {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// Samples every 100 ms until `done` accepts a sample; all the samples. Panics when the
     /// bridge exits or `timeout` passes.
     pub fn sample_until(&mut self, timeout: Duration, mut done: impl FnMut(&Sample) -> bool) -> Vec<Sample> {
@@ -356,7 +360,7 @@ fn rss(pid: u32) -> Option<(f64, f64)> {
 
 /// User + system CPU time of `pid`, in seconds.
 #[allow(unsafe_code)]
-fn cpu_secs(pid: u32) -> f64 {
+pub fn cpu_secs(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command (which may hold spaces) start after the last ')'.
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
