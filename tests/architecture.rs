@@ -8,6 +8,7 @@ use std::path::Path;
 /// Each top-level module of the library and its layer, lowest first.
 const LAYERS: &[(&str, u8)] = &[
     ("model", 0),
+    ("hex", 0),
     ("config", 1),
     ("telemetry", 2),
     ("address", 2),
