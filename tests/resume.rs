@@ -352,6 +352,37 @@ async fn a_version_gone_while_down_ships_the_list_as_a_diff() {
     delete_namespace(&s.kube, &s.ns).await;
 }
 
+/// A quiet watch's checkpoint stands at its list's own version, not at its newest object's:
+/// the API server moved on (a write in another namespace) before the bridge listed, so a
+/// restart continues from a version the API server keeps longest. (Bookmarks move it on
+/// while the namespace stays quiet: src/watch/stream.rs's tests.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_watch_is_checkpointed_at_its_lists_version() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(false, |_| {}).await;
+    let version = |cm: &ConfigMap| cm.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).expect("a numeric resourceVersion");
+    let newest = s.cms.list(&Default::default()).await.unwrap().items.iter().map(version).max().unwrap();
+    let other = namespace(&s.kube, "it-resume-other").await;
+    let elsewhere = Api::<ConfigMap>::namespaced(s.kube.clone(), &other).create(&PostParams::default(), &cm("elsewhere", "0")).await.unwrap();
+    assert!(version(&elsewhere) > newest);
+
+    let bridge = s.start();
+    s.wait_checkpointed(&bridge);
+    let path = std::env::temp_dir().join(format!("{}.toml", support::unique("resume-config")));
+    std::fs::write(&path, &s.config).unwrap();
+    let config = deltaship::config::load(&path).expect("the test's config loads");
+    let route = &config.effective_routes()[0];
+    let store = deltaship::checkpoint::Store::open(&route.sink, &config.resume, &route.name).await.unwrap().expect("a Kafka route keeps a checkpoint");
+    let records = store.load(&deltaship::checkpoint::route_prefix(&config.cluster, &route.name)).await.unwrap();
+    let loaded = deltaship::checkpoint::parse(records).into_values().next().expect("the watch's checkpoint").expect("usable");
+    let at: u64 = loaded.watch.resource_version.as_deref().and_then(|v| v.parse().ok()).expect("a position");
+    assert!(at >= version(&elsewhere), "checkpointed at {at}: the list's version is at least {}, its newest object's {newest}", version(&elsewhere));
+    bridge.stop(Duration::from_secs(30));
+    std::fs::remove_file(&path).ok();
+    delete_namespace(&s.kube, &other).await;
+    delete_namespace(&s.kube, &s.ns).await;
+}
+
 /// A checkpoint that does not parse: a full initial sync, counted with its reason, and the
 /// state still exact.
 #[tokio::test(flavor = "multi_thread")]

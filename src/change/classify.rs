@@ -37,6 +37,8 @@ struct SyncInProgress {
     seen: HashSet<String>,
     counts: SyncCounts,
     max_rv: Option<(u64, String)>,
+    /// The list's own resourceVersion, once the list reported it (a list-based sync).
+    listed_at: Option<String>,
 }
 
 impl Classifier {
@@ -123,6 +125,13 @@ impl Classifier {
             Observed::Apply(obj) => self.applied(obj, None, out),
             Observed::Delete(obj) => self.deleted(obj, out),
             Observed::Resumed => self.resumed(out),
+            // No object changed: nothing to ship (the worker moves the checkpoints). Within a
+            // sync, the list's version, which its completed marker carries.
+            Observed::Bookmark(version) => {
+                if let Some(sync) = self.sync.as_mut() {
+                    sync.listed_at = Some(version);
+                }
+            }
         }
     }
 
@@ -296,7 +305,7 @@ impl Classifier {
 
 impl SyncInProgress {
     fn new(reason: SyncReason, mode: SyncMode) -> SyncInProgress {
-        SyncInProgress { id: uuid::Uuid::new_v4().to_string().into(), reason, mode, seen: HashSet::new(), counts: SyncCounts::default(), max_rv: None }
+        SyncInProgress { id: uuid::Uuid::new_v4().to_string().into(), reason, mode, seen: HashSet::new(), counts: SyncCounts::default(), max_rv: None, listed_at: None }
     }
 
     /// Tracks the highest resourceVersion of the sync (for its `completed` marker).
@@ -325,7 +334,7 @@ fn marker(sync: &SyncInProgress, phase: MarkerPhase) -> Marker {
         mode: sync.mode,
         resource_version: match phase {
             MarkerPhase::Started => String::new(),
-            MarkerPhase::Completed => sync.max_rv.as_ref().map(|(_, rv)| rv.clone()).unwrap_or_default(),
+            MarkerPhase::Completed => sync.listed_at.clone().or_else(|| sync.max_rv.as_ref().map(|(_, rv)| rv.clone())).unwrap_or_default(),
         },
         counts: None,
     }
@@ -454,6 +463,20 @@ mod tests {
         let Change::Marker(done) = &out[1] else { panic!("a marker") };
         assert_eq!((done.mode, done.resource_version.as_str()), (SyncMode::Diff, "7"), "the checkpoint's position");
         assert_eq!(run(&mut c, vec![Observed::Resumed]).len(), 0, "once");
+    }
+
+    #[test]
+    fn a_completed_marker_carries_the_lists_own_version_when_the_list_reported_it() {
+        let completed_at = |out: &[Change]| match out.last() {
+            Some(Change::Marker(m)) => m.resource_version.clone(),
+            other => panic!("a marker last: {other:?}"),
+        };
+        let mut c = classifier();
+        let out = run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "3", "x")), Observed::Bookmark("50".into()), Observed::InitDone]);
+        assert_eq!(completed_at(&out), "50", "the list's version, not its newest object's (3)");
+        assert!(run(&mut c, vec![Observed::Bookmark("60".into())]).is_empty(), "a bookmark ships nothing");
+        let out = run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "3", "x")), Observed::InitDone]);
+        assert_eq!(completed_at(&out), "3", "without it, the newest object's");
     }
 
     #[test]

@@ -28,6 +28,11 @@ pub enum Effect {
     SyncCompleted {
         resource_version: String,
     },
+    /// The watch stands at this resourceVersion with nothing before it unobserved (a
+    /// list's own version, a bookmark): the position moves there outside a sync.
+    Bookmark {
+        resource_version: String,
+    },
     /// Nothing to record (a periodic resync ships the index as it is).
     Nothing,
 }
@@ -211,6 +216,12 @@ impl Watch {
                     self.resource_version = Some(resource_version);
                 }
             }
+            Effect::Bookmark { resource_version } => {
+                if self.in_sync || self.resource_version.as_deref() == Some(resource_version.as_str()) {
+                    return;
+                }
+                self.resource_version = Some(resource_version);
+            }
             Effect::SyncStarted => self.in_sync = true,
             Effect::SyncCompleted { resource_version } => {
                 self.in_sync = false;
@@ -279,6 +290,23 @@ mod tests {
         let (rv, count, objects) = summary(&p.take());
         assert_eq!((rv.as_deref(), count), (Some("12"), 1));
         assert_eq!(objects, ["c.r.configmaps.=.o.ns/a (deleted)"]);
+    }
+
+    #[test]
+    fn bookmarks_move_the_position_outside_syncs_once_everything_before_them_is_acknowledged() {
+        let p = progress();
+        let bookmark = |v: &str| Arc::new(Effect::Bookmark { resource_version: v.into() });
+        p.register(0, Arc::new(Effect::SyncStarted), true);
+        p.register(0, bookmark("40"), true);
+        p.register(0, Arc::new(Effect::SyncCompleted { resource_version: "40".into() }), true);
+        assert_eq!(summary(&p.take()).0.as_deref(), Some("40"));
+        let a = p.register(0, Arc::new(upsert("ns/a", "41")), false).unwrap();
+        p.register(0, bookmark("90"), true);
+        assert!(p.take().is_empty(), "the bookmark waits behind the unacknowledged change");
+        p.acknowledged(a);
+        assert_eq!(summary(&p.take()).0.as_deref(), Some("90"));
+        p.register(0, bookmark("90"), true);
+        assert!(p.take().is_empty(), "the same version again writes nothing");
     }
 
     #[test]

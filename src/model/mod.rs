@@ -29,6 +29,9 @@ pub enum Observed {
     /// The watch continues from the resourceVersion of the checkpoint the index was
     /// loaded from: nothing was missed, nothing is listed.
     Resumed,
+    /// The watch stands at this resourceVersion with nothing before it left to observe (a
+    /// completed list's own version, a bookmark): where a checkpoint can resume from.
+    Bookmark(String),
 }
 
 /// Where an event stands in its watch's order (`watch`: the watch's position in the plan,

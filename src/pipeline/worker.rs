@@ -84,10 +84,24 @@ impl Worker {
             if !matches!(event, Observed::Init) {
                 self.health.worked();
             }
+            if let Observed::Bookmark(version) = &event {
+                self.bookmark(version.clone());
+            }
             classifier.handle(event, &mut changes);
             meters.indexed.set(classifier.index_len() as f64);
             if !self.enqueue(&watch, &mut changes, &mut meters, &stop).await {
                 return;
+            }
+        }
+    }
+
+    /// The watch stands at `version` with everything before it observed: each route's
+    /// checkpoint moves there once the route acknowledged what came before. Nothing ships.
+    fn bookmark(&self, version: String) {
+        let effect = Arc::new(Effect::Bookmark { resource_version: version });
+        for output in &self.scope.outputs {
+            if let Some(p) = self.progress.get(output.route).and_then(Option::as_ref) {
+                p.register(self.slot, effect.clone(), true);
             }
         }
     }

@@ -5,15 +5,15 @@
 pub mod access;
 pub mod client;
 pub mod discovery;
-mod resume;
+mod stream;
 mod watched;
 
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
 use kube::Client;
 use kube::api::{Api, ApiResource};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 
 use crate::config::KubernetesConfig;
 use crate::model::{Object, ObjectError, Observed, ResourceType};
@@ -23,12 +23,11 @@ use crate::telemetry::metrics::{self as m, Counters};
 
 pub use watched::WatchedObject;
 
-/// What one watch observes: kube-runtime's watcher on the scope's resource and namespace,
-/// behind its default backoff, each object decoded and redacted; or, with `resume_from`
-/// (a checkpoint's resourceVersion), the watch continued from that version, handing over to
-/// the watcher when the API server no longer has it. Objects that cannot be decoded are
-/// counted, logged and left out; watch errors are passed on (the watch resumes or relists
-/// after them).
+/// What one watch observes: the list and watch of the scope's resource and namespace
+/// (`stream::list_watch`), each object decoded and redacted; with `resume_from` (a
+/// checkpoint's resourceVersion), the watch continued from that version, listing when the
+/// API server no longer has it. Objects that cannot be decoded are counted, logged and left
+/// out; watch errors are passed on (the watch resumes or relists after them).
 pub fn observe(
     client: Client,
     scope: &Arc<Scope>,
@@ -41,32 +40,18 @@ pub fn observe(
     // Registered on the first undecodable object, then reused.
     let mut undecodable = Counters::default();
     let mut count_undecodable = move || undecodable.increment((), |()| metrics::counter!(m::BAD_OBJECTS, "resource" => label.clone(), "reason" => "decode"));
-    let (api, config) = (api(client, scope), watcher_config(scope, kubernetes));
-    let raw = match resume_from {
-        Some(version) => resume::from_version(api, config, version).boxed(),
-        None => watcher(api, config).default_backoff().map_ok(resume::Raw::Event).boxed(),
+    let settings = stream::Settings {
+        label_selector: scope.label_selector.clone(),
+        field_selector: scope.field_selector.clone(),
+        page_size: kubernetes.page_size,
+        streaming: kubernetes.streaming_lists,
     };
-    raw.filter_map(move |item| {
+    stream::list_watch(api(client, scope), settings, resume_from).filter_map(move |item| {
         std::future::ready(match item {
-            Ok(resume::Raw::Resumed) => Some(Ok(Observed::Resumed)),
-            Ok(resume::Raw::Event(event)) => decode(event, &decoding, &redactor, &mut count_undecodable).map(Ok),
+            Ok(raw) => decode(raw, &decoding, &redactor, &mut count_undecodable).map(Ok),
             Err(e) => Some(Err(e)),
         })
     })
-}
-
-fn watcher_config(scope: &Scope, kubernetes: &KubernetesConfig) -> watcher::Config {
-    let mut c = watcher::Config::default().page_size(kubernetes.page_size);
-    // Lists served from the API server's watch cache (resourceVersion=0) are cheap for
-    // it; the watch then continues from the list's version, so nothing is missed.
-    c = if kubernetes.streaming_lists { c.streaming_lists() } else { c.any_semantic() };
-    if let Some(l) = &scope.label_selector {
-        c = c.labels(l);
-    }
-    if let Some(f) = &scope.field_selector {
-        c = c.fields(f);
-    }
-    c
 }
 
 /// Why a watch failed, by the API server's status code: the bounded `error_kind` label of
@@ -150,7 +135,7 @@ pub fn decode_object(o: WatchedObject, resource: &ResourceType, redactor: &Redac
 
 /// Decodes and redacts the event's object; an object that cannot be decoded is counted
 /// (by `count_undecodable`), logged with its key and skipped.
-fn decode(event: watcher::Event<WatchedObject>, scope: &Scope, redactor: &Redactor, count_undecodable: &mut impl FnMut()) -> Option<Observed> {
+fn decode(raw: stream::Raw, scope: &Scope, redactor: &Redactor, count_undecodable: &mut impl FnMut()) -> Option<Observed> {
     let mut object = |o: WatchedObject| match decode_object(o, &scope.resource, redactor) {
         Ok(obj) => Some(obj),
         Err(e) => {
@@ -159,12 +144,14 @@ fn decode(event: watcher::Event<WatchedObject>, scope: &Scope, redactor: &Redact
             None
         }
     };
-    Some(match event {
-        watcher::Event::Init => Observed::Init,
-        watcher::Event::InitApply(o) => Observed::InitApply(object(o)?),
-        watcher::Event::InitDone => Observed::InitDone,
-        watcher::Event::Apply(o) => Observed::Apply(object(o)?),
-        watcher::Event::Delete(o) => Observed::Delete(object(o)?),
+    Some(match raw {
+        stream::Raw::Init => Observed::Init,
+        stream::Raw::InitApply(o) => Observed::InitApply(object(o)?),
+        stream::Raw::InitDone => Observed::InitDone,
+        stream::Raw::Apply(o) => Observed::Apply(object(o)?),
+        stream::Raw::Delete(o) => Observed::Delete(object(o)?),
+        stream::Raw::Bookmark(version) => Observed::Bookmark(version),
+        stream::Raw::Resumed => Observed::Resumed,
     })
 }
 
