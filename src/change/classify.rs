@@ -305,7 +305,15 @@ impl Classifier {
 
 impl SyncInProgress {
     fn new(reason: SyncReason, mode: SyncMode) -> SyncInProgress {
-        SyncInProgress { id: uuid::Uuid::new_v4().to_string().into(), reason, mode, seen: HashSet::new(), counts: SyncCounts::default(), max_rv: None, listed_at: None }
+        SyncInProgress {
+            id: uuid::Uuid::new_v4().to_string().into(),
+            reason,
+            mode,
+            seen: HashSet::new(),
+            counts: SyncCounts::default(),
+            max_rv: None,
+            listed_at: None,
+        }
     }
 
     /// Tracks the highest resourceVersion of the sync (for its `completed` marker).

@@ -308,7 +308,8 @@ mod tests {
             };
             async move { Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(body))) }
         });
-        let resource = ApiResource { group: String::new(), version: "v1".into(), api_version: "v1".into(), kind: "ConfigMap".into(), plural: "configmaps".into() };
+        let resource =
+            ApiResource { group: String::new(), version: "v1".into(), api_version: "v1".into(), kind: "ConfigMap".into(), plural: "configmaps".into() };
         (Api::namespaced_with(Client::new(service, "ns"), "ns", &resource), seen)
     }
 
@@ -355,7 +356,10 @@ mod tests {
         let seen = seen.lock().unwrap();
         assert!(seen[0].contains("limit=1"), "{seen:?}");
         assert!(seen[1].contains("continue=next"), "{seen:?}");
-        assert!(seen[2].contains("watch=true") && seen[2].contains("resourceVersion=10") && seen[2].contains("allowWatchBookmarks=true"), "from the list's version: {seen:?}");
+        assert!(
+            seen[2].contains("watch=true") && seen[2].contains("resourceVersion=10") && seen[2].contains("allowWatchBookmarks=true"),
+            "from the list's version: {seen:?}"
+        );
     }
 
     #[tokio::test]
