@@ -202,10 +202,7 @@ impl<'a> Scanned<'_, 'a> {
     /// kept member follows, else the one before it (if any), so that what remains is the
     /// same JSON without those members.
     fn removed(&self, mask: u64) -> Vec<Range<usize>> {
-        let members: Vec<(Member, usize)> = bits(mask)
-            .filter_map(|i| self.found[i].as_ref())
-            .filter_map(|f| f.member.map(|m| (m, f.value.end)))
-            .collect();
+        let members: Vec<(Member, usize)> = bits(mask).filter_map(|i| self.found[i].as_ref()).filter_map(|f| f.member.map(|m| (m, f.value.end))).collect();
         let removed_after = |comma: usize| members.iter().find(|(m, _)| m.comma_before == Some(comma));
         let mut cuts: Vec<Range<usize>> = members
             .iter()
@@ -689,8 +686,18 @@ mod tests {
 
     fn key() -> impl Strategy<Value = String> {
         prop_oneof![
-            Just("a"), Just("a/b"), Just("~x"), Just("0"), Just("1"), Just("x"), Just("list"),
-            Just("status"), Just("managedFields"), Just("resourceVersion"), Just("metadata"), Just("é\"\\\n<>"),
+            Just("a"),
+            Just("a/b"),
+            Just("~x"),
+            Just("0"),
+            Just("1"),
+            Just("x"),
+            Just("list"),
+            Just("status"),
+            Just("managedFields"),
+            Just("resourceVersion"),
+            Just("metadata"),
+            Just("é\"\\\n<>"),
         ]
         .prop_map(String::from)
     }
@@ -724,8 +731,8 @@ mod tests {
             prop::option::of(any_json()),
             prop::option::of(prop::collection::btree_map(key(), any_json(), 0..4)),
         );
-        (meta, prop::collection::btree_map(key(), any_json(), 0..4), prop::option::of(text()), prop::option::of(any_json()))
-            .prop_map(|((name, ns, uid, rv, generation, managed, annotations), members, kind, spec)| {
+        (meta, prop::collection::btree_map(key(), any_json(), 0..4), prop::option::of(text()), prop::option::of(any_json())).prop_map(
+            |((name, ns, uid, rv, generation, managed, annotations), members, kind, spec)| {
                 let mut m = Map::new();
                 let mut put = |k: &str, v: Option<Value>| {
                     if let Some(v) = v {
@@ -748,7 +755,8 @@ mod tests {
                     object.insert("spec".into(), spec);
                 }
                 Value::Object(object)
-            })
+            },
+        )
     }
 
     proptest! {
@@ -849,9 +857,26 @@ mod tests {
             assert!(s.scan(&compact[..end]).is_err(), "a prefix of {end} bytes");
         }
         for bad in [
-            "", "[]", "{", "{}x", r#"{"a"}"#, r#"{"a":}"#, r#"{"a":1,}"#, r#"{"a":01}"#, r#"{"a":-}"#, r#"{"a":1.}"#, r#"{"a":1e}"#,
-            r#"{"a":tru}"#, r#"{"a":"\x"}"#, r#"{"a":"\u12"}"#, r#"{"a":"\ud800"}"#, r#"{"a":"\udc00"}"#, "{\"a\":\"\n\"}", r#"{"a":[1,]}"#,
-            r#"{"a":[1 2]}"#, r#"{a:1}"#,
+            "",
+            "[]",
+            "{",
+            "{}x",
+            r#"{"a"}"#,
+            r#"{"a":}"#,
+            r#"{"a":1,}"#,
+            r#"{"a":01}"#,
+            r#"{"a":-}"#,
+            r#"{"a":1.}"#,
+            r#"{"a":1e}"#,
+            r#"{"a":tru}"#,
+            r#"{"a":"\x"}"#,
+            r#"{"a":"\u12"}"#,
+            r#"{"a":"\ud800"}"#,
+            r#"{"a":"\udc00"}"#,
+            "{\"a\":\"\n\"}",
+            r#"{"a":[1,]}"#,
+            r#"{"a":[1 2]}"#,
+            r#"{a:1}"#,
         ] {
             let e = s.scan(bad.as_bytes()).unwrap_err();
             assert!(matches!(e, ScanError::Invalid { .. }), "{bad}: {e}");
