@@ -336,14 +336,38 @@ impl<'a> Cursor<'_, 'a> {
         Ok(())
     }
 
-    fn object(&mut self, depth: usize, alive: u64, level: Level) -> Result<(), ScanError> {
+    /// Enters the container at the cursor: false when it is empty (and already left).
+    fn open(&mut self, depth: usize, close: u8) -> Result<bool, ScanError> {
         if depth >= MAX_DEPTH {
             return Err(ScanError::TooDeep { at: self.at });
         }
         self.at += 1;
         self.ws();
-        if self.peek() == Some(b'}') {
+        let empty = self.peek() == Some(close);
+        if empty {
             self.at += 1;
+        }
+        Ok(!empty)
+    }
+
+    /// After a container's item: true at a comma (passed), false at `close` (passed).
+    fn more(&mut self, close: u8, what: &'static str) -> Result<bool, ScanError> {
+        match self.peek() {
+            Some(b',') => {
+                self.at += 1;
+                self.ws();
+                Ok(true)
+            }
+            Some(c) if c == close => {
+                self.at += 1;
+                Ok(false)
+            }
+            _ => Err(self.invalid(what)),
+        }
+    }
+
+    fn object(&mut self, depth: usize, alive: u64, level: Level) -> Result<(), ScanError> {
+        if !self.open(depth, b'}')? {
             return Ok(());
         }
         let (mut seen, mut seen_fields) = (0u64, 0u8);
@@ -395,29 +419,15 @@ impl<'a> Cursor<'_, 'a> {
             for i in bits(here) {
                 self.found[i] = Some(Found { value: value_start..value_end, member: Some(Member { start, comma_before, comma_after }) });
             }
-            match self.peek() {
-                Some(b',') => {
-                    self.at += 1;
-                    self.ws();
-                    comma_before = comma_after;
-                }
-                Some(b'}') => {
-                    self.at += 1;
-                    return Ok(());
-                }
-                _ => return Err(self.invalid("expected `,` or `}` after an object member")),
+            if !self.more(b'}', "expected `,` or `}` after an object member")? {
+                return Ok(());
             }
+            comma_before = comma_after;
         }
     }
 
     fn array(&mut self, depth: usize, alive: u64) -> Result<(), ScanError> {
-        if depth >= MAX_DEPTH {
-            return Err(ScanError::TooDeep { at: self.at });
-        }
-        self.at += 1;
-        self.ws();
-        if self.peek() == Some(b']') {
-            self.at += 1;
+        if !self.open(depth, b']')? {
             return Ok(());
         }
         let mut index = 0;
@@ -435,18 +445,10 @@ impl<'a> Cursor<'_, 'a> {
                 self.found[i] = Some(Found { value: value_start..self.at, member: None });
             }
             self.ws();
-            match self.peek() {
-                Some(b',') => {
-                    self.at += 1;
-                    self.ws();
-                    index += 1;
-                }
-                Some(b']') => {
-                    self.at += 1;
-                    return Ok(());
-                }
-                _ => return Err(self.invalid("expected `,` or `]` after an array item")),
+            if !self.more(b']', "expected `,` or `]` after an array item")? {
+                return Ok(());
             }
+            index += 1;
         }
     }
 
@@ -500,9 +502,7 @@ impl<'a> Cursor<'_, 'a> {
             self.scratch.clear();
         }
         loop {
-            while i < self.json.len() && !SPECIAL[self.json[i] as usize] {
-                i += 1;
-            }
+            i = plain_run(self.json, i);
             match self.json.get(i) {
                 Some(b'"') => {
                     if unescape && escaped {
@@ -604,6 +604,27 @@ impl<'a> Cursor<'_, 'a> {
         self.at = i;
         Ok(start..i)
     }
+}
+
+/// Where the run of plain string content from `at` ends: eight bytes at a time while none
+/// of them is special (most of an object's bytes are inside strings), then one by one.
+fn plain_run(json: &[u8], mut at: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // The high bit of each byte of `v` that is zero (exact whether any is).
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    while let Some(Ok(chunk)) = json.get(at..at + 8).map(<[u8; 8]>::try_from) {
+        let w = u64::from_le_bytes(chunk);
+        let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
+        if zero(w ^ (ONES * b'"' as u64)) | zero(w ^ (ONES * b'\\' as u64)) | below_space != 0 {
+            break;
+        }
+        at += 8;
+    }
+    while at < json.len() && !SPECIAL[json[at] as usize] {
+        at += 1;
+    }
+    at
 }
 
 /// The bytes that end a run of plain string content: a quote, a backslash, a control
@@ -777,8 +798,10 @@ mod tests {
                 Ok(scanned) => {
                     // The scanner checks numbers' grammar, not their range (serde_json refuses 1e400).
                     let out_of_range = tree.as_ref().is_err_and(|e| e.to_string().starts_with("number out of range"));
-                    prop_assert!(tree.is_ok() || out_of_range, "the scanner accepted what serde_json refuses");
-                    prop_assert!(serde_json::from_slice::<Value>(&scanned.without_managed_fields()).is_ok());
+                    if !out_of_range {
+                        prop_assert!(tree.is_ok(), "the scanner accepted what serde_json refuses");
+                        prop_assert!(serde_json::from_slice::<Value>(&scanned.without_managed_fields()).is_ok());
+                    }
                 }
                 Err(ScanError::Duplicate { .. } | ScanError::WrongType { .. }) => {}
                 Err(e) => prop_assert!(tree.is_err(), "refused valid JSON: {e}"),
