@@ -1,12 +1,12 @@
-//! What each candidate parser of the raw-bytes path (issue 15) costs to read an object's
+//! What each candidate parser of the raw-bytes path costs to read an object's
 //! metadata (kind, apiVersion, name, namespace, uid, resourceVersion, generation) and its
 //! fingerprint (xxh3-128 of the JSON without resourceVersion and managedFields), on the
 //! Pod and ConfigMap fixtures as the API server sends them (compact JSON).
 //!
 //!   cargo bench --bench parsers
 //!
-//! Every candidate's fingerprint is checked against today's (`change::Fingerprinter`) once
-//! before it is measured, so that each measures the same work.
+//! Every candidate's fingerprint is checked against the tree path's (`json::Fingerprinter`)
+//! once before it is measured, so that each measures the same work.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -15,9 +15,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use common::Kind;
-use deltaship::change::Fingerprinter;
-use deltaship::model::Object;
-use deltaship::model::scan::{MANAGED_FIELDS, Scanner};
+use deltaship::json::{Fingerprinter, MANAGED_FIELDS, Scanner};
 use divan::Bencher;
 use divan::counter::BytesCount;
 use serde::Deserialize;
@@ -42,7 +40,7 @@ struct Read<'a> {
     fingerprint: u128,
 }
 
-/// A fixture's wire bytes, checked: every candidate reads the same as today's path.
+/// A fixture's wire bytes, checked: every candidate reads the same as the tree path.
 fn wire(fixture: &str) -> Vec<u8> {
     let kind = Kind::parse(fixture);
     let json = common::wire(&kind.value());
@@ -65,16 +63,20 @@ fn bytes(fixture: &str) -> BytesCount {
     BytesCount::new(Kind::parse(fixture).wire_size())
 }
 
-/// Today's path: a `serde_json::Value` tree, its metadata, its serialization hashed.
+/// The tree path (the bridge's path before the scanner, and its path for objects that
+/// redaction changes): a `serde_json::Value` tree, its metadata, its serialization hashed.
 fn value_tree(json: &[u8]) -> Read<'static> {
     static FINGERPRINTER: std::sync::LazyLock<Fingerprinter> = std::sync::LazyLock::new(|| Fingerprinter::new(&[]));
     let value: Value = serde_json::from_slice(json).unwrap();
-    let generation = value["metadata"]["generation"].as_i64();
-    let kind = value["kind"].as_str().map(|k| Cow::Owned(k.to_string()));
-    let object = Object::from_value(value).unwrap();
-    let fingerprint = FINGERPRINTER.serialize(&object.value).fingerprint;
-    let r = object.reference;
-    Read { kind, name: Some(r.name.into()), uid: Some(r.uid.into()), resource_version: Some(r.resource_version.into()), generation, fingerprint }
+    let text = |p: &str| value.pointer(p).and_then(Value::as_str).map(|s| Cow::Owned(s.to_string()));
+    Read {
+        kind: text("/kind"),
+        name: text("/metadata/name"),
+        uid: text("/metadata/uid"),
+        resource_version: text("/metadata/resourceVersion"),
+        generation: value["metadata"]["generation"].as_i64(),
+        fingerprint: FINGERPRINTER.serialize(&value).fingerprint,
+    }
 }
 
 #[divan::bench(args = FIXTURES)]
@@ -131,12 +133,12 @@ fn scanner() -> Scanner {
 
 fn scan<'a>(scanner: &Scanner, json: &'a [u8]) -> Read<'a> {
     let s = scanner.scan(json).unwrap();
-    let fingerprint = s.fingerprint();
+    let fingerprint = s.fingerprint(b"");
     let m = s.meta;
     Read { kind: m.kind, name: m.name, uid: m.uid, resource_version: m.resource_version, generation: m.generation, fingerprint }
 }
 
-/// deltaship's own scanner (`model::scan`): one validating pass, no tree.
+/// deltaship's own scanner (`json::Scanner`): one validating pass, no tree.
 #[divan::bench(args = FIXTURES)]
 fn scanner_metadata_and_fingerprint(bencher: Bencher, fixture: &str) {
     let json = wire(fixture);
@@ -151,7 +153,7 @@ fn scanner_and_managed_fields_cut(bencher: Bencher, fixture: &str) {
     let scanner = scanner();
     bencher.counter(bytes(fixture)).bench_local(|| {
         let s = scanner.scan(divan::black_box(&json)).unwrap();
-        (s.fingerprint(), s.without_managed_fields().len(), s.meta)
+        (s.fingerprint(b""), s.shipped(b"", true).len(), s.meta)
     });
 }
 
@@ -214,7 +216,7 @@ fn simd_json_tree(json: &[u8]) -> Read<'static> {
 }
 
 /// simd-json's tree (`BorrowedValue`) of a copy of the bytes, the ignored members removed
-/// from it and the rest serialized and hashed: today's path with simd-json's parser.
+/// from it and the rest serialized and hashed: the tree path with simd-json's parser.
 #[divan::bench(args = FIXTURES)]
 fn simd_json_borrowed_value(bencher: Bencher, fixture: &str) {
     let json = wire(fixture);
@@ -229,7 +231,7 @@ fn within(json: &[u8], part: &str) -> Range<usize> {
 
 /// The hash of compact `json` without the members whose values are at `values`, each
 /// with the comma before it: enough for the fixtures, where neither member is an object's
-/// first nor are they adjacent (the check against today's fingerprint in `wire` holds it).
+/// first nor are they adjacent (the check against the tree path in `wire` holds it).
 fn hash_without<const N: usize>(json: &[u8], values: [Option<Range<usize>>; N]) -> u128 {
     let mut cuts: Vec<Range<usize>> = values
         .into_iter()

@@ -13,7 +13,7 @@ mod common;
 use std::sync::Arc;
 
 use common::Kind;
-use deltaship::change::{Change, Classifier, Fingerprinter, ObjectChange, Payload};
+use deltaship::change::{Change, Classifier, ObjectChange, Payload};
 use deltaship::event::{self, Envelope, WatchAttributes};
 use deltaship::model::{ChangeType, Object, Observed};
 use deltaship::plan::Scope;
@@ -53,7 +53,7 @@ impl Setup {
         let base = kind.value();
         let kafka = common::kafka_scope(CLUSTER, kind, "127.0.0.1:9092");
         let nats = common::nats_scope(CLUSTER, kind, "nats://127.0.0.1:4222");
-        let mut classifier = Classifier::new(kafka.resource.label(), Fingerprinter::new(&kafka.ignore_fields), kafka.relist, kafka.keeps_content());
+        let mut classifier = Classifier::new(kafka.resource.label(), kafka.relist, kafka.keeps_content());
         let mut out = Vec::new();
         classifier.handle(Observed::Init, &mut out);
         for i in 0..indexed() {
@@ -77,10 +77,9 @@ impl Setup {
         common::decode(&self.next_wire())
     }
 
-    /// A visible update as the classifier hands it over: serialized once, with its JSON.
+    /// A visible update as the classifier hands it over.
     fn updated(&mut self) -> Change {
-        let mut obj = self.next_object();
-        obj.json = Some(Fingerprinter::new(&self.kafka.ignore_fields).serialize(&obj.value).json);
+        let obj = self.next_object();
         Change::Object(ObjectChange { change: ChangeType::Updated, payload: Payload::Object(obj), sync_id: None, previous: None, fingerprint: 0 })
     }
 
@@ -109,11 +108,11 @@ fn decode_value_only(bencher: Bencher, fixture: &str) {
     bencher.counter(bytes(s.kind)).with_inputs(|| s.next_wire()).bench_local_refs(|b| serde_json::from_slice::<Value>(b).unwrap());
 }
 
-/// A visible update classified against the index (lookup, fingerprint, index update).
+/// A visible update classified against the index (lookup, fingerprint compare, index update).
 #[divan::bench(args = FIXTURES)]
 fn classify(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));
-    let mut classifier = std::mem::replace(&mut s.classifier, Classifier::new(String::new(), Fingerprinter::new(&[]), s.kafka.relist, false));
+    let mut classifier = std::mem::replace(&mut s.classifier, Classifier::new(String::new(), s.kafka.relist, false));
     bencher.counter(bytes(s.kind)).with_inputs(|| s.next_object()).bench_local_values(|obj| {
         let mut out = Vec::with_capacity(1);
         classifier.handle(Observed::Apply(obj), &mut out);
@@ -122,8 +121,8 @@ fn classify(bencher: Bencher, fixture: &str) {
     });
 }
 
-/// The CloudEvent of an update: id, attributes, extensions, route; the object's value
-/// dropped (its JSON, made by the classifier, becomes the event's data).
+/// The CloudEvent of an update: id, attributes, extensions, route; the object's JSON (as
+/// decoded) becomes the event's data.
 #[divan::bench(args = FIXTURES)]
 fn build(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));
@@ -157,7 +156,7 @@ fn encode_nats(bencher: Bencher, fixture: &str) {
 fn per_event_kafka(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));
     let (scope, watch) = (s.kafka.clone(), s.watch.clone());
-    let mut classifier = std::mem::replace(&mut s.classifier, Classifier::new(String::new(), Fingerprinter::new(&[]), s.kafka.relist, false));
+    let mut classifier = std::mem::replace(&mut s.classifier, Classifier::new(String::new(), s.kafka.relist, false));
     bencher.counter(bytes(s.kind)).with_inputs(|| s.next_wire()).bench_local_values(|wire| {
         let mut out = Vec::with_capacity(1);
         classifier.handle(Observed::Apply(common::decode(&wire)), &mut out);
@@ -173,7 +172,7 @@ fn per_event_kafka(bencher: Bencher, fixture: &str) {
 fn per_event_nats(bencher: Bencher, fixture: &str) {
     let mut s = Setup::new(Kind::parse(fixture));
     let (scope, watch) = (s.nats.clone(), s.watch.clone());
-    let mut classifier = std::mem::replace(&mut s.classifier, Classifier::new(String::new(), Fingerprinter::new(&[]), s.nats.relist, false));
+    let mut classifier = std::mem::replace(&mut s.classifier, Classifier::new(String::new(), s.nats.relist, false));
     bencher.counter(bytes(s.kind)).with_inputs(|| s.next_wire()).bench_local_values(|wire| {
         let mut out = Vec::with_capacity(1);
         classifier.handle(Observed::Apply(common::decode(&wire)), &mut out);

@@ -1,4 +1,4 @@
-//! deltaship: Kubernetes changes as CloudEvents on Kafka or stdout, in order per object,
+//! deltaship: Kubernetes changes as CloudEvents on Kafka, NATS or stdout, in order per object,
 //! with sync markers so that consumers can rebuild cluster state.
 
 pub mod address;
@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod event;
 mod hex;
+pub mod json;
 pub mod leader;
 pub mod model;
 pub mod pipeline;

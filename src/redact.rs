@@ -97,6 +97,19 @@ impl Redaction {
     }
 }
 
+#[cfg(test)]
+impl Redaction {
+    /// The built-in redaction and these field rules, unkeyed.
+    pub(crate) fn with_rules(rules: Vec<(FieldPath, RedactAction)>) -> Redaction {
+        Redaction { builtin: true, rules, key: None }
+    }
+
+    /// No redaction at all (`redact = false`, no rules).
+    pub(crate) fn off() -> Redaction {
+        Redaction { builtin: false, rules: Vec::new(), key: None }
+    }
+}
+
 /// Whether `rc`'s redaction makes digests: of Secret values, or by `hash` rules.
 fn makes_digests(rc: &ResourceConfig) -> bool {
     rc.redact && rc.group.is_empty() && rc.kind == "Secret" || rc.redact_fields.iter().any(|r| r.action == RedactAction::Hash)
@@ -117,6 +130,19 @@ impl Default for Redactor {
 }
 
 impl Redactor {
+    /// Whether redaction may change an object of this kind and apiVersion beyond cutting
+    /// `metadata.managedFields` (a splice does that): a core Secret under the built-in
+    /// redaction, or any object when field rules are set. Such objects take the tree path.
+    pub fn changes(&self, kind: &str, api_version: &str) -> bool {
+        let r = &*self.redaction;
+        (r.builtin && is_secret(kind, api_version)) || !r.rules.is_empty()
+    }
+
+    /// Whether `metadata.managedFields` is cut (the built-in redaction).
+    pub fn cuts_managed_fields(&self) -> bool {
+        self.redaction.builtin
+    }
+
     /// Redacts `value` in place: the built-in redaction (when on), then each field rule.
     pub fn redact(&self, value: &mut Value) {
         let r = &*self.redaction;
@@ -137,24 +163,28 @@ impl Redactor {
 /// `stringData`, and the last-applied annotation, by its digest, so that consumers see that
 /// a value changed, never the value.
 fn redact(value: &mut Value, key: Option<&DigestKey>) {
-    let is_secret = value.get("kind").and_then(Value::as_str) == Some("Secret") && value.get("apiVersion").and_then(Value::as_str) == Some("v1");
+    let secret = is_secret(value.get("kind").and_then(Value::as_str).unwrap_or(""), value.get("apiVersion").and_then(Value::as_str).unwrap_or(""));
     let Some(obj) = value.as_object_mut() else { return };
     if let Some(Value::Object(meta)) = obj.get_mut("metadata") {
-        meta.remove("managedFields");
-        if is_secret
+        meta.shift_remove("managedFields");
+        if secret
             && let Some(Value::Object(annotations)) = meta.get_mut("annotations")
             && let Some(v) = annotations.get_mut(LAST_APPLIED)
         {
             *v = Value::String(digest(v, key));
         }
     }
-    if is_secret {
+    if secret {
         for field in ["data", "stringData"] {
             if let Some(Value::Object(values)) = obj.get_mut(field) {
                 digest_values(values, key);
             }
         }
     }
+}
+
+fn is_secret(kind: &str, api_version: &str) -> bool {
+    kind == "Secret" && api_version == "v1"
 }
 
 fn digest_values(values: &mut Map<String, Value>, key: Option<&DigestKey>) {
@@ -189,7 +219,7 @@ fn apply(value: &mut Value, path: &[Segment], action: RedactAction, key: Option<
         (Value::Array(items), Segment::Any, RedactAction::Drop) => std::mem::take(items).len() as u64,
         (Value::Object(map), Segment::Any, _) => map.values_mut().map(replace).sum(),
         (Value::Array(items), Segment::Any, _) => items.iter_mut().map(replace).sum(),
-        (Value::Object(map), Segment::Key { name, .. }, RedactAction::Drop) => map.remove(name).is_some() as u64,
+        (Value::Object(map), Segment::Key { name, .. }, RedactAction::Drop) => map.shift_remove(name).is_some() as u64,
         (Value::Object(map), Segment::Key { name, .. }, _) => map.get_mut(name).map_or(0, replace),
         (Value::Array(items), Segment::Key { index: Some(i), .. }, RedactAction::Drop) if *i < items.len() => {
             items.remove(*i);

@@ -10,11 +10,14 @@ use bytes::Bytes;
 use deltaship::config::ContentMode;
 use deltaship::config::{self, Config};
 use deltaship::event::Envelope;
+use deltaship::json::{ALWAYS_IGNORED, Scanner};
 use deltaship::model::ResourceType;
 use deltaship::model::{Object, Observed};
 use deltaship::pipeline::Worker;
 use deltaship::plan::Scope;
+use deltaship::redact::Redactor;
 use deltaship::telemetry::Health;
+use deltaship::watch::{Decoder, WatchedObject};
 use futures::{Stream, StreamExt, stream};
 use kube::runtime::watcher;
 use rdkafka::message::OwnedHeaders;
@@ -126,13 +129,18 @@ pub fn wire(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap()
 }
 
-/// The watch stage's decoding of one object: JSON bytes to a WatchedObject (as kube's
-/// watcher does), to deltaship's Object, redacted.
+/// The watch stage's decoding of one object, with the default config: JSON bytes to a
+/// WatchedObject (as a watch event's line is read), to deltaship's Object (scanned,
+/// managedFields cut, fingerprinted).
 pub fn decode(bytes: &[u8]) -> Object {
-    let watched: deltaship::watch::WatchedObject = serde_json::from_slice(bytes).expect("fixture decodes");
-    let kind = if watched.value["kind"] == "Pod" { Kind::Pod } else { Kind::ConfigMap };
-    static REDACTOR: std::sync::LazyLock<deltaship::redact::Redactor> = std::sync::LazyLock::new(Default::default);
-    deltaship::watch::decode_object(watched, &kind.resource(), &REDACTOR).expect("fixture has name, uid, resourceVersion")
+    static DECODERS: std::sync::LazyLock<[Decoder; 2]> = std::sync::LazyLock::new(|| {
+        let ignored = ALWAYS_IGNORED.map(String::from);
+        [Kind::Pod, Kind::ConfigMap].map(|k| Decoder::new(&k.resource(), Scanner::new(&ignored, &[]).unwrap(), &[], Redactor::default()))
+    });
+    // The fixtures name their kind within their first 40 bytes.
+    let pod = bytes[..40.min(bytes.len())].windows(5).any(|w| w == br#""Pod""#);
+    let watched: WatchedObject = serde_json::from_slice(bytes).expect("fixture decodes");
+    DECODERS[if pod { 0 } else { 1 }].decode(&watched.0).expect("fixture has name, uid, resourceVersion")
 }
 
 /// One recorded watch event, objects as the bytes the API server sent.

@@ -3,7 +3,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{Change, Entry, Fingerprinter, Index, Marker, ObjectChange, Payload, SyncCounts};
+use bytes::Bytes;
+
+use super::{Change, Entry, Index, Marker, ObjectChange, Payload, SyncCounts};
 use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Observed, SyncMode, SyncReason};
 use crate::telemetry::metrics::{self as m, Counters};
 
@@ -17,7 +19,6 @@ pub struct Classifier {
     relists: Counters<()>,
     skips: Counters<&'static str>,
     index: Index,
-    fingerprinter: Fingerprinter,
     relist_mode: SyncMode,
     /// Keep each object's shipped content in the index (for resyncs and patch payloads).
     keep_content: bool,
@@ -44,14 +45,13 @@ struct SyncInProgress {
 impl Classifier {
     /// `resource` is the metric label; `relist_mode` applies to relists after the first
     /// sync; `keep_content` keeps shipped content in the index (resyncs, patch payloads).
-    pub fn new(resource: impl Into<Arc<str>>, fingerprinter: Fingerprinter, relist_mode: SyncMode, keep_content: bool) -> Self {
+    pub fn new(resource: impl Into<Arc<str>>, relist_mode: SyncMode, keep_content: bool) -> Self {
         Classifier {
             resource: resource.into(),
             syncs: Counters::default(),
             relists: Counters::default(),
             skips: Counters::default(),
             index: Index::default(),
-            fingerprinter,
             relist_mode,
             keep_content,
             sync: None,
@@ -99,7 +99,7 @@ impl Classifier {
             sync.counts.count(ChangeType::Synced);
             out.push(Change::Object(ObjectChange {
                 change: ChangeType::Synced,
-                payload: Payload::Object(Object { reference: reference_from_key(key, entry.clone()), value: (**content).clone(), json: None }),
+                payload: Payload::Object(Object { reference: reference_from_key(key, entry.clone()), json: content.clone(), fingerprint: entry.fingerprint }),
                 sync_id: Some(sync.id.clone()),
                 previous: None,
                 fingerprint: entry.fingerprint,
@@ -176,8 +176,7 @@ impl Classifier {
         sync.note_version(&obj.reference.resource_version);
         match sync.mode {
             SyncMode::Full => {
-                let mut obj = obj;
-                let fingerprint = serialize(&self.fingerprinter, &mut obj);
+                let fingerprint = obj.fingerprint;
                 let id = sync.id.clone();
                 self.replace_if_recreated(&key, &obj.reference, Some(id.clone()), out);
                 self.emit(key, obj, fingerprint, ChangeType::Synced, Some(id), out);
@@ -207,7 +206,7 @@ impl Classifier {
     }
 
     /// A live ADDED/MODIFIED, or a listed object in a diff sync (`sync` set).
-    fn applied(&mut self, mut obj: Object, sync: Option<Arc<str>>, out: &mut Vec<Change>) {
+    fn applied(&mut self, obj: Object, sync: Option<Arc<str>>, out: &mut Vec<Change>) {
         let key = obj.reference.key();
         let previous = self.index.get(&key).cloned();
         if let Some(prev) = &previous
@@ -218,7 +217,7 @@ impl Classifier {
             self.count_skip("resource_version");
             return;
         }
-        let fingerprint = serialize(&self.fingerprinter, &mut obj);
+        let fingerprint = obj.fingerprint;
         let change = match &previous {
             None => ChangeType::Added,
             Some(prev) if prev.uid != obj.reference.uid => {
@@ -245,7 +244,7 @@ impl Classifier {
             && let Some(entry) = self.index.get_mut(key)
             && entry.content.is_none()
         {
-            entry.content = Some(Arc::new(obj.value));
+            entry.content = Some(obj.json);
         }
     }
 
@@ -268,7 +267,7 @@ impl Classifier {
     }
 
     fn emit(&mut self, key: String, obj: Object, fingerprint: u128, change: ChangeType, sync: Option<Arc<str>>, out: &mut Vec<Change>) {
-        let content = self.keep_content.then(|| Arc::new(obj.value.clone()));
+        let content = self.keep_content.then(|| obj.json.clone());
         let previous = self
             .index
             .insert(key, Entry { uid: obj.reference.uid.clone(), resource_version: obj.reference.resource_version.clone(), fingerprint, content })
@@ -284,15 +283,7 @@ impl Classifier {
         self.push_with(change, payload, sync, None, 0, out);
     }
 
-    fn push_with(
-        &mut self,
-        change: ChangeType,
-        payload: Payload,
-        sync: Option<Arc<str>>,
-        previous: Option<Arc<serde_json::Value>>,
-        fingerprint: u128,
-        out: &mut Vec<Change>,
-    ) {
+    fn push_with(&mut self, change: ChangeType, payload: Payload, sync: Option<Arc<str>>, previous: Option<Bytes>, fingerprint: u128, out: &mut Vec<Change>) {
         if let (Some(id), Some(current)) = (&sync, self.sync.as_mut())
             && *id == current.id
         {
@@ -324,14 +315,6 @@ impl SyncInProgress {
             self.max_rv = Some((n, rv.to_string()));
         }
     }
-}
-
-/// Serializes the object once: its JSON goes with it (the event's data), its fingerprint
-/// is returned.
-fn serialize(fingerprinter: &Fingerprinter, obj: &mut Object) -> u128 {
-    let s = fingerprinter.serialize(&obj.value);
-    obj.json = Some(s.json);
-    s.fingerprint
 }
 
 fn marker(sync: &SyncInProgress, phase: MarkerPhase) -> Marker {
@@ -367,7 +350,7 @@ mod tests {
     use crate::model::fixtures::configmap;
 
     fn classifier() -> Classifier {
-        Classifier::new("configmaps", Fingerprinter::new(&["/status".into()]), SyncMode::Diff, false)
+        Classifier::new("configmaps", SyncMode::Diff, false)
     }
 
     fn run(c: &mut Classifier, events: Vec<Observed>) -> Vec<Change> {
@@ -399,6 +382,14 @@ mod tests {
         configmap(name, &format!("uid-{name}"), rv, json!({"v": v}))
     }
 
+    /// `obj` with a `status`, a field the watch's `ignore_fields` leave out of the
+    /// fingerprint (the watch stage computes it: see `watch::decode`).
+    fn with_ignored_status(obj: Object, status: serde_json::Value) -> Object {
+        let mut value = obj.value().unwrap();
+        value["status"] = status;
+        Object { json: serde_json::to_vec(&value).unwrap().into(), ..obj }
+    }
+
     #[test]
     fn initial_sync_ships_every_object_as_synced_between_markers() {
         let mut c = classifier();
@@ -418,8 +409,7 @@ mod tests {
     fn live_changes_are_added_updated_deleted_and_noops_are_skipped() {
         let mut c = classifier();
         run(&mut c, vec![Observed::Init, Observed::InitDone]);
-        let mut status_only = cm("a", "3", "y");
-        status_only.value["status"] = json!({"phase": "new"});
+        let status_only = with_ignored_status(cm("a", "3", "y"), json!({"phase": "new"}));
         let out = run(
             &mut c,
             vec![
@@ -490,8 +480,7 @@ mod tests {
     #[test]
     fn a_list_after_a_checkpoint_is_a_resume_diff() {
         let mut c = resumed();
-        let mut same_content_new_version = cm("a", "11", "x");
-        same_content_new_version.value["status"] = json!({"ignored": true});
+        let same_content_new_version = with_ignored_status(cm("a", "11", "x"), json!({"ignored": true}));
         let out = run(
             &mut c,
             vec![
@@ -558,7 +547,7 @@ mod tests {
 
     #[test]
     fn a_resync_redelivers_the_index_as_synced_with_its_own_sync_id() {
-        let mut c = Classifier::new("configmaps", Fingerprinter::new(&[]), SyncMode::Diff, true);
+        let mut c = Classifier::new("configmaps", SyncMode::Diff, true);
         let mut out = Vec::new();
         assert!(!c.resync(&mut out), "no resync before the initial sync completed");
         run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone]);
@@ -568,7 +557,7 @@ mod tests {
         let Change::Object(a) = &out[1] else { panic!() };
         assert_eq!(a.payload.reference().uid, "uid-a");
         let Payload::Object(o) = &a.payload else { panic!("resync carries the object") };
-        assert_eq!(o.value["data"]["v"], "y", "the latest shipped state");
+        assert_eq!(o.value().unwrap()["data"]["v"], "y", "the latest shipped state");
         let Change::Marker(m) = &out[3] else { panic!() };
         assert_eq!(a.sync_id.as_ref(), Some(&m.sync_id));
         assert_eq!(m.resource_version, "3");
@@ -580,7 +569,7 @@ mod tests {
 
     #[test]
     fn no_resync_during_a_sync_or_without_kept_content() {
-        let mut c = Classifier::new("configmaps", Fingerprinter::new(&[]), SyncMode::Diff, true);
+        let mut c = Classifier::new("configmaps", SyncMode::Diff, true);
         run(&mut c, vec![Observed::Init, Observed::InitDone, Observed::Init]);
         assert!(!c.resync(&mut Vec::new()), "a relist is under way");
         let mut lean = classifier();
@@ -590,18 +579,18 @@ mod tests {
 
     #[test]
     fn updates_carry_the_previously_shipped_content_when_kept() {
-        let mut c = Classifier::new("configmaps", Fingerprinter::new(&[]), SyncMode::Diff, true);
+        let mut c = Classifier::new("configmaps", SyncMode::Diff, true);
         let out = run(&mut c, vec![Observed::Apply(cm("a", "1", "x")), Observed::Apply(cm("a", "2", "y"))]);
         let Change::Object(u) = &out[1] else { panic!() };
         assert_eq!(u.change, ChangeType::Updated);
-        assert_eq!(u.previous.as_ref().unwrap()["data"]["v"], "x");
+        assert_eq!(serde_json::from_slice::<serde_json::Value>(u.previous.as_ref().unwrap()).unwrap()["data"]["v"], "x");
         let Change::Object(a) = &out[0] else { panic!() };
         assert!(a.previous.is_none());
     }
 
     #[test]
     fn a_full_relist_ships_every_object_as_synced_and_infers_deletes() {
-        let mut c = Classifier::new("configmaps", Fingerprinter::new(&[]), SyncMode::Full, false);
+        let mut c = Classifier::new("configmaps", SyncMode::Full, false);
         run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitApply(cm("b", "2", "x")), Observed::InitDone]);
         let out = run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone]);
         assert_eq!(summary(&out), ["started:Relist", "synced:ns/a@1", "deleted:ns/b@2", "completed:Relist:0/0/1/1"]);
@@ -666,7 +655,7 @@ mod tests {
                                 let key = o.payload.reference().key();
                                 match (o.change, o.payload) {
                                     (ChangeType::Deleted, _) => { consumer.remove(&key); }
-                                    (_, Payload::Object(obj)) => { consumer.insert(key, (obj.reference.uid.clone(), obj.value["data"]["v"].clone())); }
+                                    (_, Payload::Object(obj)) => { consumer.insert(key, (obj.reference.uid.clone(), obj.value().unwrap()["data"]["v"].clone())); }
                                     (t, Payload::Reference(_)) => prop_assert!(false, "a {} change without its object", t.as_str()),
                                 }
                             }

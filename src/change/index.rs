@@ -1,9 +1,8 @@
 //! The index: for each object key, what was last handed to the sink.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use serde_json::Value;
+use bytes::Bytes;
 
 /// What the index keeps per object: enough to classify the next change and to infer a
 /// delete. The shipped content only where a feature needs it (resync, patch payloads), so
@@ -13,7 +12,7 @@ pub struct Entry {
     pub uid: String,
     pub resource_version: String,
     pub fingerprint: u128,
-    pub content: Option<Arc<Value>>,
+    pub content: Option<Bytes>,
 }
 
 #[derive(Debug, Default)]

@@ -1,15 +1,15 @@
 //! The change stage: watch events classified against the index into changes and markers.
 
 mod classify;
-mod fingerprint;
 mod index;
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde::Serialize;
+use serde_json::Value;
 
 pub use classify::Classifier;
-pub use fingerprint::{Fingerprinter, Serialized};
 pub use index::{Entry, Index};
 
 use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, SyncMode, SyncReason};
@@ -38,23 +38,35 @@ pub struct ObjectChange {
     pub payload: Payload,
     /// Set on `synced` changes: the sync they belong to.
     pub sync_id: Option<Arc<str>>,
-    /// On `updated` changes where the index keeps content: what was shipped before.
-    pub previous: Option<Arc<serde_json::Value>>,
+    /// On `updated` changes where the index keeps content: the JSON shipped before.
+    pub previous: Option<Bytes>,
     /// The fingerprint the index keeps for the object after this change (0 on deletes).
     pub fingerprint: u128,
 }
 
+/// The contents of an object change parsed into trees, for filters that compare paths.
+#[derive(Debug, Default)]
+pub struct Trees {
+    previous: Option<Value>,
+    now: Option<Value>,
+}
+
 impl ObjectChange {
-    /// What the routes' filters look at.
-    pub fn candidate(&self) -> Candidate<'_> {
-        Candidate {
-            change: self.change,
-            previous: self.previous.as_deref(),
+    /// The previous and current content as trees (parsed here: only filters on changed
+    /// paths need them).
+    pub fn trees(&self) -> Trees {
+        Trees {
+            previous: self.previous.as_ref().and_then(|json| serde_json::from_slice(json).ok()),
             now: match &self.payload {
-                Payload::Object(o) => Some(&o.value),
+                Payload::Object(o) => o.value(),
                 Payload::Reference(_) => None,
             },
         }
+    }
+
+    /// What the routes' filters look at; without `trees`, the contents count as unknown.
+    pub fn candidate<'a>(&self, trees: Option<&'a Trees>) -> Candidate<'a> {
+        Candidate { change: self.change, previous: trees.and_then(|t| t.previous.as_ref()), now: trees.and_then(|t| t.now.as_ref()) }
     }
 }
 

@@ -16,7 +16,7 @@ use crate::change::{Change, Marker, ObjectChange, Payload};
 
 use crate::config::PayloadMode;
 use crate::model::MarkerSlot;
-use crate::model::{ChangeType, MarkerPhase, ObjectRef, Position, ResourceType, SyncReason};
+use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Position, ResourceType, SyncReason};
 use crate::plan::{Output, Scope};
 
 pub use id::event_id;
@@ -151,8 +151,11 @@ fn object_event(watch: &WatchAttributes, scope: &Scope, output: &Output, c: Obje
     let mut event = b.build().map_err(|source| BuildError { key, source })?;
     let (data, content_type) = match (output.payload, c.payload, c.previous) {
         (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => (to_bytes(&reference_data(watch, scope, payload.reference())), JSON),
-        (PayloadMode::Patch, Payload::Object(o), Some(previous)) => (to_bytes(&json_patch::diff(&previous, &o.value)), JSON_PATCH),
-        (_, Payload::Object(o), _) => (o.json.unwrap_or_else(|| to_bytes(&o.value)), JSON),
+        (PayloadMode::Patch, Payload::Object(o), Some(previous)) => match patch(&previous, &o) {
+            Some(patch) => (patch, JSON_PATCH),
+            None => (o.json, JSON),
+        },
+        (_, Payload::Object(o), _) => (o.json, JSON),
     };
     event.set_datacontenttype(Some(content_type));
     Ok(Envelope { event, data, destination, key: partition_key, kind, resource: watch.resource.clone(), completes_initial_sync: false, position: None })
@@ -180,6 +183,13 @@ pub fn truncated(env: &Envelope) -> Option<Envelope> {
     event.set_datacontenttype(Some(JSON));
     event.set_extension("truncated", true);
     Some(Envelope { event, data: to_bytes(&data), ..env.clone() })
+}
+
+/// The JSON Patch from the `previous` JSON to the object's; None when either cannot be
+/// parsed into a tree (a number beyond serde_json's range): the whole object goes instead.
+fn patch(previous: &[u8], o: &Object) -> Option<Bytes> {
+    let before: Value = serde_json::from_slice(previous).ok()?;
+    Some(to_bytes(&json_patch::diff(&before, &o.value()?)))
 }
 
 /// Event data as JSON bytes, holding no more memory than they need (they may wait in a
@@ -276,6 +286,7 @@ mod tests {
             field_selector: None,
             redaction: Default::default(),
             ignore_fields: vec![],
+            scanner: crate::json::Scanner::new(&[], &[]).unwrap(),
             relist: SyncMode::Diff,
             resync: None,
             outputs: vec![],
@@ -302,7 +313,7 @@ mod tests {
             change: ChangeType::Updated,
             payload: Payload::Object(configmap("a", "u1", "2", json!({"v": "new"}))),
             sync_id: None,
-            previous: previous.map(Arc::new),
+            previous: previous.map(|v| serde_json::to_vec(&v).unwrap().into()),
             fingerprint: 0,
         })
     }
@@ -313,7 +324,7 @@ mod tests {
 
     #[test]
     fn patch_payloads_carry_a_json_patch_from_the_previous_content() {
-        let before = configmap("a", "u1", "1", json!({"v": "old"})).value;
+        let before = configmap("a", "u1", "1", json!({"v": "old"})).value().unwrap();
         let env = build(&watch(), &scope(), &output(PayloadMode::Patch), updated(Some(before)), Utc::now()).unwrap();
         assert_eq!(env.event.datacontenttype(), Some(JSON_PATCH));
         let patch = data(&env);

@@ -1,12 +1,10 @@
 //! The plain data every layer speaks: a watched resource, a decoded object, what a watch
 //! observed, and the words of the event contract (change types, sync reasons and modes,
 //! marker phases and slots, NATS subject tokens). No logic beyond accessors and those
-//! encodings, and the scanner that reads an object's metadata from its bytes (`scan`);
-//! nothing here imports another module of the crate.
+//! encodings; nothing here imports another module of the crate.
 
 mod object;
 mod resource;
-pub mod scan;
 pub mod subject;
 
 use serde::{Deserialize, Serialize};

@@ -22,14 +22,18 @@ impl ObjectRef {
     }
 }
 
+/// A watched object as the later stages take it: its identity, and its JSON as shipped.
 #[derive(Debug, Clone)]
 pub struct Object {
     pub reference: ObjectRef,
-    /// The whole object as JSON, fields unknown to any typed client included.
-    pub value: Value,
-    /// `value` serialized, once the classifier did it (for its fingerprint): the event
-    /// stage ships these bytes instead of serializing the object again.
-    pub json: Option<Bytes>,
+    /// The whole object as JSON, fields unknown to any typed client included: the API
+    /// server's bytes (with `kind` and `apiVersion` put first where a list item lacked
+    /// them), without `metadata.managedFields` and redacted as configured.
+    pub json: Bytes,
+    /// The hash of `json` without the fields that never make an update worth shipping
+    /// (resourceVersion, managedFields, the resource's `ignore_fields`): two versions of
+    /// an object with the same fingerprint look the same to consumers.
+    pub fingerprint: u128,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -39,24 +43,10 @@ pub enum ObjectError {
 }
 
 impl Object {
-    /// The object `value`, its identity read from its `metadata`.
-    pub fn from_value(value: Value) -> Result<Object, ObjectError> {
-        let meta = |field: &str| value.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).map(str::to_string);
-        let name = meta("name").unwrap_or_default();
-        let namespace = meta("namespace");
-        let missing = |field| ObjectError::MissingField {
-            key: match &namespace {
-                Some(ns) => format!("{ns}/{name}"),
-                None => name.clone(),
-            },
-            field,
-        };
-        if name.is_empty() {
-            return Err(missing("name"));
-        }
-        let uid = meta("uid").ok_or_else(|| missing("uid"))?;
-        let resource_version = meta("resourceVersion").ok_or_else(|| missing("resourceVersion"))?;
-        Ok(Object { reference: ObjectRef { namespace, name, uid, resource_version }, value, json: None })
+    /// The object parsed into a tree, for what looks inside it (patch payloads, filters on
+    /// changed paths); None if serde_json cannot hold it (a number beyond its range).
+    pub fn value(&self) -> Option<Value> {
+        serde_json::from_slice(&self.json).ok()
     }
 }
 
@@ -68,39 +58,28 @@ pub(crate) mod fixtures {
     /// A ConfigMap in namespace `ns` with the given data.
     pub fn configmap(name: &str, uid: &str, rv: &str, data: Value) -> Object {
         let value = json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
+            "kind": "ConfigMap", "apiVersion": "v1",
             "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv},
             "data": data,
         });
-        Object::from_value(value).unwrap()
+        let reference = ObjectRef { namespace: Some("ns".into()), name: name.into(), uid: uid.into(), resource_version: rv.into() };
+        // Its fingerprint as defined, with no `ignore_fields`: the JSON without resourceVersion.
+        let mut unversioned = value.clone();
+        unversioned["metadata"].as_object_mut().unwrap().shift_remove("resourceVersion");
+        let fingerprint = xxhash_rust::xxh3::xxh3_128(&serde_json::to_vec(&unversioned).unwrap());
+        Object { reference, json: serde_json::to_vec(&value).unwrap().into(), fingerprint }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::fixtures::configmap;
     use serde_json::json;
 
     #[test]
-    fn decodes_key_and_keeps_unknown_fields() {
-        let o = Object::from_value(json!({
-            "apiVersion": "example.com/v1", "kind": "Widget",
-            "metadata": {"name": "w", "uid": "u1", "resourceVersion": "7"},
-            "spec": {"x-unknown": {"deep": [1, 2]}},
-        }))
-        .unwrap();
-        assert_eq!(o.reference.key(), "w");
-        assert_eq!(o.value["spec"]["x-unknown"]["deep"][1], 2);
-    }
-
-    #[test]
-    fn an_object_without_uid_is_an_error_naming_it() {
-        let e = Object::from_value(json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "1"},
-        }))
-        .unwrap_err()
-        .to_string();
-        assert_eq!(e, "object ns/a has no metadata.uid");
+    fn the_tree_is_parsed_from_the_json() {
+        let o = configmap("a", "u1", "7", json!({"x-unknown": {"deep": [1, 2]}}));
+        assert_eq!(o.reference.key(), "ns/a");
+        assert_eq!(o.value().unwrap()["data"]["x-unknown"]["deep"][1], 2);
     }
 }

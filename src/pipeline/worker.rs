@@ -10,7 +10,7 @@ use kube::runtime::watcher;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::change::{Change, Classifier, Fingerprinter};
+use crate::change::{Change, Classifier};
 use crate::checkpoint::{Effect, Progress, Resume};
 use crate::event::{self, Envelope, WatchAttributes};
 use crate::model::{ChangeType, Observed};
@@ -45,7 +45,7 @@ impl Worker {
         let watch = WatchAttributes::new(self.cluster.clone(), &scope.resource);
         let mut meters = Meters::new(&watch.resource, &scope);
         let mut observed = std::pin::pin!(observed);
-        let mut classifier = Classifier::new(watch.resource.clone(), Fingerprinter::new(&scope.ignore_fields), scope.relist, scope.keeps_content());
+        let mut classifier = Classifier::new(watch.resource.clone(), scope.relist, scope.keeps_content());
         if let Some(resume) = self.resume.take() {
             classifier.resume_from(resume.entries, resume.resource_version);
         }
@@ -116,11 +116,13 @@ impl Worker {
             // One effect per change, shared by its routes (not copied per route).
             let effect = (!self.progress.is_empty()).then(|| Arc::new(Effect::of(&change)));
             let mut change = Some(change);
+            // Parsed once for all routes whose filters compare paths, if any.
+            let mut trees = None;
             for (i, output) in scope.outputs.iter().enumerate() {
                 let c = change.as_ref().expect("taken only by the last output");
                 let progress = self.progress.get(output.route).and_then(Option::as_ref).zip(effect.as_ref());
                 if let Change::Object(o) = c
-                    && !output.passes(o.candidate())
+                    && !output.passes(o.candidate(output.compares_paths().then(|| &*trees.get_or_insert_with(|| o.trees()))))
                 {
                     meters.filtered(i, &output.route_name, o.change);
                     // Left out of this route: its consumers' state moves on all the same.

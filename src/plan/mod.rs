@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::address::Address;
 use crate::config::{Config, EventFormat, ResourceConfig, RouteConfig, SinkConfig, Template, TemplateError, check_topic_name};
+use crate::json::{ALWAYS_IGNORED, ScanError, Scanner};
 use crate::model::ResourceType;
 
 pub use filter::{Candidate, Filter};
@@ -30,6 +31,12 @@ pub enum PlanError {
     SharedTopic { topic: String, a: String, b: String },
     #[error(transparent)]
     Redaction(#[from] crate::redact::RedactError),
+    #[error("resources[{index}].ignore_fields: {source}; fix: ignore a common parent (e.g. /status) instead of many of its fields")]
+    IgnoreFields {
+        index: usize,
+        #[source]
+        source: ScanError,
+    },
 }
 
 /// Where `resources[index]` goes on a route to `sink`.
@@ -91,6 +98,8 @@ pub fn scopes(config: &Config, resources: &[ResourceType], api_server: &str) -> 
             }
             owners.insert(shared, (resource.label(), o.address.key_prefix.clone()));
         }
+        let ignored: Vec<String> = ALWAYS_IGNORED.iter().map(|p| p.to_string()).chain(rc.ignore_fields.iter().cloned()).collect();
+        let scanner = Scanner::new(&ignored, &[]).map_err(|source| PlanError::IgnoreFields { index, source })?;
         let namespaces: Vec<Option<String>> = if rc.namespaces.is_empty() { vec![None] } else { rc.namespaces.iter().cloned().map(Some).collect() };
         for namespace in namespaces {
             out.push(Arc::new(Scope {
@@ -101,6 +110,7 @@ pub fn scopes(config: &Config, resources: &[ResourceType], api_server: &str) -> 
                 field_selector: rc.field_selector.clone(),
                 redaction: redactions[index].clone(),
                 ignore_fields: rc.ignore_fields.clone(),
+                scanner: scanner.clone(),
                 relist: rc.relist,
                 resync: Some(rc.resync_secs.unwrap_or(config.kubernetes.resync_secs)).filter(|s| *s > 0).map(Duration::from_secs),
                 outputs: outputs.clone(),

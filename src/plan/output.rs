@@ -26,6 +26,12 @@ impl Output {
         self.filters.iter().all(|f| f.passes(candidate))
     }
 
+    /// Whether a filter compares paths of the previous and current content (its
+    /// candidates need the contents as trees).
+    pub fn compares_paths(&self) -> bool {
+        self.filters.iter().any(Filter::needs_previous)
+    }
+
     /// Whether shaping or filtering needs each object's previously shipped content.
     pub fn needs_previous(&self) -> bool {
         self.payload == PayloadMode::Patch || self.filters.iter().any(Filter::needs_previous)

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Output;
+use crate::json::Scanner;
 use crate::model::{ResourceType, SyncMode};
 use crate::redact::Redaction;
 
@@ -21,6 +22,9 @@ pub struct Scope {
     /// The resource's redaction, shared by its watches.
     pub redaction: Arc<Redaction>,
     pub ignore_fields: Vec<String>,
+    /// Reads the resource's objects: their fingerprints leave out `ignore_fields` and the
+    /// fields that are always ignored.
+    pub scanner: Scanner,
     /// How relists are shipped.
     pub relist: SyncMode,
     /// Period of resyncs, when on.

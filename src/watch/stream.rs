@@ -11,28 +11,16 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use kube::ResourceExt;
-use kube::api::{Api, ListParams, VersionMatch, WatchEvent, WatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use kube::Client;
+use kube::api::{ListParams, VersionMatch, WatchEvent, WatchParams};
+use kube::core::Request;
 use kube::runtime::watcher::Error;
 use rand::Rng;
+use serde::Deserialize;
 
 use super::WatchedObject;
-
-/// What the list and watch yield before decoding.
-pub enum Raw {
-    /// A (re)list starts.
-    Init,
-    InitApply(WatchedObject),
-    /// The list is complete (right after its version, as a `Bookmark`).
-    InitDone,
-    Apply(WatchedObject),
-    Delete(WatchedObject),
-    /// The watch stands at this resourceVersion with nothing left to deliver before it: a
-    /// list's own version (right before its `InitDone`), then each bookmark of the watch.
-    Bookmark(String),
-    /// The API server accepted the checkpoint's version: nothing was missed.
-    Resumed,
-}
+use crate::model::{Object, Observed};
 
 /// How a scope is listed and watched.
 #[derive(Debug, Clone)]
@@ -57,6 +45,16 @@ const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 type Events = BoxStream<'static, kube::Result<WatchEvent<WatchedObject>>>;
 
+/// One page of a list response, its items left as bytes (kube's `ObjectList` would buffer
+/// them through its flattened type fields, which raw values cannot pass).
+#[derive(Deserialize)]
+struct Page {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(default)]
+    items: Option<Vec<WatchedObject>>,
+}
+
 enum State {
     /// A list is due (first start, or the watch's version is gone).
     List,
@@ -79,36 +77,51 @@ enum State {
     },
 }
 
-struct ListWatch {
-    api: Api<WatchedObject>,
+struct ListWatch<D> {
+    client: Client,
+    /// The requests of the scope's resource in its namespace (or all).
+    request: Request,
     settings: Settings,
+    /// Each object's bytes into an `Object`; None for one that cannot be decoded (it says
+    /// why itself), which is left out.
+    decode: D,
     state: State,
     /// Failures in a row, for the backoff before the next request.
     failures: u32,
     /// Resuming from a checkpoint and not yet known to work: the first watch's events wait
-    /// until `Raw::Resumed` went out.
+    /// until `Observed::Resumed` went out.
     settling: bool,
-    /// An item held back while `Raw::Resumed` goes first.
-    held: Option<Raw>,
+    /// An item held back while `Observed::Resumed` goes first.
+    held: Option<Observed>,
 }
 
-/// The list and watch of `api`; with `resume_from`, a watch from that version first (see
-/// the module's documentation). Errors are yielded and followed by a backoff (client-go's:
-/// 0.8 s doubling to 30 s, with jitter); the stream never ends.
-pub fn list_watch(api: Api<WatchedObject>, settings: Settings, resume_from: Option<String>) -> impl Stream<Item = Result<Raw, Error>> + Send {
+/// The list and watch of `request`'s resource, each object decoded by `decode`; with
+/// `resume_from`, a watch from that version first (see the module's documentation). Errors
+/// are yielded and followed by a backoff (client-go's: 0.8 s doubling to 30 s, with jitter);
+/// the stream never ends.
+pub fn list_watch<D>(
+    client: Client,
+    request: Request,
+    settings: Settings,
+    resume_from: Option<String>,
+    decode: D,
+) -> impl Stream<Item = Result<Observed, Error>> + Send
+where
+    D: FnMut(WatchedObject) -> Option<Object> + Send + 'static,
+{
     let (state, settling) = match resume_from {
         Some(version) => (State::Connect(version), true),
         None => (State::List, false),
     };
-    let lw = ListWatch { api, settings, state, failures: 0, settling, held: None };
+    let lw = ListWatch { client, request, settings, decode, state, failures: 0, settling, held: None };
     futures::stream::unfold(lw, |mut lw| async move {
         let item = lw.next().await;
         Some((item, lw))
     })
 }
 
-impl ListWatch {
-    async fn next(&mut self) -> Result<Raw, Error> {
+impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
+    async fn next(&mut self) -> Result<Observed, Error> {
         if let Some(held) = self.held.take() {
             return Ok(held);
         }
@@ -117,9 +130,9 @@ impl ListWatch {
         }
         loop {
             match self.step().await {
-                Ok(Some(raw)) => {
+                Ok(Some(observed)) => {
                     self.failures = 0;
-                    return Ok(raw);
+                    return Ok(observed);
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -131,28 +144,28 @@ impl ListWatch {
     }
 
     /// One request or one buffered item: what to yield, if anything.
-    async fn step(&mut self) -> Result<Option<Raw>, Error> {
+    async fn step(&mut self) -> Result<Option<Observed>, Error> {
         match std::mem::replace(&mut self.state, State::List) {
             State::List if self.settings.streaming => {
                 let params = self.watch_params().initial_events();
-                let events = self.api.watch(&params, "0").await.map_err(Error::WatchStartFailed)?;
-                self.state = State::Streaming(events.boxed());
-                Ok(Some(Raw::Init))
+                let events = watch(&self.client, &self.request, &params, "0").await?;
+                self.state = State::Streaming(events);
+                Ok(Some(Observed::Init))
             }
             State::List => {
-                self.state = page(&self.api, &self.settings, None).await?;
-                Ok(Some(Raw::Init))
+                self.state = page(&self.client, &self.request, &self.settings, None).await?;
+                Ok(Some(Observed::Init))
             }
             State::Paging { mut items, next, version } => {
                 if let Some(item) = items.pop_front() {
                     self.state = State::Paging { items, next, version };
-                    return Ok(Some(Raw::InitApply(item)));
+                    return Ok((self.decode)(item).map(Observed::InitApply));
                 }
                 match next {
-                    Some(token) => self.state = page(&self.api, &self.settings, Some(token)).await?,
+                    Some(token) => self.state = page(&self.client, &self.request, &self.settings, Some(token)).await?,
                     None => {
                         self.state = State::Listed(version.clone());
-                        return Ok(Some(Raw::Bookmark(version)));
+                        return Ok(Some(Observed::Bookmark(version)));
                     }
                 }
                 Ok(None)
@@ -160,12 +173,12 @@ impl ListWatch {
             State::Streaming(mut events) => match events.next().await {
                 Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o))) => {
                     self.state = State::Streaming(events);
-                    Ok(Some(Raw::InitApply(o)))
+                    Ok((self.decode)(o).map(Observed::InitApply))
                 }
                 Some(Ok(WatchEvent::Bookmark(b))) if b.metadata.annotations.contains_key(INITIAL_EVENTS_END) => {
                     self.state = State::Watching { version: b.metadata.resource_version.clone(), events };
-                    self.held = Some(Raw::InitDone);
-                    Ok(Some(Raw::Bookmark(b.metadata.resource_version)))
+                    self.held = Some(Observed::InitDone);
+                    Ok(Some(Observed::Bookmark(b.metadata.resource_version)))
                 }
                 Some(Ok(WatchEvent::Bookmark(_) | WatchEvent::Deleted(_))) => {
                     self.state = State::Streaming(events);
@@ -178,17 +191,17 @@ impl ListWatch {
             },
             State::Listed(version) => {
                 self.state = State::Connect(version);
-                Ok(Some(Raw::InitDone))
+                Ok(Some(Observed::InitDone))
             }
-            State::Connect(version) => match self.api.watch(&self.watch_params(), &version).await {
+            State::Connect(version) => match watch(&self.client, &self.request, &self.watch_params(), &version).await {
                 Ok(events) => {
-                    self.state = State::Watching { version, events: events.boxed() };
+                    self.state = State::Watching { version, events };
                     Ok(None)
                 }
-                Err(kube::Error::Api(s)) if s.code == 410 => Ok(self.expired(&version)),
+                Err(Error::WatchStartFailed(kube::Error::Api(s))) if s.code == 410 => Ok(self.expired(&version)),
                 Err(e) => {
                     self.state = State::Connect(version);
-                    Err(Error::WatchStartFailed(e))
+                    Err(e)
                 }
             },
             State::Watching { version, mut events } => {
@@ -198,16 +211,16 @@ impl ListWatch {
                         Err(_) => {
                             self.settling = false;
                             self.state = State::Watching { version, events };
-                            return Ok(Some(Raw::Resumed));
+                            return Ok(Some(Observed::Resumed));
                         }
                     }
                 } else {
                     events.next().await
                 };
-                let raw = match item {
-                    Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o))) => Raw::Apply(o),
-                    Some(Ok(WatchEvent::Deleted(o))) => Raw::Delete(o),
-                    Some(Ok(WatchEvent::Bookmark(b))) => Raw::Bookmark(b.metadata.resource_version),
+                let observed = match item {
+                    Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o))) => (self.decode)(o).map(Observed::Apply),
+                    Some(Ok(WatchEvent::Deleted(o))) => (self.decode)(o).map(Observed::Delete),
+                    Some(Ok(WatchEvent::Bookmark(b))) => Some(Observed::Bookmark(b.metadata.resource_version)),
                     Some(Ok(WatchEvent::Error(s))) if s.code == 410 => return Ok(self.expired(&version)),
                     Some(Ok(WatchEvent::Error(s))) => {
                         self.state = State::Connect(version);
@@ -223,17 +236,17 @@ impl ListWatch {
                         return Ok(None);
                     }
                 };
-                let version = match &raw {
-                    Raw::Apply(o) | Raw::Delete(o) => o.resource_version().unwrap_or(version),
-                    Raw::Bookmark(v) => v.clone(),
+                let version = match &observed {
+                    Some(Observed::Apply(o) | Observed::Delete(o)) => o.reference.resource_version.clone(),
+                    Some(Observed::Bookmark(v)) => v.clone(),
                     _ => version,
                 };
                 self.state = State::Watching { version, events };
-                if std::mem::take(&mut self.settling) {
-                    self.held = Some(raw);
-                    return Ok(Some(Raw::Resumed));
+                if observed.is_some() && std::mem::take(&mut self.settling) {
+                    self.held = observed;
+                    return Ok(Some(Observed::Resumed));
                 }
-                Ok(Some(raw))
+                Ok(observed)
             }
         }
     }
@@ -247,7 +260,7 @@ impl ListWatch {
 
     /// The API server no longer has `version`: list again (a resume that never started
     /// ships that list as a diff against its checkpoint).
-    fn expired(&mut self, version: &str) -> Option<Raw> {
+    fn expired(&mut self, version: &str) -> Option<Observed> {
         tracing::info!(resource_version = %version, "The API server no longer has this version; listing");
         self.settling = false;
         self.state = State::List;
@@ -255,8 +268,16 @@ impl ListWatch {
     }
 }
 
+/// Starts a watch from `version`.
+async fn watch(client: &Client, request: &Request, params: &WatchParams, version: &str) -> Result<Events, Error> {
+    let mut req = request.watch(params, version).map_err(|e| Error::WatchStartFailed(kube::Error::BuildRequest(e)))?;
+    req.extensions_mut().insert("watch");
+    let events = client.request_events::<WatchedObject>(req).await.map_err(Error::WatchStartFailed)?;
+    Ok(events.boxed())
+}
+
 /// Requests a page of the list (the first when `token` is `None`).
-async fn page(api: &Api<WatchedObject>, settings: &Settings, token: Option<String>) -> Result<State, Error> {
+async fn page(client: &Client, request: &Request, settings: &Settings, token: Option<String>) -> Result<State, Error> {
     let mut params = ListParams { label_selector: settings.label_selector.clone(), field_selector: settings.field_selector.clone(), ..ListParams::default() }
         .limit(settings.page_size);
     params = match &token {
@@ -265,10 +286,12 @@ async fn page(api: &Api<WatchedObject>, settings: &Settings, token: Option<Strin
         // continues from the list's version, so nothing is missed.
         None => params.at("0").matching(VersionMatch::NotOlderThan),
     };
-    let list = api.list(&params).await.map_err(Error::InitialListFailed)?;
-    let version = list.metadata.resource_version.filter(|v| !v.is_empty()).ok_or(Error::NoResourceVersion)?;
-    let next = list.metadata.continue_.filter(|t| !t.is_empty());
-    Ok(State::Paging { items: list.items.into(), next, version })
+    let mut req = request.list(&params).map_err(|e| Error::InitialListFailed(kube::Error::BuildRequest(e)))?;
+    req.extensions_mut().insert("list");
+    let page: Page = client.request(req).await.map_err(Error::InitialListFailed)?;
+    let version = page.metadata.resource_version.filter(|v| !v.is_empty()).ok_or(Error::NoResourceVersion)?;
+    let next = page.metadata.continue_.filter(|t| !t.is_empty());
+    Ok(State::Paging { items: page.items.unwrap_or_default().into(), next, version })
 }
 
 /// client-go's backoff: 0.8 s doubling per failure in a row, at most 30 s, each delay
@@ -284,15 +307,16 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use futures::TryStreamExt;
-    use kube::Client;
-    use kube::api::ApiResource;
     use serde_json::json;
 
     use super::*;
+    use crate::model::fixtures::configmaps;
+    use crate::redact::Redactor;
+    use crate::watch::Decoder;
 
     /// An API server that answers each request with the next scripted body of its kind
     /// (list or watch), and notes every request's path and query.
-    fn scripted(lists: Vec<serde_json::Value>, watches: Vec<Vec<serde_json::Value>>) -> (Api<WatchedObject>, Arc<Mutex<Vec<String>>>) {
+    fn scripted(lists: Vec<serde_json::Value>, watches: Vec<Vec<serde_json::Value>>) -> (Client, Request, Arc<Mutex<Vec<String>>>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let script = Arc::new(Mutex::new((VecDeque::from(lists), VecDeque::from(watches))));
         let noted = seen.clone();
@@ -308,9 +332,18 @@ mod tests {
             };
             async move { Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(body))) }
         });
-        let resource =
-            ApiResource { group: String::new(), version: "v1".into(), api_version: "v1".into(), kind: "ConfigMap".into(), plural: "configmaps".into() };
-        (Api::namespaced_with(Client::new(service, "ns"), "ns", &resource), seen)
+        (Client::new(service, "ns"), Request::new("/api/v1/namespaces/ns/configmaps"), seen)
+    }
+
+    /// The list and watch of the scripted API server, objects decoded as the bridge does.
+    fn watch(
+        server: (Client, Request, Arc<Mutex<Vec<String>>>),
+        settings: Settings,
+        resume_from: Option<String>,
+    ) -> (impl Stream<Item = Result<Observed, Error>>, Arc<Mutex<Vec<String>>>) {
+        let (client, request, seen) = server;
+        let decoder = Decoder::new(&configmaps(), crate::json::Scanner::new(&[], &[]).unwrap(), &[], Redactor::default());
+        (list_watch(client, request, settings, resume_from, move |o: WatchedObject| decoder.decode(&o.0).ok()), seen)
     }
 
     fn cm(name: &str, rv: &str) -> serde_json::Value {
@@ -322,18 +355,17 @@ mod tests {
     }
 
     /// The first `n` items, each as `kind name-or-version`.
-    async fn first(stream: impl Stream<Item = Result<Raw, Error>>, n: usize) -> Vec<String> {
-        let name = |o: WatchedObject| o.value["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    async fn first(stream: impl Stream<Item = Result<Observed, Error>>, n: usize) -> Vec<String> {
         stream
             .take(n)
-            .map_ok(|raw| match raw {
-                Raw::Init => "init".to_string(),
-                Raw::InitApply(o) => format!("listed {}", name(o)),
-                Raw::InitDone => "listed".to_string(),
-                Raw::Apply(o) => format!("apply {}", name(o)),
-                Raw::Delete(o) => format!("delete {}", name(o)),
-                Raw::Bookmark(v) => format!("at {v}"),
-                Raw::Resumed => "resumed".to_string(),
+            .map_ok(|observed| match observed {
+                Observed::Init => "init".to_string(),
+                Observed::InitApply(o) => format!("listed {}", o.reference.name),
+                Observed::InitDone => "listed".to_string(),
+                Observed::Apply(o) => format!("apply {}", o.reference.name),
+                Observed::Delete(o) => format!("delete {}", o.reference.name),
+                Observed::Bookmark(v) => format!("at {v}"),
+                Observed::Resumed => "resumed".to_string(),
             })
             .try_collect()
             .await
@@ -350,8 +382,8 @@ mod tests {
             json!({"type": "BOOKMARK", "object": {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"resourceVersion": "15"}}}),
             json!({"type": "MODIFIED", "object": cm("a", "16")}),
         ]];
-        let (api, seen) = scripted(lists, watches);
-        let items = first(list_watch(api, settings(), None), 7).await;
+        let (stream, seen) = watch(scripted(lists, watches), settings(), None);
+        let items = first(stream, 7).await;
         assert_eq!(items, ["init", "listed a", "listed b", "at 10", "listed", "at 15", "apply a"]);
         let seen = seen.lock().unwrap();
         assert!(seen[0].contains("limit=1"), "{seen:?}");
@@ -367,8 +399,8 @@ mod tests {
         let lists = vec![json!({"metadata": {"resourceVersion": "2"}, "items": []}), json!({"metadata": {"resourceVersion": "40"}, "items": [cm("c", "39")]})];
         let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "too old", "reason": "Expired", "code": 410}});
         let watches = vec![vec![json!({"type": "DELETED", "object": cm("a", "7")})], vec![gone]];
-        let (api, seen) = scripted(lists, watches);
-        let items = first(list_watch(api, settings(), None), 8).await;
+        let (stream, seen) = watch(scripted(lists, watches), settings(), None);
+        let items = first(stream, 8).await;
         assert_eq!(items, ["init", "at 2", "listed", "delete a", "init", "listed c", "at 40", "listed"]);
         let seen = seen.lock().unwrap();
         assert!(seen[1].contains("resourceVersion=2") && seen[2].contains("resourceVersion=7"), "renewed from the delete's version: {seen:?}");
@@ -376,13 +408,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_resume_watches_from_the_checkpoint_and_says_so_before_the_first_event() {
-        let (api, seen) = scripted(Vec::new(), vec![vec![json!({"type": "ADDED", "object": cm("n", "8")})]]);
-        let items = first(list_watch(api, settings(), Some("7".into())), 2).await;
+        let (stream, seen) = watch(scripted(Vec::new(), vec![vec![json!({"type": "ADDED", "object": cm("n", "8")})]]), settings(), Some("7".into()));
+        let items = first(stream, 2).await;
         assert_eq!(items, ["resumed", "apply n"]);
         assert!(seen.lock().unwrap()[0].contains("resourceVersion=7"));
         let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "too old", "reason": "Expired", "code": 410}});
-        let (api, _) = scripted(vec![json!({"metadata": {"resourceVersion": "9"}, "items": [cm("n", "8")]})], vec![vec![gone]]);
-        let items = first(list_watch(api, settings(), Some("7".into())), 4).await;
+        let (stream, _) =
+            watch(scripted(vec![json!({"metadata": {"resourceVersion": "9"}, "items": [cm("n", "8")]})], vec![vec![gone]]), settings(), Some("7".into()));
+        let items = first(stream, 4).await;
         assert_eq!(items, ["init", "listed n", "at 9", "listed"], "the version is gone: a list, and no `resumed`");
     }
 
@@ -393,8 +426,8 @@ mod tests {
             json!({"type": "BOOKMARK", "object": {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"resourceVersion": "12", "annotations": {INITIAL_EVENTS_END: "true"}}}}),
             json!({"type": "MODIFIED", "object": cm("a", "13")}),
         ]];
-        let (api, seen) = scripted(Vec::new(), watches);
-        let items = first(list_watch(api, Settings { streaming: true, ..settings() }, None), 5).await;
+        let (stream, seen) = watch(scripted(Vec::new(), watches), Settings { streaming: true, ..settings() }, None);
+        let items = first(stream, 5).await;
         assert_eq!(items, ["init", "listed a", "at 12", "listed", "apply a"]);
         assert!(seen.lock().unwrap()[0].contains("sendInitialEvents=true"));
     }

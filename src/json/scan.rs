@@ -95,6 +95,8 @@ struct Token {
 #[derive(Debug, Clone)]
 pub struct Scanned<'s, 'a> {
     json: &'a [u8],
+    /// Where the object's opening brace is.
+    open: usize,
     scanner: &'s Scanner,
     pub meta: Meta<'a>,
     found: Vec<Option<Found>>,
@@ -148,12 +150,13 @@ impl Scanner {
         if c.peek() != Some(b'{') {
             return Err(c.invalid("expected an object"));
         }
+        let open = c.at;
         c.object(0, all, Level::Root)?;
         c.ws();
         if c.at != json.len() {
             return Err(c.invalid("unexpected characters after the object"));
         }
-        Ok(Scanned { json, scanner: self, meta: c.meta, found: c.found })
+        Ok(Scanned { json, open, scanner: self, meta: c.meta, found: c.found })
     }
 }
 
@@ -169,32 +172,52 @@ impl<'a> Scanned<'_, 'a> {
         self.found[self.scanner.paths[i]].as_ref()
     }
 
-    /// The xxh3-128 of the bytes without the ignored members (commas kept valid).
-    pub fn fingerprint(&self) -> u128 {
+    /// The xxh3-128 of the object's bytes (with `type_meta`, see `shipped`) without the
+    /// ignored members (commas kept valid).
+    pub fn fingerprint(&self, type_meta: &[u8]) -> u128 {
         let mut hasher = Xxh3Default::new();
-        let mut at = 0;
-        for cut in self.removed(self.scanner.ignored) {
-            hasher.update(&self.json[at..cut.start]);
-            at = cut.end;
+        for piece in self.pieces(type_meta, self.scanner.ignored) {
+            hasher.update(piece);
         }
-        hasher.update(&self.json[at..]);
         hasher.digest128()
     }
 
-    /// The bytes without `metadata.managedFields` (the input itself when it has none).
-    pub fn without_managed_fields(&self) -> Cow<'a, [u8]> {
-        let cuts = self.removed(1 << self.scanner.managed_fields);
-        if cuts.is_empty() {
+    /// The object's bytes to ship: with `type_meta` in place of the opening brace when it
+    /// is not empty (the brace and the `kind` and `apiVersion` members a list item lacks,
+    /// each followed by a comma, e.g. `{"kind":"ConfigMap","apiVersion":"v1",`; the object
+    /// must have a member), and without `metadata.managedFields` when `cut_managed_fields`.
+    /// The input itself when neither changes it.
+    pub fn shipped(&self, type_meta: &[u8], cut_managed_fields: bool) -> Cow<'a, [u8]> {
+        let mask = if cut_managed_fields { 1 << self.scanner.managed_fields } else { 0 };
+        let pieces = self.pieces(type_meta, mask);
+        if pieces.len() == 1 && type_meta.is_empty() {
             return Cow::Borrowed(self.json);
         }
-        let mut out = Vec::with_capacity(self.json.len() - cuts.iter().map(|c| c.len()).sum::<usize>());
+        let mut out = Vec::with_capacity(pieces.iter().map(|p| p.len()).sum());
+        for piece in pieces {
+            out.extend_from_slice(piece);
+        }
+        Cow::Owned(out)
+    }
+
+    /// The bytes of the object with `type_meta` (if any) in place of its opening brace and
+    /// the members at the pointers of `mask` removed, as slices in order.
+    fn pieces<'p>(&self, type_meta: &'p [u8], mask: u64) -> Vec<&'p [u8]>
+    where
+        'a: 'p,
+    {
+        let mut pieces = Vec::with_capacity(4);
         let mut at = 0;
-        for cut in cuts {
-            out.extend_from_slice(&self.json[at..cut.start]);
+        if !type_meta.is_empty() {
+            pieces.push(type_meta);
+            at = self.open + 1;
+        }
+        for cut in self.removed(mask) {
+            pieces.push(&self.json[at..cut.start]);
             at = cut.end;
         }
-        out.extend_from_slice(&self.json[at..]);
-        Cow::Owned(out)
+        pieces.push(&self.json[at..]);
+        pieces
     }
 
     /// The byte ranges to leave out to remove the object members found at the pointers of
@@ -647,11 +670,8 @@ mod tests {
     use serde_json::{Map, Value, json};
 
     use super::*;
-    use crate::change::Fingerprinter;
-    use crate::model::Object;
+    use crate::json::{ALWAYS_IGNORED as ALWAYS, Fingerprinter};
 
-    /// The pointers `change::Fingerprinter` always leaves out, then the configured ones.
-    const ALWAYS: [&str; 2] = ["/metadata/resourceVersion", "/metadata/managedFields"];
     const EXTRA: [&str; 6] = ["/status", "/metadata/annotations/a~1b", "/spec/list/1/x", "/spec/0", "/a", "/nothing/here"];
     const PATHS: [&str; 4] = ["/spec/list/1", "/metadata/generation", "/a/0", "/~0x/a~1b"];
 
@@ -666,20 +686,22 @@ mod tests {
     fn without_managed_fields(value: &Value) -> Value {
         let mut v = value.clone();
         if let Some(Value::Object(m)) = v.get_mut("metadata") {
-            m.remove("managedFields");
+            m.shift_remove("managedFields");
         }
         v
     }
 
-    /// Checks every output of the scan of `value`'s compact JSON against the tree path.
+    /// Checks every output of the scan of `value`, written as the API server writes JSON,
+    /// against the tree path.
     fn agrees_with_the_tree(value: &Value) {
-        let json = serde_json::to_vec(value).unwrap();
+        let json = Fingerprinter::new(&[]).serialize(value).json;
         let s = scanner();
         let scanned = s.scan(&json).unwrap();
         let tree = Fingerprinter::new(&strings(&EXTRA)).serialize(value);
-        assert_eq!(scanned.fingerprint(), tree.fingerprint, "{value}");
-        let cut: Value = serde_json::from_slice(&scanned.without_managed_fields()).unwrap();
-        assert_eq!(cut, without_managed_fields(value));
+        assert_eq!(scanned.fingerprint(b""), tree.fingerprint, "{value}");
+        assert_eq!(&scanned.shipped(b"", false)[..], &json[..], "nothing cut: the input itself");
+        let cut = scanned.shipped(b"", true);
+        assert_eq!(&cut[..], &Fingerprinter::new(&[]).serialize(&without_managed_fields(value)).json[..], "{value}");
         for (i, p) in PATHS.iter().enumerate() {
             let at = scanned.path(i).map(|b| serde_json::from_slice::<Value>(b).unwrap());
             assert_eq!(at.as_ref(), value.pointer(p), "{p}");
@@ -690,15 +712,9 @@ mod tests {
         assert_eq!(meta.api_version.as_deref(), s("/apiVersion"));
         assert_eq!(meta.namespace.as_deref(), s("/metadata/namespace"));
         assert_eq!(meta.generation, value.pointer("/metadata/generation").and_then(Value::as_i64));
-        match Object::from_value(value.clone()) {
-            Ok(o) => {
-                assert_eq!(meta.name.as_deref(), Some(o.reference.name.as_str()));
-                assert_eq!(meta.namespace.as_deref(), o.reference.namespace.as_deref());
-                assert_eq!(meta.uid.as_deref(), Some(o.reference.uid.as_str()));
-                assert_eq!(meta.resource_version.as_deref(), Some(o.reference.resource_version.as_str()));
-            }
-            Err(_) => assert!(meta.name.as_deref().unwrap_or("").is_empty() || meta.uid.is_none() || meta.resource_version.is_none()),
-        }
+        assert_eq!(meta.name.as_deref(), s("/metadata/name"));
+        assert_eq!(meta.uid.as_deref(), s("/metadata/uid"));
+        assert_eq!(meta.resource_version.as_deref(), s("/metadata/resourceVersion"));
     }
 
     fn text() -> impl Strategy<Value = String> {
@@ -800,7 +816,7 @@ mod tests {
                     let out_of_range = tree.as_ref().is_err_and(|e| e.to_string().starts_with("number out of range"));
                     if !out_of_range {
                         prop_assert!(tree.is_ok(), "the scanner accepted what serde_json refuses");
-                        prop_assert!(serde_json::from_slice::<Value>(&scanned.without_managed_fields()).is_ok());
+                        prop_assert!(serde_json::from_slice::<Value>(&scanned.shipped(b"", true)).is_ok());
                     }
                 }
                 Err(ScanError::Duplicate { .. } | ScanError::WrongType { .. }) => {}
@@ -831,7 +847,7 @@ mod tests {
         agrees_with_the_tree(&value);
         let s = scanner();
         let scanned = s.scan(pretty).unwrap();
-        let cut: Value = serde_json::from_slice(&scanned.without_managed_fields()).unwrap();
+        let cut: Value = serde_json::from_slice(&scanned.shipped(b"", true)).unwrap();
         assert_eq!(cut, without_managed_fields(&value));
         let meta = &scanned.meta;
         assert_eq!((meta.kind.as_deref(), meta.api_version.as_deref()), (Some("Pod"), Some("v1")));
@@ -839,6 +855,26 @@ mod tests {
         assert_eq!(meta.namespace.as_deref(), Some("shop"));
         assert_eq!(meta.resource_version.as_deref(), Some("48213377"));
         assert!(matches!(meta.name, Some(Cow::Borrowed(_))), "no allocation for a string without escapes");
+    }
+
+    /// A ConfigMap as a kube-apiserver 1.34 sent it in a watch event, and as an item of a
+    /// list response (without `kind` and `apiVersion`).
+    const WATCHED: &str = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"rawprobe","uid":"2ac0b768-b853-47e3-b0b8-e333824f4c0e","resourceVersion":"662792","creationTimestamp":"2026-11-23T20:33:09Z","labels":{"x":"y"},"managedFields":[{"manager":"curl","operation":"Update","apiVersion":"v1","time":"2026-11-23T20:33:09Z","fieldsType":"FieldsV1","fieldsV1":{"f:data":{".":{},"f:k":{}},"f:metadata":{"f:labels":{".":{},"f:x":{}}}}}]},"data":{"k":"\u003cv\u0026\u003e\u2028é"}}"#;
+
+    #[test]
+    fn a_list_item_with_its_type_put_first_is_the_watch_events_object() {
+        let listed = WATCHED.replacen(r#""kind":"ConfigMap","apiVersion":"v1","#, "", 1);
+        let s = scanner();
+        let (watched, listed) = (s.scan(WATCHED.as_bytes()).unwrap(), s.scan(listed.as_bytes()).unwrap());
+        let type_meta = br#"{"kind":"ConfigMap","apiVersion":"v1","#;
+        assert_eq!(listed.meta.kind, None);
+        assert_eq!(listed.shipped(type_meta, false), watched.shipped(b"", false));
+        assert_eq!(&listed.shipped(type_meta, false)[..], WATCHED.as_bytes());
+        assert_eq!(listed.shipped(type_meta, true), watched.shipped(b"", true));
+        assert_eq!(listed.fingerprint(type_meta), watched.fingerprint(b""));
+        let tree: Value = serde_json::from_str(WATCHED).unwrap();
+        assert_eq!(Fingerprinter::new(&strings(&EXTRA)).serialize(&tree).fingerprint, watched.fingerprint(b""), "the tree path agrees");
+        assert_eq!(&Fingerprinter::new(&[]).serialize(&without_managed_fields(&tree)).json[..], &watched.shipped(b"", true)[..]);
     }
 
     #[test]
@@ -855,7 +891,7 @@ mod tests {
         let s = scanner();
         let scanned = s.scan(br#"{"metad\u0061ta":{"n\u0061me":"x","managedFields":1}}"#).unwrap();
         assert_eq!(scanned.meta.name.as_deref(), Some("x"));
-        assert_eq!(&scanned.without_managed_fields()[..], br#"{"metad\u0061ta":{"n\u0061me":"x"}}"#);
+        assert_eq!(&scanned.shipped(b"", true)[..], br#"{"metad\u0061ta":{"n\u0061me":"x"}}"#);
     }
 
     #[test]

@@ -1,12 +1,17 @@
-//! Objects serialized once: their JSON bytes and the fingerprint of their content with
-//! the configured ignored fields left out.
+//! The tree path: an object that must change in ways a splice cannot do (redaction) is
+//! parsed, changed, and written back as the API server writes JSON, with its fingerprint
+//! taken in the same walk. Where nothing changed, the bytes and the fingerprint are those
+//! of the raw-bytes path (`scan`): property-tested there.
+
+use std::io;
 
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::Value;
+use serde_json::ser::Formatter;
 use xxhash_rust::xxh3::Xxh3Default;
 
-/// Fields that never make an update worth shipping on their own.
-const ALWAYS_IGNORED: [&str; 2] = ["/metadata/resourceVersion", "/metadata/managedFields"];
+use super::ALWAYS_IGNORED;
 
 /// Serializes objects and fingerprints them without the ignored JSON pointers.
 #[derive(Debug, Clone)]
@@ -15,7 +20,8 @@ pub struct Fingerprinter {
     ignored: Vec<Vec<String>>,
 }
 
-/// An object's JSON (as `serde_json::to_vec` writes it) and its fingerprint.
+/// An object's JSON (as the API server writes it: compact, members in the tree's order,
+/// `<`, `>`, `&`, U+2028 and U+2029 escaped) and its fingerprint.
 #[derive(Debug)]
 pub struct Serialized {
     pub json: Bytes,
@@ -104,8 +110,34 @@ fn below<'a>(paths: &[&'a [String]], token: impl Fn(&str) -> bool) -> Vec<&'a [S
     paths.iter().filter(|p| p.len() > 1 && token(&p[0])).map(|p| &p[1..]).collect()
 }
 
-fn json_into(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
-    serde_json::to_writer(out, value).expect("JSON values always serialize");
+fn json_into(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
+    let mut ser = serde_json::Serializer::with_formatter(out, GoEscapes);
+    value.serialize(&mut ser).expect("JSON values always serialize");
+}
+
+/// serde_json's compact writer with the escapes of Go's `encoding/json` (which writes the
+/// API server's responses): `<`, `>` and `&` as `\u003c`, `\u003e`, `\u0026`, and the line
+/// and paragraph separators U+2028 and U+2029 as `\u2028` and `\u2029`.
+struct GoEscapes;
+
+impl Formatter for GoEscapes {
+    fn write_string_fragment<W: ?Sized + io::Write>(&mut self, writer: &mut W, fragment: &str) -> io::Result<()> {
+        let mut start = 0;
+        for (i, c) in fragment.char_indices() {
+            let escape: &[u8] = match c {
+                '<' => b"\\u003c",
+                '>' => b"\\u003e",
+                '&' => b"\\u0026",
+                '\u{2028}' => b"\\u2028",
+                '\u{2029}' => b"\\u2029",
+                _ => continue,
+            };
+            writer.write_all(&fragment.as_bytes()[start..i])?;
+            writer.write_all(escape)?;
+            start = i + c.len_utf8();
+        }
+        writer.write_all(&fragment.as_bytes()[start..])
+    }
 }
 
 /// An array index token as serde_json's `pointer` reads it (no sign, no leading zero).
@@ -128,7 +160,7 @@ mod tests {
             let (parent, last) = p.rsplit_once('/').unwrap();
             let name = last.replace("~1", "/").replace("~0", "~");
             if let Some(Value::Object(m)) = v.pointer_mut(parent) {
-                m.remove(&name);
+                m.shift_remove(&name);
             }
         }
         xxhash_rust::xxh3::xxh3_128(&serde_json::to_vec(&v).unwrap())
