@@ -28,7 +28,7 @@
 //!
 //! The informer program: client-go's SharedInformerFactory for the namespace's ConfigMaps,
 //! each add/update/delete sent as one JSON record (the object, key namespace/name) with
-//! franz-go, with the bridge's producer settings (idempotent, acks=all, zstd, linger 5 ms).
+//! franz-go, with the bridge's producer settings (idempotent, acks=all, lz4, linger 5 ms).
 //! It is built with `go build` (the Go toolchain; modules from the Go module proxy) into
 //! `$DELTASHIP_ENV_CACHE/bench/informer-<hash of its sources>` (default cache
 //! ~/.cache/deltaship-env), once.

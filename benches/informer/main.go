@@ -2,7 +2,7 @@
 // of one namespace that sends every add, update and delete to a Kafka topic as one JSON
 // record (key namespace/name), acknowledged by the broker (acks=all), as a client-go program
 // doing deltaship's job would. The producer has deltaship's Kafka sink settings (idempotent,
-// acks=all, zstd, linger 5 ms) so that both send the same way.
+// acks=all, lz4, linger 5 ms) so that both send the same way.
 //
 // It prints "synced <n>" on stdout once the initial list is in the informer's cache and every
 // record of it is acknowledged, and stops on SIGTERM or SIGINT after flushing.
@@ -67,7 +67,7 @@ func main() {
 		kgo.SeedBrokers(splitComma(*brokers)...),
 		kgo.DefaultProduceTopic(*topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerBatchCompression(kgo.ZstdCompression()),
+		kgo.ProducerBatchCompression(kgo.Lz4Compression()),
 		kgo.ProducerLinger(5*time.Millisecond),
 	)
 	if err != nil {
