@@ -54,6 +54,9 @@ fn wire(fixture: &str) -> Vec<u8> {
         ("value_tree", value_tree(&json)),
     ];
     for (name, read) in candidates {
+        // simd-json's objects keep no member order (a vector swapped on removal, a hash map
+        // above 32 members): it reads the metadata, not the fingerprint.
+        let read = if name == "simd_json" { Read { fingerprint: want.fingerprint, ..read } } else { read };
         assert_eq!(read, want, "{name} on {fixture}");
     }
     json
@@ -197,26 +200,21 @@ fn simd_json_tree(json: &[u8]) -> Read<'static> {
     use simd_json::prelude::*;
     // simd-json parses in place: the input is copied first, as the bridge would have to.
     let mut buf = json.to_vec();
-    let mut value = simd_json::to_borrowed_value(&mut buf).unwrap();
+    let value = simd_json::to_borrowed_value(&mut buf).unwrap();
     let text = |v: Option<&simd_json::BorrowedValue>| v.and_then(|v| v.as_str()).map(|s| Cow::Owned(s.to_string()));
     let meta = value.get("metadata");
-    let read = Read {
+    Read {
         kind: text(value.get("kind")),
         name: text(meta.and_then(|m| m.get("name"))),
         uid: text(meta.and_then(|m| m.get("uid"))),
         resource_version: text(meta.and_then(|m| m.get("resourceVersion"))),
         generation: meta.and_then(|m| m.get("generation")).and_then(|g| g.as_i64()),
         fingerprint: 0,
-    };
-    if let Some(m) = value.get_mut("metadata").and_then(|m| m.as_object_mut()) {
-        m.remove("resourceVersion");
-        m.remove("managedFields");
     }
-    Read { fingerprint: xxhash_rust::xxh3::xxh3_128(value.encode().as_bytes()), ..read }
 }
 
-/// simd-json's tree (`BorrowedValue`) of a copy of the bytes, the ignored members removed
-/// from it and the rest serialized and hashed: the tree path with simd-json's parser.
+/// simd-json's tree (`BorrowedValue`) of a copy of the bytes, its metadata read: the parse
+/// alone, without the fingerprint it cannot give (its objects keep no member order).
 #[divan::bench(args = FIXTURES)]
 fn simd_json_borrowed_value(bencher: Bencher, fixture: &str) {
     let json = wire(fixture);
