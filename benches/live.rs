@@ -163,6 +163,7 @@ fn main() {
                 }
                 running.stop();
                 rt.block_on(live::delete_topic(&brokers, &topic));
+                rt.block_on(live::delete_topic(&brokers, &live::checkpoint_topic(&id)));
             }
         }
         summarize(count, &rates, &results, bench);

@@ -48,6 +48,7 @@ fn main() {
                        "sync_cpu_secs": r.sync_cpu_secs, "samples": r.samples, "smoke": !bench})
             );
             rt.block_on(live::delete_topic(&brokers, &r.topic));
+            rt.block_on(live::delete_topic(&brokers, &r.checkpoint_topic));
             results.push(r);
         }
         let col = |f: fn(&Run) -> f64| common::stats(&results.iter().map(f).collect::<Vec<_>>());
@@ -72,6 +73,7 @@ struct Run {
     sync_cpu_secs: f64,
     samples: usize,
     topic: String,
+    checkpoint_topic: String,
 }
 
 /// Whether the sink acknowledged a `sync.completed` (deltaship_events_total counts events
@@ -105,5 +107,6 @@ fn run_bridge(bin: &str, ns: &str, brokers: &str, steady_secs: u64) -> Run {
         sync_cpu_secs: at_synced.cpu_secs,
         samples: samples.len(),
         topic: live::events_topic(&id),
+        checkpoint_topic: live::checkpoint_topic(&id),
     }
 }

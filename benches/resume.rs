@@ -116,7 +116,7 @@ fn main() {
                     }
                 };
                 let port = live::free_port();
-                let config = format!("{}[resume]\nkafka_topic = \"{id}.checkpoints\"\n", live::kafka_config(&id, &ns, &brokers, &id, port, "info"));
+                let config = live::kafka_config(&id, &ns, &brokers, &id, port, "info");
                 let start = run_start(&bin, &format!("{id}-{}", phase.as_str()), port, &config, expected);
                 let read = rt.block_on(read_checkpoint(&config));
                 println!(
@@ -133,7 +133,7 @@ fn main() {
             }
             rt.block_on(set_mode(&client, &ns, &changed, "production"));
             rt.block_on(live::delete_topic(&brokers, &live::events_topic(&id)));
-            rt.block_on(live::delete_topic(&brokers, &format!("{id}.checkpoints")));
+            rt.block_on(live::delete_topic(&brokers, &live::checkpoint_topic(&id)));
         }
         for phase in [Phase::Full, Phase::Unchanged, Phase::Changed] {
             let of: Vec<&(Phase, Start, Read)> = results.iter().filter(|(p, _, _)| *p == phase).collect();

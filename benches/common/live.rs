@@ -187,12 +187,21 @@ pub async fn delete_topic(brokers: &str, topic: &str) {
 
 /// The config of a bridge watching the ConfigMaps of `ns`, shipping to Kafka topics named
 /// after `id` (`<id>.core.configmaps`, 3 partitions), serving HTTP on `port`.
+/// Each run checkpoints into a topic of its own (`checkpoint_topic`): a start never reads
+/// another run's records.
 pub fn kafka_config(cluster: &str, ns: &str, brokers: &str, id: &str, port: u16, log_level: &str) -> String {
     format!(
         "cluster = \"{cluster}\"\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = [\"{ns}\"]\n\
          [sink]\ntype = \"kafka\"\nbrokers = \"{brokers}\"\ntopic_template = \"{id}.{{group}}.{{plural}}\"\n\
-         create_topics = {{ partitions = 3 }}\n[http]\nlisten = \"127.0.0.1:{port}\"\n[log]\nlevel = \"{log_level}\"\n"
+         create_topics = {{ partitions = 3 }}\n[http]\nlisten = \"127.0.0.1:{port}\"\n[log]\nlevel = \"{log_level}\"\n\
+         [resume]\nkafka_topic = \"{}\"\n",
+        checkpoint_topic(id)
     )
+}
+
+/// The checkpoint topic of `kafka_config(.., id, ..)`.
+pub fn checkpoint_topic(id: &str) -> String {
+    format!("{id}.checkpoints")
 }
 
 /// The topic of the ConfigMap events of `kafka_config(.., id, ..)`.
