@@ -3,6 +3,8 @@
 //! do the change (`tree`). Both give the same bytes and fingerprint for the same object.
 
 mod scan;
+#[cfg(test)]
+pub(crate) mod strategies;
 mod tree;
 
 pub use scan::{Found, MANAGED_FIELDS, Member, Meta, ScanError, Scanned, Scanner};

@@ -670,6 +670,7 @@ mod tests {
     use serde_json::{Map, Value, json};
 
     use super::*;
+    use crate::json::strategies::{any_json, key, text};
     use crate::json::{ALWAYS_IGNORED as ALWAYS, Fingerprinter};
 
     const EXTRA: [&str; 6] = ["/status", "/metadata/annotations/a~1b", "/spec/list/1/x", "/spec/0", "/a", "/nothing/here"];
@@ -715,46 +716,6 @@ mod tests {
         assert_eq!(meta.name.as_deref(), s("/metadata/name"));
         assert_eq!(meta.uid.as_deref(), s("/metadata/uid"));
         assert_eq!(meta.resource_version.as_deref(), s("/metadata/resourceVersion"));
-    }
-
-    fn text() -> impl Strategy<Value = String> {
-        prop_oneof![any::<String>(), "[a-z0-9./-]{0,12}", Just("<b>&\"\\/\n\t\u{0}\u{1F600}\u{2028}é".to_string())]
-    }
-
-    fn key() -> impl Strategy<Value = String> {
-        prop_oneof![
-            Just("a"),
-            Just("a/b"),
-            Just("~x"),
-            Just("0"),
-            Just("1"),
-            Just("x"),
-            Just("list"),
-            Just("status"),
-            Just("managedFields"),
-            Just("resourceVersion"),
-            Just("metadata"),
-            Just("é\"\\\n<>"),
-        ]
-        .prop_map(String::from)
-    }
-
-    fn any_json() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            // Floats that serde_json reads back exactly (it parses without float_roundtrip).
-            prop_oneof![Just(0.5), Just(-2.25), Just(1e21), Just(3.0e-5)].prop_map(Value::from),
-            text().prop_map(Value::from),
-        ];
-        leaf.prop_recursive(4, 40, 5, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
-                prop::collection::btree_map(key(), inner, 0..5).prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
     }
 
     /// An object shaped like a Kubernetes one, each interesting member present or not.
