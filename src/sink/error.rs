@@ -172,7 +172,7 @@ pub enum Failure {
     NoPartitions,
     /// The producer went away without reporting on a record.
     #[error("the producer dropped the delivery report")]
-    DeliveryDropped(#[source] futures::channel::oneshot::Canceled),
+    DeliveryDropped(#[source] tokio::sync::oneshot::error::RecvError),
     /// The task of a blocking librdkafka call failed.
     #[error("{0}")]
     Blocking(#[source] tokio::task::JoinError),

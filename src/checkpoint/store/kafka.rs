@@ -10,14 +10,14 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+use rdkafka::producer::{Producer as _, PurgeConfig};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::StoreError;
 use super::inflight::{self, STALL, Stop};
 use crate::checkpoint::progress::Records;
 use crate::config::{ClientRole, KafkaConfig};
-use crate::sink::kafka::{QuietContext, client_refused, explain};
+use crate::sink::kafka::{Producer, QuietContext, client_refused, explain};
 
 /// The bound of one metadata, offsets or admin request, and of the wait for the next
 /// record while reading.
@@ -41,7 +41,7 @@ pub struct KafkaStore {
     context: QuietContext,
     /// Replaced after a write that timed out (librdkafka can be left with no broker after a
     /// broker restart, and then neither delivers nor fails).
-    producer: Mutex<FutureProducer<QuietContext>>,
+    producer: Mutex<Producer>,
 }
 
 /// Why the topic is not ready: for good (it must be fixed first), or for now.
@@ -195,18 +195,8 @@ impl KafkaStore {
         let producer = self.producer();
         let producer = &producer;
         let sent = inflight::in_order(records, WINDOW, |(key, value)| async move {
-            let mut record = FutureRecord::<str, [u8]>::to(&self.topic).key(key.as_str()).partition(0);
-            if let Some(v) = value {
-                record = record.payload(v.as_slice());
-            }
-            let delivery = producer.send_result(record).map_err(|(e, _)| e)?;
-            Ok(async move {
-                match delivery.await {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err((e, _))) => Err(e),
-                    Err(_) => Err(KafkaError::Canceled),
-                }
-            })
+            let delivery = producer.send(&self.topic, key, value.as_deref(), None, Some(0))?;
+            Ok(async move { delivery.await.unwrap_or(Err(KafkaError::Canceled)) })
         })
         .await;
         let (reason, stuck) = match sent {
@@ -223,18 +213,17 @@ impl KafkaStore {
         Err(StoreError::Kafka { topic: self.topic.clone(), reason })
     }
 
-    fn producer(&self) -> FutureProducer<QuietContext> {
+    fn producer(&self) -> Producer {
         self.producer.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Puts a new producer in place of the current one, and drops the old one (which purges
-    /// what it still holds) before the next write can send anything.
+    /// Puts a new producer in place of the current one, and purges what the old one still
+    /// holds before the next write can send anything.
     async fn replace_producer(&self) {
         match create_producer(&self.config, &self.context) {
             Ok(fresh) => {
                 let old = std::mem::replace(&mut *self.producer.lock().unwrap_or_else(|p| p.into_inner()), fresh);
-                // Dropping a producer purges and flushes it, which may block for a moment.
-                let _ = tokio::task::spawn_blocking(move || drop(old)).await;
+                old.purge(PurgeConfig::default().queue().inflight());
                 tracing::warn!(topic = %self.topic, "Checkpoint write timed out; the checkpoint producer was replaced");
             }
             Err(e) => tracing::warn!(topic = %self.topic, error = %e, "Checkpoint write timed out; no new checkpoint producer"),
@@ -247,8 +236,8 @@ impl KafkaStore {
     }
 }
 
-fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<FutureProducer<QuietContext>, String> {
-    config.create_with_context(context.clone()).map_err(|e| client_refused("producer", config, e).to_string())
+fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<Producer, String> {
+    Producer::create(config, context).map_err(|e| client_refused("producer", config, e).to_string())
 }
 
 /// The latest values of the keys that start with `prefix` in partition 0 of `topic`, up to

@@ -18,8 +18,8 @@ use crate::sink::ErrorKind;
 
 const REPEAT_AFTER: Duration = Duration::from_secs(60);
 
-/// Cloning shares the state: the sink keeps a clone to read the cause (a client's own
-/// context is not reachable through a FutureProducer).
+/// Cloning shares the state: the sink and the checkpoint store keep a clone to read the
+/// cause, which outlives the clients they replace.
 #[derive(Default, Clone)]
 pub struct QuietContext {
     state: Arc<State>,

@@ -2,6 +2,7 @@
 
 mod admin;
 mod binding;
+mod delivery;
 mod error;
 mod log;
 mod producer;
@@ -9,6 +10,7 @@ mod recover;
 
 pub use admin::create_topics;
 pub use binding::encode;
+pub use delivery::Producer;
 pub use error::{client_refused, explain};
 pub use log::QuietContext;
 pub use producer::KafkaSink;

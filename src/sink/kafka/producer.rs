@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::message::OwnedHeaders;
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer, PurgeConfig};
+use rdkafka::producer::{Producer as _, PurgeConfig};
 use rdkafka::util::Timeout;
 
 use super::binding::encode;
+use super::delivery::{Delivery, Producer};
 use super::error::{classify, client_refused};
 use super::log::QuietContext;
 use super::recover::{Progress, STATISTICS_INTERVAL_MS, Tracked};
@@ -29,10 +30,10 @@ pub struct KafkaSink {
 /// a new one.
 struct Shared {
     config: ClientConfig,
-    /// The producers' context, for the cause of failed metadata requests (a client's own
-    /// context is not reachable through a FutureProducer); shared by every producer.
+    /// The producers' context, for the cause of failed metadata requests; shared by every
+    /// producer.
     context: QuietContext,
-    producer: RwLock<FutureProducer<QuietContext>>,
+    producer: RwLock<Producer>,
     progress: Arc<Progress>,
 }
 
@@ -49,7 +50,7 @@ impl KafkaSink {
     }
 
     /// The current producer (a cheap handle).
-    pub(super) fn producer(&self) -> FutureProducer<QuietContext> {
+    pub(super) fn producer(&self) -> Producer {
         self.shared.producer.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -70,8 +71,7 @@ impl KafkaSink {
     pub(super) fn replace_producer(&self) -> Result<(), SinkError> {
         let fresh = create_producer(&self.shared.config, &self.shared.context)?;
         let old = std::mem::replace(&mut *self.shared.producer.write().unwrap_or_else(|p| p.into_inner()), fresh);
-        // Dropping a producer purges and flushes it, which may block for a moment.
-        tokio::task::spawn_blocking(move || drop(old));
+        old.purge(PurgeConfig::default().queue().inflight());
         Ok(())
     }
 
@@ -102,22 +102,8 @@ impl KafkaSink {
         Ok(())
     }
 
-    fn produce(
-        &self,
-        topic: &str,
-        key: &str,
-        payload: Option<&[u8]>,
-        headers: OwnedHeaders,
-        partition: Option<i32>,
-    ) -> Result<Tracked<DeliveryFuture>, SendError> {
-        let mut record = FutureRecord::<str, [u8]>::to(topic).key(key).headers(headers);
-        if let Some(p) = payload {
-            record = record.payload(p);
-        }
-        if let Some(p) = partition {
-            record = record.partition(p);
-        }
-        let delivery = self.producer().send_result(record).map_err(|(e, _)| classify(e))?;
+    fn produce(&self, topic: &str, key: &str, payload: Option<&[u8]>, headers: OwnedHeaders, partition: Option<i32>) -> Result<Tracked<Delivery>, SendError> {
+        let delivery = self.producer().send(topic, key, payload, Some(headers), partition).map_err(classify)?;
         Ok(self.shared.progress.track(delivery))
     }
 
@@ -138,16 +124,16 @@ impl KafkaSink {
 
 /// A new producer with `config`, sharing `context`; it reports its statistics, for the
 /// brokers it knows of (kafka::recover).
-fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<FutureProducer<QuietContext>, SinkError> {
+fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<Producer, SinkError> {
     let mut config = config.clone();
     config.set("statistics.interval.ms", STATISTICS_INTERVAL_MS);
-    config.create_with_context(context.clone()).map_err(|e| client_refused("producer", &config, e))
+    Producer::create(&config, context).map_err(|e| client_refused("producer", &config, e))
 }
 
-async fn await_delivery(d: Tracked<DeliveryFuture>) -> Result<(), SendError> {
+async fn await_delivery(d: Tracked<Delivery>) -> Result<(), SendError> {
     match d.delivery.await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err((e, _))) => Err(classify(e)),
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(classify(e)),
         Err(e) => Err(SendError::Retryable { kind: ErrorKind::Canceled, source: Failure::DeliveryDropped(e) }),
     }
 }
