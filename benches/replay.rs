@@ -102,9 +102,10 @@ fn main() {
         let http_stop = CancellationToken::new();
         let http = deltaship::config::HttpConfig::default();
         let timeout = Duration::from_secs(http.request_timeout_secs);
-        let _http = deltaship::telemetry::serve("127.0.0.1:0".parse().unwrap(), http.max_connections, timeout, health.clone(), http_stop.clone())
+        let metrics = deltaship::telemetry::install_recorder().expect("metrics recorder");
+        let _http = deltaship::telemetry::serve("127.0.0.1:0".parse().unwrap(), http.max_connections, timeout, metrics, health.clone(), http_stop.clone())
             .await
-            .expect("metrics recorder");
+            .expect("serves");
         let objects = (n / 10).clamp(1, 2000);
         let recorded = Arc::new(common::recording(kind, n, objects));
         eprintln!("replay: {n} events ({objects} {}s, {} B each on the wire), {runs} runs", kind.name(), kind.wire_size());

@@ -3,14 +3,22 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use deltaship::{check, config, pipeline, telemetry};
 use tokio_util::sync::CancellationToken;
 
+/// Exit codes: 0 done, 1 failed (a run that stopped on an error, a check with a failed
+/// finding, a rebuild that could not read), 2 a usage error (clap's), 78 an invalid
+/// configuration (`EX_CONFIG` of sysexits.h).
+const EXIT_CONFIG: u8 = 78;
+
+/// `--version`: the version and the commit it was built from.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUILD_REVISION"), ")");
+
 /// Watches Kubernetes objects like an informer and ships every change as a CloudEvent to
-/// Kafka or stdout, in order per object, with sync markers.
+/// Kafka, NATS JetStream or stdout, in order per object, with sync markers.
 #[derive(Parser)]
-#[command(version, about, long_about = None)]
+#[command(version = VERSION, about, long_about = None, after_help = "Exit codes: 0 done, 1 failed, 2 usage error, 78 invalid configuration.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -28,6 +36,12 @@ enum Command {
     /// The reference consumer: read a Kafka topic or a JetStream stream from the start,
     /// follow the consumer protocol, write the rebuilt state as JSON and a summary on stderr.
     Rebuild(RebuildArgs),
+    /// Print a completion script for a shell, e.g. `deltaship completions bash >
+    /// /etc/bash_completion.d/deltaship`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(clap::Args)]
@@ -71,6 +85,10 @@ struct ConfigArg {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "deltaship", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
         Command::Rebuild(args) => rebuild(&args),
         Command::PrintConfig(arg) => with_config(&arg, |config| {
             let shown = serde_json::to_string_pretty(&config.masked()).expect("the config serializes");
@@ -92,13 +110,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// Loads the config (exit 2 with every problem when invalid) and runs `f` with it.
+/// Loads the config (exit 78 with every problem when invalid) and runs `f` with it.
 fn with_config(arg: &ConfigArg, f: impl FnOnce(config::Config) -> ExitCode) -> ExitCode {
     match config::load(&arg.config) {
         Ok(c) => f(c),
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(2)
+            ExitCode::from(EXIT_CONFIG)
         }
     }
 }
@@ -108,7 +126,7 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_CONFIG);
         }
     };
     let source = match (&args.kafka, &args.nats, &args.stream) {

@@ -10,7 +10,7 @@ use deltaship::config::KafkaConfig;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::bridge::{Bridge, command, free_port, run_to_exit};
+use support::bridge::{Bridge, EXIT_CONFIG, command, free_port, run_to_exit};
 use support::config::{TestConfig, kafka, resource};
 use support::kube::{client, delete_namespace, eventually, namespace};
 
@@ -144,23 +144,23 @@ brokers = "from-the-file:9092"
 }
 
 #[test]
-fn a_zero_queue_capacity_exits_2_naming_the_key_and_the_fix() {
+fn a_zero_queue_capacity_is_refused_as_an_invalid_config_naming_the_key_and_the_fix() {
     // Invalid on purpose, so written as text (as every invalid config of this file): the
     // refusal of what a file says is the point.
     let config = "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[delivery]\nqueue_capacity = 0\n";
     let (status, _, stderr) = command(&["check"], config, &[]);
-    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_eq!(status.code(), Some(EXIT_CONFIG), "{stderr}");
     assert!(stderr.contains("delivery.queue_capacity"), "{stderr}");
     assert!(stderr.contains("fix:"), "{stderr}");
     assert!(stderr.contains("config.toml"), "names the file: {stderr}");
 }
 
 #[test]
-fn an_unknown_top_level_key_exits_2_naming_it_and_listing_the_expected_keys() {
+fn an_unknown_top_level_key_is_refused_as_an_invalid_config_naming_it_and_listing_the_expected_keys() {
     // Text: the builder cannot write an unknown key.
     let config = "queue_size = 5\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n";
     let (status, _, stderr) = command(&["run"], config, &[]);
-    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_eq!(status.code(), Some(EXIT_CONFIG), "{stderr}");
     assert!(stderr.contains("queue_size"), "{stderr}");
     for key in ["cluster", "kubernetes", "resources", "sink", "delivery", "http", "log"] {
         assert!(stderr.contains(&format!("`{key}`")), "expected key {key} not listed: {stderr}");
@@ -177,11 +177,11 @@ fn a_config_that_parses_lists_every_validation_problem_at_once() {
     // written as text.
     let config = "cluster = \"Bad_Name\"\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[delivery]\nqueue_capacity = 0\n";
     let (status, _, stderr) = command(&["check"], config, &[]);
-    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_eq!(status.code(), Some(EXIT_CONFIG), "{stderr}");
     assert!(stderr.contains("`cluster`") && stderr.contains("`delivery.queue_capacity`"), "{stderr}");
     let unknown = "queue_size = 5\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n";
     let (status, _, stderr) = command(&["check"], unknown, &[]);
-    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_eq!(status.code(), Some(EXIT_CONFIG), "{stderr}");
     assert!(stderr.contains("`queue_size`: unknown field") && !stderr.contains("default."), "{stderr}");
 }
 

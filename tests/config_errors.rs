@@ -1,5 +1,6 @@
-//! Bad configuration fails at start-up: `check` and `run` exit 2 naming the key, what is
-//! wrong and the fix; never a panic, a hang, a retry forever or a secret in the output.
+//! Bad configuration fails at start-up: `check` and `run` exit 78 (an invalid
+//! configuration) naming the key, what is wrong and the fix; never a panic, a hang, a retry
+//! forever or a secret in the output.
 
 mod support;
 
@@ -7,6 +8,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use support::bridge::EXIT_CONFIG;
 
 const CM: &str = "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n";
 
@@ -47,13 +50,13 @@ fn write(name: &str, text: &str) -> PathBuf {
     path
 }
 
-/// `check` and `run` both exit 2 with every one of `expected` in their output, and
+/// `check` and `run` both exit 78 with every one of `expected` in their output, and
 /// print no panic; returns `run`'s output.
 fn refused_with_env(file: &Path, envs: &[(&str, &str)], expected: &[&str]) -> String {
     let mut output = String::new();
     for command in ["check", "run"] {
         let (code, out) = deltaship(command, file, envs);
-        assert_eq!(code, Some(2), "{command}: {out}");
+        assert_eq!(code, Some(EXIT_CONFIG), "{command}: {out}");
         assert!(!out.contains("panicked"), "{command}: {out}");
         for e in expected {
             assert!(out.contains(e), "{command}: `{e}` not in:\n{out}");
@@ -116,7 +119,7 @@ fn nats_subjects_with_wildcards_or_outside_the_stream_exit_2() {
 }
 
 #[test]
-fn one_kind_watched_twice_into_one_topic_exits_2_unless_the_namespaces_are_disjoint() {
+fn one_kind_watched_twice_into_one_topic_is_refused_as_an_invalid_config_unless_the_namespaces_are_disjoint() {
     let kafka = "[sink]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n";
     refused(&format!("{CM}{CM}"), &["`resources[1]`", "resources[0] watches too", "sync.completed"]);
     let twice = format!("{CM}namespaces = [\"a\", \"b\"]\nlabel_selector = \"app=x\"\n{CM}namespaces = [\"b\"]\nlabel_selector = \"app=y\"\n{kafka}");
@@ -140,7 +143,7 @@ fn a_stdout_sink_refuses_unknown_keys_from_the_file_and_the_environment() {
 }
 
 #[test]
-fn an_unknown_compression_codec_exits_2_naming_the_key_and_the_codecs() {
+fn an_unknown_compression_codec_is_refused_as_an_invalid_config_naming_the_key_and_the_codecs() {
     let codecs = "`none`, `gzip`, `snappy`, `lz4`, `zstd`";
     refused(&format!("{CM}[sink]\ntype = \"kafka\"\nbrokers = \"b:1\"\ncompression = \"brotli\"\n"), &["`sink.compression`", "`brotli`", codecs]);
     refused(
@@ -151,7 +154,7 @@ fn an_unknown_compression_codec_exits_2_naming_the_key_and_the_codecs() {
 }
 
 #[test]
-fn a_bad_template_listen_address_or_relist_mode_exits_2_naming_the_key() {
+fn a_bad_template_listen_address_or_relist_mode_is_refused_as_an_invalid_config_naming_the_key() {
     refused(
         &format!("{CM}topic = \"cm.{{nope}}\"\n"),
         &["`resources.0.topic`: `cm.{nope}` uses the unknown placeholder `{nope}`", "fix: use text and the placeholders"],
@@ -171,7 +174,7 @@ fn a_bad_template_listen_address_or_relist_mode_exits_2_naming_the_key() {
 }
 
 #[test]
-fn an_invalid_log_level_exits_2() {
+fn an_invalid_log_level_is_refused_as_an_invalid_config() {
     refused(&format!("{CM}[log]\nlevel = \"deltaship=loud\"\n"), &["`log.level`", "not a log filter"]);
 }
 
@@ -189,7 +192,7 @@ fn a_deeply_nested_file_is_refused_before_it_is_parsed() {
     for command in ["check", "run"] {
         let started = Instant::now();
         let (code, out) = deltaship(command, &file, &[]);
-        assert_eq!(code, Some(2), "{out}");
+        assert_eq!(code, Some(EXIT_CONFIG), "{out}");
         assert!(out.contains("nests deeper than 32 levels at line 1") && out.contains("fix:"), "{out}");
         assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
     }
@@ -214,7 +217,7 @@ fn a_fifo_as_a_secret_file_is_refused_without_blocking() {
         refused(&format!("{CM}{table}"), &[&format!("`{key}`"), "not a regular file"]);
     }
     let (code, out) = deltaship("check", &dir.join("fifo"), &[]);
-    assert_eq!(code, Some(2), "the config file itself: {out}");
+    assert_eq!(code, Some(EXIT_CONFIG), "the config file itself: {out}");
 }
 
 #[test]

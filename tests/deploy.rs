@@ -334,12 +334,12 @@ fn the_dockerfile_builds_in_one_stage_and_runs_as_non_root_in_another() {
     let runs: Vec<&str> = builder.iter().filter(|(i, _)| i == "RUN").map(|(_, a)| a.as_str()).collect();
     assert!(runs.iter().any(|r| r.contains("apt-get install") && r.contains("libssl-dev") && r.contains("pkg-config")), "{runs:?}");
     assert!(runs.iter().any(|r| r.contains("cargo build --release --locked")), "{runs:?}");
-    // A small build context: only the crate's manifest, lock file and sources.
+    // A small build context: only the crate's manifest, lock file, build script and sources.
     for (i, args) in builder.iter().filter(|(i, _)| i == "COPY" || i == "ADD") {
         assert_eq!(i, "COPY", "{args}");
         let words: Vec<&str> = args.split_whitespace().filter(|w| !w.starts_with("--")).collect();
         for src in &words[..words.len() - 1] {
-            assert!(["Cargo.toml", "Cargo.lock", "src"].contains(src), "the build copies {src}");
+            assert!(["Cargo.toml", "Cargo.lock", "build.rs", "src"].contains(src), "the build copies {src}");
         }
     }
 

@@ -51,6 +51,7 @@ fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
         resource: "configmaps".into(),
         completes_initial_sync: false,
         position: None,
+        observed: None,
     }
 }
 

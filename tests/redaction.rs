@@ -1,6 +1,6 @@
 //! Field redaction rules and keyed digests, end to end: credentials in Deployment env vars,
 //! annotations, ConfigMap data and Secrets never reach the Kafka topics; hashed fields carry
-//! the HMAC-SHA256 of the configured key. Bad rules and key files stop start-up with exit 2.
+//! the HMAC-SHA256 of the configured key. Bad rules and key files stop start-up with exit 78.
 
 mod support;
 
@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use support::bridge::{Bridge, command};
+use support::bridge::{Bridge, EXIT_CONFIG, command};
 use support::config::{TestConfig, kafka, partitions, resource};
 use support::kafka::{Record, read_until};
 use support::kube::{client, delete_namespace, namespace};
@@ -280,7 +280,7 @@ fn bad_rules_and_key_files_exit_2_naming_the_key_and_the_fix() {
     ];
     for (rule, expected) in cases {
         let (status, _, stderr) = command(&["check"], &config(rule), &[]);
-        assert_eq!(status.code(), Some(2), "{stderr}");
+        assert_eq!(status.code(), Some(EXIT_CONFIG), "{stderr}");
         for e in expected {
             assert!(stderr.contains(e), "missing {e:?} in:\n{stderr}");
         }
@@ -288,12 +288,12 @@ fn bad_rules_and_key_files_exit_2_naming_the_key_and_the_fix() {
     }
     let missing = format!("[redaction]\ndigest_key_file = \"{}\"\n{}", dir.join("missing").display(), config(r#"{ path = "/data/x", action = "drop" }"#));
     let (status, _, stderr) = command(&["check"], &missing, &[]);
-    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_eq!(status.code(), Some(EXIT_CONFIG), "{stderr}");
     assert!(stderr.contains("`redaction.digest_key_file`: cannot read"), "{stderr}");
     // A key too short to resist guessing, without a rule: refused without showing it.
     let (status, _, stderr) =
         command(&["check"], &format!("[redaction]\ndigest_key_file = \"{}\"\n[[resources]]\nversion = \"v1\"\nkind = \"Secret\"\n", short.display()), &[]);
-    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_eq!(status.code(), Some(EXIT_CONFIG), "{stderr}");
     assert!(stderr.contains("`redaction.digest_key_file`: ") && stderr.contains("holds 11 bytes, fewer than 16"), "{stderr}");
     assert!(!stderr.contains("tiny-secret"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();

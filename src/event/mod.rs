@@ -4,6 +4,7 @@ mod id;
 mod knative;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -47,6 +48,9 @@ pub struct Envelope {
     /// Where the event stands in its watch's order, when its route keeps a checkpoint: its
     /// acknowledgement moves the checkpoint.
     pub position: Option<Position>,
+    /// When the watch event the event was built from arrived (set by the worker): the lag
+    /// histogram measures from here to the sink's acknowledgement.
+    pub observed: Option<Instant>,
 }
 
 /// What every event of one watch carries alike, derived once per watch rather than per
@@ -158,7 +162,17 @@ fn object_event(watch: &WatchAttributes, scope: &Scope, output: &Output, c: Obje
         (_, Payload::Object(o), _) => (o.json, JSON),
     };
     event.set_datacontenttype(Some(content_type));
-    Ok(Envelope { event, data, destination, key: partition_key, kind, resource: watch.resource.clone(), completes_initial_sync: false, position: None })
+    Ok(Envelope {
+        event,
+        data,
+        destination,
+        key: partition_key,
+        kind,
+        resource: watch.resource.clone(),
+        completes_initial_sync: false,
+        position: None,
+        observed: None,
+    })
 }
 
 /// The same event as a reference (identity only), marked with the extension
@@ -264,6 +278,7 @@ fn marker_event(watch: &WatchAttributes, scope: &Scope, output: &Output, m: Mark
         resource: watch.resource.clone(),
         completes_initial_sync,
         position: None,
+        observed: None,
     })
 }
 

@@ -183,6 +183,9 @@ impl<P: Publisher> Dispatcher<P> {
                 self.health.progressed();
                 meters.acknowledged(&env.resource, env.kind.label());
                 meters.latency.record(done.started.elapsed().as_secs_f64());
+                if let Some(observed) = env.observed {
+                    meters.lag.record(observed.elapsed().as_secs_f64());
+                }
                 if env.completes_initial_sync {
                     self.health.initial_sync_delivered();
                 }
@@ -308,6 +311,7 @@ mod tests {
             resource: "configmaps".into(),
             completes_initial_sync: false,
             position: None,
+            observed: None,
         }
     }
 

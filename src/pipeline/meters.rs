@@ -15,6 +15,8 @@ pub struct Meters {
     pub held: Gauge,
     pub queued: Gauge,
     pub latency: Histogram,
+    /// From the watch event's arrival to the acknowledgement.
+    pub lag: Histogram,
     /// By type label, then resource: looked up by a borrowed resource, without a copy.
     acknowledged: HashMap<&'static str, HashMap<Arc<str>, Counter>>,
 }
@@ -29,6 +31,7 @@ impl Meters {
             held: metrics::gauge!(m::HELD, "route" => route.clone()),
             queued: metrics::gauge!(m::QUEUED, "route" => route.clone()),
             latency: metrics::histogram!(m::PUBLISH_LATENCY, "sink" => sink, "route" => route.clone()),
+            lag: metrics::histogram!(m::EVENT_LAG, "route" => route.clone()),
             acknowledged: HashMap::new(),
             route,
         }

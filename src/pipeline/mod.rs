@@ -110,6 +110,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     // Signals cancel `stop` from the very start, so that start-up waits (a broker that is
     // not up yet) end on SIGTERM too.
     forward_signals(stop.clone())?;
+    let metrics = telemetry::install_recorder()?;
     let Started { client, scopes } = start(&config, &mut |step| {
         if let Ok(passed) = step {
             tracing::debug!("{passed}");
@@ -127,7 +128,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     let health = Health::new(routes.iter().enumerate().map(|(i, r)| (r.name.clone(), plan::watches_of(&scopes, i))).collect(), stall, watch_grace);
     let http_stop = CancellationToken::new();
     let request_timeout = Duration::from_secs(config.http.request_timeout_secs);
-    let http = telemetry::serve(config.http.listen, config.http.max_connections, request_timeout, health.clone(), http_stop.clone()).await?;
+    let http = telemetry::serve(config.http.listen, config.http.max_connections, request_timeout, metrics, health.clone(), http_stop.clone()).await?;
     // Every task is joined: a panic in any of them stops the bridge with an error naming it.
     let mut names = TaskNames::default();
     let mut background = JoinSet::new();

@@ -4,6 +4,7 @@
 //! the watch stage, the benches and the tests below feed it alike.
 
 use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
@@ -13,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::change::{Change, Classifier};
 use crate::checkpoint::{Effect, Progress, Resume};
 use crate::event::{self, Envelope, WatchAttributes};
-use crate::model::{ChangeType, Observed};
+use crate::model::{ChangeType, MarkerPhase, Observed};
 use crate::plan::Scope;
 use crate::telemetry::WatchHealth;
 use crate::telemetry::metrics::{self as m, Counters};
@@ -61,7 +62,7 @@ impl Worker {
                     if !classifier.resync(&mut changes) {
                         tracing::debug!(watch = %scope.describe(), "Resync skipped: a sync is under way");
                     }
-                    if !self.enqueue(&watch, &mut changes, &mut meters, &stop).await {
+                    if !self.enqueue(&watch, &mut changes, &mut meters, Instant::now(), &stop).await {
                         return;
                     }
                     continue;
@@ -69,6 +70,7 @@ impl Worker {
                 item = observed.next() => item,
             };
             let Some(item) = item else { return };
+            let arrived = Instant::now();
             let event = match item {
                 Ok(e) => e,
                 Err(e) => {
@@ -83,13 +85,14 @@ impl Worker {
             // works (an object, a completed list, a live event).
             if !matches!(event, Observed::Init) {
                 self.health.worked();
+                meters.last_event.set(unix_now());
             }
             if let Observed::Bookmark(version) = &event {
                 self.bookmark(version.clone());
             }
             classifier.handle(event, &mut changes);
             meters.indexed.set(classifier.index_len() as f64);
-            if !self.enqueue(&watch, &mut changes, &mut meters, &stop).await {
+            if !self.enqueue(&watch, &mut changes, &mut meters, arrived, &stop).await {
                 return;
             }
         }
@@ -108,10 +111,16 @@ impl Worker {
 
     /// Builds and queues the events of `changes` for each route that ships them; false
     /// when stopping. A full route queue pauses this watch (and with it every route it
-    /// feeds) until that route catches up: nothing is dropped.
-    async fn enqueue(&self, watch: &WatchAttributes, changes: &mut Vec<Change>, meters: &mut Meters, stop: &CancellationToken) -> bool {
+    /// feeds) until that route catches up: nothing is dropped. `arrived`: when what the
+    /// changes come from arrived (a watch event, a resync tick).
+    async fn enqueue(&self, watch: &WatchAttributes, changes: &mut Vec<Change>, meters: &mut Meters, arrived: Instant, stop: &CancellationToken) -> bool {
         let scope = &self.scope;
         for change in changes.drain(..) {
+            if let Change::Marker(marker) = &change
+                && marker.phase == MarkerPhase::Completed
+            {
+                meters.last_sync.set(unix_now());
+            }
             let last = scope.outputs.len().saturating_sub(1);
             // One effect per change, shared by its routes (not copied per route).
             let effect = (!self.progress.is_empty()).then(|| Arc::new(Effect::of(&change)));
@@ -145,6 +154,7 @@ impl Worker {
                     }
                 };
                 env.position = progress.and_then(|(p, effect)| p.register(self.slot, effect.clone(), false));
+                env.observed = Some(arrived);
                 let tx = &self.queues[output.route];
                 tokio::select! {
                     _ = stop.cancelled() => return false,
@@ -163,6 +173,9 @@ impl Worker {
 struct Meters {
     resource: Arc<str>,
     indexed: metrics::Gauge,
+    /// Unix times of the last observation and of the last completed sync.
+    last_event: metrics::Gauge,
+    last_sync: metrics::Gauge,
     /// Each output's queue gauge, by output position.
     queued: Vec<metrics::Gauge>,
     /// Each output's filtered events, by output position and change type.
@@ -175,6 +188,8 @@ impl Meters {
     fn new(resource: &Arc<str>, scope: &Scope) -> Meters {
         Meters {
             indexed: metrics::gauge!(m::INDEXED, "resource" => resource.clone()),
+            last_event: metrics::gauge!(m::WATCH_LAST_EVENT, "resource" => resource.clone()),
+            last_sync: metrics::gauge!(m::WATCH_LAST_SYNC, "resource" => resource.clone()),
             queued: scope.outputs.iter().map(|o| metrics::gauge!(m::QUEUED, "route" => o.route_name.clone())).collect(),
             filtered: scope.outputs.iter().map(|_| Counters::default()).collect(),
             watch_errors: Counters::default(),
@@ -201,6 +216,11 @@ impl Meters {
         let resource = &self.resource;
         self.unencodable.increment((), |()| metrics::counter!(m::BAD_OBJECTS, "resource" => resource.clone(), "reason" => "encode"));
     }
+}
+
+/// The wall clock in Unix seconds, for the freshness gauges.
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The next tick of an optional timer; never, without one.

@@ -28,24 +28,34 @@ struct AppState {
     health: Arc<Health>,
 }
 
-/// Installs the metrics recorder and serves until `stop` is cancelled, with at most
-/// `max_connections` connections, each closed when a request does not arrive within
+/// Installs the metrics recorder, before anything is counted: metrics recorded earlier
+/// (the API requests of start-up, say) would be lost.
+pub fn install_recorder() -> Result<PrometheusHandle, HttpError> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(super::metrics::PUBLISH_LATENCY.into()), &super::metrics::LATENCY_BUCKETS)
+        .map_err(|e| HttpError::Recorder(e.to_string()))?
+        .set_buckets_for_metric(Matcher::Full(super::metrics::EVENT_LAG.into()), &super::metrics::LAG_BUCKETS)
+        .map_err(|e| HttpError::Recorder(e.to_string()))?
+        .install_recorder()
+        .map_err(|e| HttpError::Recorder(e.to_string()))?;
+    super::metrics::describe();
+    super::metrics::build_info();
+    Ok(handle)
+}
+
+/// Serves `metrics` (from `install_recorder`) and health until `stop` is cancelled, with at
+/// most `max_connections` connections, each closed when a request does not arrive within
 /// `request_timeout` (see `Bounded`). Binding happens before this returns, so a taken port
 /// is a start-up error.
 pub async fn serve(
     addr: SocketAddr,
     max_connections: usize,
     request_timeout: Duration,
+    metrics: PrometheusHandle,
     health: Arc<Health>,
     stop: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, HttpError> {
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full(super::metrics::PUBLISH_LATENCY.into()), &super::metrics::LATENCY_BUCKETS)
-        .map_err(|e| HttpError::Recorder(e.to_string()))?
-        .install_recorder()
-        .map_err(|e| HttpError::Recorder(e.to_string()))?;
-    super::metrics::describe();
-    let upkeep = handle.clone();
+    let upkeep = metrics.clone();
     let upkeep_stop = stop.clone();
     // The exporter needs periodic upkeep to drain histogram buffers.
     tokio::spawn(async move {
@@ -58,10 +68,17 @@ pub async fn serve(
         }
     });
     let app = Router::new()
-        .route("/metrics", get(|State(s): State<AppState>| async move { s.metrics.render() }))
+        .route(
+            "/metrics",
+            get(|State(s): State<AppState>| async move {
+                let mut text = s.metrics.render();
+                text.push_str(&super::process::render());
+                text
+            }),
+        )
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(AppState { metrics: handle, health });
+        .with_state(AppState { metrics, health });
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| HttpError::Bind { addr, source })?;
     tracing::info!(%addr, max_connections, request_timeout_secs = request_timeout.as_secs(), "Serving /metrics, /healthz and /readyz");
     let listener = Bounded::new(listener, max_connections, request_timeout);

@@ -29,11 +29,40 @@ pub const CHECKPOINT_WRITES: &str = "deltaship_checkpoint_writes_total";
 pub const CHECKPOINT_RECORDS: &str = "deltaship_checkpoint_records_total";
 pub const CHECKPOINT_PENDING: &str = "deltaship_checkpoint_pending_events";
 pub const CHECKPOINT_UNWRITTEN: &str = "deltaship_checkpoint_unwritten_records";
+pub const BUILD_INFO: &str = "deltaship_build_info";
+pub const WATCH_LAST_EVENT: &str = "deltaship_watch_last_event_timestamp_seconds";
+pub const WATCH_LAST_SYNC: &str = "deltaship_watch_last_sync_timestamp_seconds";
+pub const EVENT_LAG: &str = "deltaship_event_lag_seconds";
+pub const KUBE_REQUESTS: &str = "deltaship_kube_requests_total";
 
 /// Bucket bounds of the publish latency histogram, in seconds.
 pub const LATENCY_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
 
+/// Bucket bounds of the lag histogram, in seconds: from a few milliseconds (a live event on
+/// an idle bridge) to minutes (an initial sync of a large cluster, a sink outage).
+pub const LAG_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
+
+/// The commit deltaship was built from (`build.rs`), `unknown` outside a git checkout.
+pub const REVISION: &str = env!("BUILD_REVISION");
+
+/// Sets `deltaship_build_info`, once the recorder is installed.
+pub fn build_info() {
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "revision" => REVISION).set(1.0);
+}
+
 pub fn describe() {
+    describe_gauge!(BUILD_INFO, "Always 1; the labels name the build: version and revision (the commit).");
+    describe_gauge!(
+        WATCH_LAST_EVENT,
+        Unit::Seconds,
+        "Unix time of the last thing a watch received from the API server (an object of a list, a change, a bookmark), by resource."
+    );
+    describe_gauge!(WATCH_LAST_SYNC, Unit::Seconds, "Unix time a watch last completed a sync (initial, relist, resync, resume), by resource.");
+    describe_histogram!(EVENT_LAG, Unit::Seconds, "Time from the watch event's arrival to the sink's acknowledgement of the event built from it, by route.");
+    describe_counter!(
+        KUBE_REQUESTS,
+        "Requests to the API server, by verb (discovery, list, watch, get, create, update, patch, delete) and code (the HTTP status, or error when no answer came; 429 means throttled)."
+    );
     describe_counter!(EVENTS, "Events acknowledged by the sink, by resource, type and route.");
     describe_counter!(DEDUPE_SKIPS, "Updates not shipped because nothing visible changed, by resource and reason (resource_version, fingerprint).");
     describe_counter!(FILTERED, "Object events not shipped because of a filter (the resource's or the route's), by resource, type and route.");

@@ -5,7 +5,8 @@ mod http;
 mod listener;
 mod logging;
 pub mod metrics;
+mod process;
 
 pub use health::{Health, RouteHealth, WatchHealth};
-pub use http::{HttpError, serve};
+pub use http::{HttpError, install_recorder, serve};
 pub use logging::init as init_logging;

@@ -1,7 +1,11 @@
-//! The Kubernetes client: a kubeconfig (file and context as configured) or in-cluster.
+//! The Kubernetes client: a kubeconfig (file and context as configured) or in-cluster, its
+//! requests counted.
 
+use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+
+use super::requests::CountRequests;
 
 use crate::config::KubernetesConfig;
 
@@ -27,5 +31,6 @@ pub async fn connect(cfg: &KubernetesConfig) -> Result<(Client, String), ClientE
         None => Config::infer().await.map_err(|e| ClientError::Infer(e.to_string()))?,
     };
     let url = config.cluster_url.to_string().trim_end_matches('/').to_string();
-    Ok((Client::try_from(config).map_err(ClientError::Create)?, url))
+    let client = ClientBuilder::try_from(config).map_err(ClientError::Create)?.with_layer(&CountRequests).build();
+    Ok((client, url))
 }

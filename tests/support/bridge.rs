@@ -41,6 +41,9 @@ fn scratch_dir() -> PathBuf {
     dir
 }
 
+/// The exit code of an invalid configuration (README "Commands").
+pub const EXIT_CONFIG: i32 = 78;
+
 /// Runs a deltaship subcommand to completion: (exit status, stdout, stderr).
 pub fn command(args: &[&str], config_toml: &str, envs: &[(&str, &str)]) -> (ExitStatus, String, String) {
     let path = scratch_dir().join("config.toml");
