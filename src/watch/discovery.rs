@@ -25,8 +25,32 @@ fn suggest(close: &[String]) -> String {
 /// What the API server serves, from one discovery run.
 pub struct Served(Vec<(ApiResource, ApiCapabilities)>);
 
+/// Attempts of a group-by-group discovery that met a vanished group.
+const GROUP_BY_GROUP_ATTEMPTS: u32 = 3;
+
+/// Aggregated discovery (Kubernetes 1.26+) where the API server offers it: two requests and
+/// one consistent answer. Older servers are asked group by group, where a group removed
+/// between the list of groups and its own request (a CRD deleted meanwhile) fails the run
+/// with a 404: that run is tried again.
 pub async fn discover(client: Client) -> Result<Served, DiscoveryError> {
-    let discovery = Discovery::new(client).run().await.map_err(DiscoveryError::Failed)?;
+    let discovery = match Discovery::new(client.clone()).run_aggregated().await {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::debug!(error = %e, "Aggregated discovery unavailable; discovering group by group");
+            let mut attempt = 1;
+            loop {
+                match Discovery::new(client.clone()).run().await {
+                    Ok(d) => break d,
+                    Err(kube::Error::Api(s)) if s.code == 404 && attempt < GROUP_BY_GROUP_ATTEMPTS => {
+                        tracing::debug!(error = %s, attempt, "An API group vanished during discovery; discovering again");
+                        attempt += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                    Err(e) => return Err(DiscoveryError::Failed(e)),
+                }
+            }
+        }
+    };
     Ok(Served(discovery.groups().flat_map(|g| g.versions().flat_map(|v| g.versioned_resources(v)).collect::<Vec<_>>()).collect()))
 }
 
