@@ -50,9 +50,10 @@ struct RebuildArgs {
     /// Kafka bootstrap servers; read every --topic.
     #[arg(long, requires = "topic")]
     kafka: Option<String>,
-    /// With --kafka: connect with the TLS, SASL and librdkafka settings of this deltaship
-    /// config's Kafka sink (secrets from its files or DELTASHIP_ variables, as for `run`).
-    #[arg(long, requires = "kafka")]
+    /// Connect with the TLS and credentials of this deltaship config's Kafka sink (TLS,
+    /// SASL, librdkafka settings) or NATS sink (auth, TLS), whichever source is read;
+    /// secrets from its files or DELTASHIP_ variables, as for `run`.
+    #[arg(long)]
     config: Option<PathBuf>,
     /// A topic to read (repeat for several).
     #[arg(long)]
@@ -122,17 +123,25 @@ fn with_config(arg: &ConfigArg, f: impl FnOnce(config::Config) -> ExitCode) -> E
 }
 
 fn rebuild(args: &RebuildArgs) -> ExitCode {
-    let connection = match args.config.as_deref().map(kafka_sink).transpose() {
-        Ok(c) => c,
+    let source = match (&args.kafka, &args.nats, &args.stream) {
+        (Some(brokers), _, _) => one_sink(args.config.as_deref(), "Kafka", |s| match s {
+            config::SinkConfig::Kafka(k) => Some(k),
+            _ => None,
+        })
+        .map(|connection| deltaship::rebuild::Source::Kafka { brokers: brokers.clone(), topics: args.topic.clone(), connection }),
+        (None, Some(url), Some(stream)) => one_sink(args.config.as_deref(), "NATS", |s| match s {
+            config::SinkConfig::Nats(n) => Some(n),
+            _ => None,
+        })
+        .map(|connection| deltaship::rebuild::Source::Nats { url: url.clone(), stream: stream.clone(), connection }),
+        _ => unreachable!("clap requires --kafka with --topic or --nats with --stream"),
+    };
+    let source = match source {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(EXIT_CONFIG);
         }
-    };
-    let source = match (&args.kafka, &args.nats, &args.stream) {
-        (Some(brokers), _, _) => deltaship::rebuild::Source::Kafka { brokers: brokers.clone(), topics: args.topic.clone(), connection },
-        (None, Some(url), Some(stream)) => deltaship::rebuild::Source::Nats { url: url.clone(), stream: stream.clone() },
-        _ => unreachable!("clap requires --kafka with --topic or --nats with --stream"),
     };
     let rebuilt = match runtime().block_on(deltaship::rebuild::rebuild(source, args.cluster.clone(), args.strict)) {
         Ok(rebuilt) => rebuilt,
@@ -160,20 +169,15 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The one Kafka sink of the config at `file` (`sink`, or the only Kafka route).
-fn kafka_sink(file: &Path) -> anyhow::Result<Box<config::KafkaConfig>> {
+/// The one sink of the config at `file` that `pick` takes (`sink`, or the only route of
+/// that kind, a `what` sink); None without a file.
+fn one_sink<T>(file: Option<&Path>, what: &str, pick: impl Fn(config::SinkConfig) -> Option<T>) -> anyhow::Result<Option<T>> {
+    let Some(file) = file else { return Ok(None) };
     let c = config::load(file)?;
-    let mut kafka: Vec<Box<config::KafkaConfig>> = c
-        .effective_routes()
-        .into_iter()
-        .filter_map(|r| match r.sink {
-            config::SinkConfig::Kafka(k) => Some(k),
-            _ => None,
-        })
-        .collect();
-    match kafka.len() {
-        1 => Ok(kafka.remove(0)),
-        n => anyhow::bail!("--config {}: has {n} Kafka sinks; rebuild connects with the settings of exactly one: give a config with one", file.display()),
+    let mut sinks: Vec<T> = c.effective_routes().into_iter().filter_map(|r| pick(r.sink)).collect();
+    match sinks.len() {
+        1 => Ok(Some(sinks.remove(0))),
+        n => anyhow::bail!("--config {}: has {n} {what} sinks; rebuild connects with the settings of exactly one: give a config with one", file.display()),
     }
 }
 

@@ -107,13 +107,26 @@ async fn user_and_password_from_a_file_authenticate_and_the_password_is_never_sh
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_token_from_a_file_authenticates() {
+async fn a_token_from_a_file_authenticates_the_bridge_and_rebuild() {
     let server = NatsServer::start("authorization { token: \"tok-123\" }");
     let url = format!("nats://{}", server.addr());
     let file = server.file("token", "tok-123\n");
     let js = reader(ConnectOptions::with_token("tok-123".into()), &url).await;
-    let log = ships_a_configmap(with_auth(&url, NatsAuth { token_file: Some(file), ..NatsAuth::default() }), &js).await;
+    let sink = with_auth(&url, NatsAuth { token_file: Some(file), ..NatsAuth::default() });
+    let log = ships_a_configmap(sink.clone(), &js).await;
     assert!(!log.contains("tok-123"), "the token is in the log:\n{log}");
+
+    // `rebuild --config` reads the stream with the sink's credentials (`command` appends
+    // `--config <file>`); without them the server refuses the reader.
+    let rebuild = ["rebuild", "--nats", url.as_str(), "--stream", STREAM];
+    let (status, stdout, stderr) = command(&rebuild, &config("default", sink), &[]);
+    assert!(status.success(), "{stderr}");
+    let state: serde_json::Value = serde_json::from_str(&stdout).expect("rebuild prints the state");
+    let configmaps = state["resources"]["v1/ConfigMap"].as_object().expect("the ConfigMap shipped");
+    assert!(configmaps.values().any(|cm| cm["data"]["k"] == "v"), "{stdout}");
+    assert!(!stderr.contains("tok-123") && !stdout.contains("tok-123"), "the token is shown");
+    let anonymous = std::process::Command::new(env!("CARGO_BIN_EXE_deltaship")).args(rebuild).output().unwrap();
+    assert_eq!(anonymous.status.code(), Some(1), "{}", String::from_utf8_lossy(&anonymous.stderr));
 }
 
 /// The config builder writes an inline secret as it is (only print-config masks it): the

@@ -27,15 +27,10 @@ pub enum RebuildError {
 pub enum Source {
     /// `connection`: a Kafka sink's config whose TLS, SASL and librdkafka settings the
     /// reader uses (`rebuild --config`).
-    Kafka {
-        brokers: String,
-        topics: Vec<String>,
-        connection: Option<Box<crate::config::KafkaConfig>>,
-    },
-    Nats {
-        url: String,
-        stream: String,
-    },
+    Kafka { brokers: String, topics: Vec<String>, connection: Option<Box<crate::config::KafkaConfig>> },
+    /// `connection`: a NATS sink's config whose credentials and TLS the reader uses (its
+    /// `url` replaced by this one).
+    Nats { url: String, stream: String, connection: Option<Box<crate::config::NatsConfig>> },
 }
 
 /// Where a record was read: a Kafka partition and offset, or a stream sequence.
@@ -120,7 +115,7 @@ pub async fn rebuild(source: Source, cluster: Option<String>, strict: bool) -> R
                 .await
                 .map_err(|e| RebuildError::Source(e.to_string()))??;
         }
-        Source::Nats { url, stream } => nats::read(&url, &stream, &mut consumer).await?,
+        Source::Nats { url, stream, connection } => nats::read(&url, &stream, connection.as_deref(), &mut consumer).await?,
     }
     let mut document = consumer.state.document();
     document["skipped"] = serde_json::to_value(&consumer.skipped).expect("skipped records serialize");

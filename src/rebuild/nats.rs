@@ -7,6 +7,8 @@ use async_nats::jetstream::{self, context::RequestError, stream::RawMessageError
 
 use super::decode::{Bad, Binding, Reason, decode};
 use super::{Consumer, Position, RebuildError};
+use crate::config::NatsConfig;
+use crate::sink::NatsSink;
 
 /// How long a read is retried through a server restart or a network cut before the
 /// rebuild fails.
@@ -16,9 +18,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Gives `consumer` every message of `stream` in stream order, fetched one sequence
 /// number at a time: a read that fails (the server restarting, the connection lost) is
 /// retried for the same sequence, and a sequence the stream holds no message for is
-/// reported as `missing`, so no message is ever skipped silently.
-pub async fn read(url: &str, stream: &str, consumer: &mut Consumer) -> Result<(), RebuildError> {
-    let client = async_nats::connect(url).await.map_err(|e| RebuildError::Source(format!("cannot connect to {url}: {e}")))?;
+/// reported as `missing`, so no message is ever skipped silently. With `connection`,
+/// connects to `url` with that sink's credentials and TLS.
+pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, consumer: &mut Consumer) -> Result<(), RebuildError> {
+    let refused = |e: &dyn std::fmt::Display| RebuildError::Source(format!("cannot connect to {url}: {e}"));
+    let client = match connection {
+        Some(sink) => NatsSink::client(&NatsConfig { url: url.to_string(), ..sink.clone() }).await.map_err(|e| refused(&e))?,
+        None => async_nats::connect(url).await.map_err(|e| refused(&e))?,
+    };
     let js = jetstream::new(client);
     let mut s = js.get_stream(stream).await.map_err(|e| RebuildError::Source(format!("stream {stream}: {e}")))?;
     let info = s.info().await.map_err(|e| RebuildError::Source(e.to_string()))?.clone();
