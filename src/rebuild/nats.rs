@@ -1,9 +1,14 @@
 //! Reads a JetStream stream, every sequence from its first message to the last it had
-//! when reading started.
+//! when reading started: in batches through an ephemeral consumer, one sequence at a time
+//! where a batch comes back empty.
 
 use std::time::{Duration, Instant};
 
+use async_nats::HeaderMap;
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use async_nats::jetstream::stream::Stream;
 use async_nats::jetstream::{self, context::RequestError, stream::RawMessageErrorKind};
+use futures::StreamExt;
 
 use super::decode::{Bad, Binding, Reason, decode};
 use super::{Consumer, Position, RebuildError};
@@ -14,12 +19,23 @@ use crate::sink::NatsSink;
 /// rebuild fails.
 const RETRY_FOR: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Messages asked for at once: one request per batch instead of one per message.
+const BATCH: usize = 500;
+/// The server removes the reader's consumer this long after its last request (a reader
+/// that died leaves nothing behind for long).
+const INACTIVE: Duration = Duration::from_secs(30);
 
-/// Gives `consumer` every message of `stream` in stream order, fetched one sequence
-/// number at a time: a read that fails (the server restarting, the connection lost) is
-/// retried for the same sequence, and a sequence the stream holds no message for is
-/// reported as `missing`, so no message is ever skipped silently. With `connection`,
-/// connects to `url` with that sink's credentials and TLS.
+/// Why a read stopped: the source failed (retried), or the rebuild did (`--strict`).
+enum Failed {
+    Read(String),
+    Rebuild(RebuildError),
+}
+
+/// Gives `consumer` every message of `stream` in stream order, in batches. A read that
+/// fails (the server restarting, the connection lost) is retried from the first sequence
+/// not yet given, and a sequence the stream holds no message for is reported as `missing`,
+/// so no message is ever skipped silently. With `connection`, connects to `url` with that
+/// sink's credentials and TLS.
 pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, consumer: &mut Consumer) -> Result<(), RebuildError> {
     let refused = |e: &dyn std::fmt::Display| RebuildError::Source(format!("cannot connect to {url}: {e}"));
     let client = match connection {
@@ -31,27 +47,28 @@ pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, cons
     let info = s.info().await.map_err(|e| RebuildError::Source(e.to_string()))?.clone();
     let (first, last) = (info.state.first_sequence.max(1), info.state.last_sequence);
     let mut seq = first;
+    let mut reader = None;
     let mut failing_since: Option<Instant> = None;
     let mut backoff = Duration::from_millis(100);
     while seq <= last {
-        let at = || Position::Nats { stream: stream.to_string(), sequence: seq };
-        match s.get_raw_message(seq).await {
-            Ok(m) => {
-                let headers: Vec<(&[u8], &[u8])> = m
-                    .headers
-                    .iter()
-                    .flat_map(|(name, values)| values.iter().map(move |v| (AsRef::<str>::as_ref(name).as_bytes(), v.as_str().as_bytes())))
-                    .collect();
-                consumer.record(at, decode(Binding::Nats, &headers, Some(&m.payload), 0))?;
+        let read = match read_batch(&s, &mut reader, &mut seq, last, consumer).await {
+            // Nothing after `seq` for now: that sequence is asked for by itself (it may
+            // hold no message), and the next batch starts after it.
+            Ok(0) => {
+                reader = None;
+                read_one(&s, seq, consumer).await.map(|()| seq += 1)
             }
-            Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => {
-                consumer.skip(at(), Bad::new(Reason::Missing, "the stream holds no message at this sequence (deleted, or removed by its limits)"))?;
+            Ok(_) => Ok(()),
+            Err(failed) => Err(failed),
+        };
+        match read {
+            Ok(()) => {
+                failing_since = None;
+                backoff = Duration::from_millis(100);
             }
-            // The answer came but is not a message the client can read (its headers).
-            Err(e) if e.kind() == RawMessageErrorKind::Other && !is_request_failure(&e) => {
-                consumer.skip(at(), Bad::new(Reason::WrongType, format!("the message cannot be read: {e}")))?;
-            }
-            Err(e) => {
+            Err(Failed::Rebuild(e)) => return Err(e),
+            Err(Failed::Read(e)) => {
+                reader = None;
                 let since = *failing_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= RETRY_FOR {
                     return Err(RebuildError::Source(format!("reading {stream}#{seq} failed for {RETRY_FOR:?}: {e}")));
@@ -59,14 +76,89 @@ pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, cons
                 consumer.state.summary.retried_reads += 1;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
             }
         }
-        failing_since = None;
-        backoff = Duration::from_millis(100);
-        seq += 1;
+    }
+    // A consumer left behind goes at its inactivity threshold; deleting it is a courtesy.
+    if let Some(r) = reader {
+        let _ = s.delete_consumer(&r.cached_info().name).await;
     }
     Ok(())
+}
+
+fn at(stream: &Stream, sequence: u64) -> Position {
+    Position::Nats { stream: stream.cached_info().config.name.clone(), sequence }
+}
+
+/// Gives `consumer` up to a batch of messages from `*seq` on, through `reader` (made at
+/// `*seq` when there is none), moving `*seq` past each; how many it gave.
+async fn read_batch(stream: &Stream, reader: &mut Option<PullConsumer>, seq: &mut u64, last: u64, consumer: &mut Consumer) -> Result<usize, Failed> {
+    let failed = |e: &dyn std::fmt::Display| Failed::Read(e.to_string());
+    let r = match reader {
+        Some(r) => r,
+        None => reader.insert(
+            stream
+                .create_consumer(pull::Config {
+                    deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: *seq },
+                    ack_policy: AckPolicy::None,
+                    inactive_threshold: INACTIVE,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| failed(&e))?,
+        ),
+    };
+    let mut messages = r.fetch().max_messages(BATCH).messages().await.map_err(|e| failed(&e))?;
+    let mut given = 0;
+    while let Some(m) = messages.next().await {
+        let m = m.map_err(|e| failed(&e))?;
+        let sequence = m.info().map_err(|e| failed(&e))?.stream_sequence;
+        if sequence < *seq {
+            // Given already: a consumer the server restored after a restart may deliver
+            // again from where it last saved its state.
+            continue;
+        }
+        // The consumer delivers every message the stream holds, in order: a sequence it
+        // passed over holds none (deleted, or removed by the stream's limits).
+        while *seq < sequence.min(last + 1) {
+            consumer.skip(at(stream, *seq), missing()).map_err(Failed::Rebuild)?;
+            *seq += 1;
+        }
+        if sequence > last {
+            // Published after the read started: not part of this rebuild.
+            return Ok(given);
+        }
+        consumer.record(|| at(stream, sequence), decode(Binding::Nats, &header_pairs(m.headers.as_ref()), Some(&m.payload), 0)).map_err(Failed::Rebuild)?;
+        *seq = sequence + 1;
+        given += 1;
+    }
+    Ok(given)
+}
+
+/// Gives `consumer` the message at `seq` alone (or reports it missing) and moves on.
+async fn read_one(stream: &Stream, seq: u64, consumer: &mut Consumer) -> Result<(), Failed> {
+    match stream.get_raw_message(seq).await {
+        Ok(m) => consumer.record(|| at(stream, seq), decode(Binding::Nats, &header_pairs(Some(&m.headers)), Some(&m.payload), 0)),
+        Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => consumer.skip(at(stream, seq), missing()),
+        // The answer came but is not a message the client can read (its headers).
+        Err(e) if e.kind() == RawMessageErrorKind::Other && !is_request_failure(&e) => {
+            consumer.skip(at(stream, seq), Bad::new(Reason::WrongType, format!("the message cannot be read: {e}")))
+        }
+        Err(e) => return Err(Failed::Read(e.to_string())),
+    }
+    .map_err(Failed::Rebuild)
+}
+
+fn missing() -> Bad {
+    Bad::new(Reason::Missing, "the stream holds no message at this sequence (deleted, or removed by its limits)")
+}
+
+fn header_pairs(headers: Option<&HeaderMap>) -> Vec<(&[u8], &[u8])> {
+    headers
+        .into_iter()
+        .flat_map(|h| h.iter())
+        .flat_map(|(name, values)| values.iter().map(move |v| (AsRef::<str>::as_ref(name).as_bytes(), v.as_str().as_bytes())))
+        .collect()
 }
 
 /// Whether the request itself failed (timed out, no responders while the server restarts,
