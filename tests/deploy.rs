@@ -123,6 +123,55 @@ fn the_committed_manifest_is_a_fresh_render() {
     assert!(body == fresh, "{MANIFEST} is stale (it differs from a fresh render of the chart); regenerate it with:\n  {REGENERATE}");
 }
 
+/// The hardening options: a NetworkPolicy (API server CIDRs, DNS, the brokers, the metrics
+/// port from the monitoring namespace), zone spread, a priority class.
+const HARDENED: [&str; 12] = [
+    "--set",
+    "networkPolicy.enabled=true",
+    "--set",
+    "networkPolicy.apiServer.cidrs={10.0.0.1/32}",
+    "--set-json",
+    r#"networkPolicy.brokers=[{"to":[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"kafka"}}}],"ports":[{"port":9092,"protocol":"TCP"}]}]"#,
+    "--set-json",
+    r#"networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]"#,
+    "--set-json",
+    r#"topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"ScheduleAnyway","labelSelector":{"matchLabels":{"app.kubernetes.io/name":"deltaship"}}}]"#,
+    "--set",
+    "priorityClassName=",
+];
+
+#[test]
+fn the_hardening_options_render_a_network_policy_spread_and_priority() {
+    let off = render("deltaship", "deltaship", &[]);
+    assert!(off.iter().all(|d| d["kind"] != "NetworkPolicy"), "no NetworkPolicy by default");
+    let pod = &one(&off, "Deployment")["spec"]["template"]["spec"];
+    assert!(pod.get("priorityClassName").is_none() && pod.get("topologySpreadConstraints").is_none());
+
+    let mut args = HARDENED.to_vec();
+    args.extend(["--set", "priorityClassName=deltaship-critical"]);
+    let on = render("deltaship", "deltaship", &args);
+    let pod = &one(&on, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["priorityClassName"], "deltaship-critical");
+    assert_eq!(pod["topologySpreadConstraints"][0]["topologyKey"], "topology.kubernetes.io/zone");
+    let policy = &one(&on, "NetworkPolicy")["spec"];
+    assert_eq!(policy["podSelector"]["matchLabels"], one(&on, "Deployment")["spec"]["selector"]["matchLabels"]);
+    assert_eq!(policy["policyTypes"], json!(["Ingress", "Egress"]));
+    // In: only the metrics port, only from the monitoring namespace.
+    assert_eq!(
+        policy["ingress"],
+        json!([{"ports": [{"port": 9090, "protocol": "TCP"}], "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}])
+    );
+    // Out: the API server, DNS, the brokers, nothing else.
+    let egress = policy["egress"].as_array().unwrap();
+    assert_eq!(egress.len(), 3, "{egress:?}");
+    assert_eq!(
+        egress[0],
+        json!({"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}]})
+    );
+    assert_eq!(egress[1]["ports"], json!([{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]));
+    assert_eq!(egress[2]["ports"], json!([{"port": 9092, "protocol": "TCP"}]));
+}
+
 #[test]
 fn the_deployment_is_hardened_and_probed() {
     let docs = render("deltaship", "deltaship", &[]);
@@ -238,14 +287,16 @@ fn the_rbac_grants_no_more_than_the_config_needs() {
 // against the real API server
 
 /// Every rendered object passes the API server's validation and admission (dryRun=All,
-/// strict field validation): the defaults, the two-resource config, and with the
-/// ServiceMonitor (skipped only when its CRD is not installed, as in the test environment).
+/// strict field validation): the defaults, the two-resource config, the hardening options
+/// (NetworkPolicy, topology spread), and with the ServiceMonitor and PrometheusRule (skipped
+/// only when their CRDs are not installed, as in the test environment).
 #[tokio::test]
 async fn every_rendered_object_passes_a_server_side_dry_run() {
     let client = support::kube::client().await;
     let ns = support::kube::namespace(&client, "deltaship").await;
     let mut extras: Vec<&[&str]> = vec![&[], &TWO_RESOURCES];
-    extras.push(&["--set", "serviceMonitor.enabled=true"]);
+    extras.push(&["--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "grafanaDashboard.enabled=true"]);
+    extras.push(&HARDENED);
     for extra in extras {
         let docs = render("deltaship", &ns, extra);
         for doc in &docs {
@@ -254,7 +305,7 @@ async fn every_rendered_object_passes_a_server_side_dry_run() {
             }
         }
         let skipped = dry_run_all(&client, &docs, &format!("{extra:?}")).await;
-        assert!(skipped.iter().all(|k| k == "ServiceMonitor"), "kinds the API server does not serve: {skipped:?}");
+        assert!(skipped.iter().all(|k| k == "ServiceMonitor" || k == "PrometheusRule"), "kinds the API server does not serve: {skipped:?}");
     }
     support::kube::delete_namespace(&client, &ns).await;
 }
