@@ -143,6 +143,25 @@ brokers = "from-the-file:9092"
     assert_eq!(shown["sink"]["brokers"], "from-the-env:9093", "the environment wins over the file");
 }
 
+/// README "Configuration": values of the file from the environment, secrets masked, an
+/// unset variable refused naming the key and the variable.
+#[test]
+fn the_readme_environment_example_takes_its_values_from_the_environment() {
+    let config = support::readme_block("config: environment", "toml");
+    let env = [("APP_NAMESPACE", "shop"), ("KAFKA_BROKERS", "k0:9092,k1:9092"), ("KAFKA_PASSWORD", "pw-from-the-env")];
+    let (status, stdout, stderr) = command(&["print-config"], &config, &env);
+    assert!(status.success(), "{stderr}");
+    assert!(!stdout.contains("pw-from-the-env") && !stderr.contains("pw-from-the-env"), "the password is shown: {stdout}");
+    let shown: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(shown["cluster"], "prod", "the default");
+    assert_eq!(shown["resources"][0]["namespaces"], serde_json::json!(["shop"]));
+    assert_eq!(shown["sink"]["brokers"], "k0:9092,k1:9092");
+    assert_eq!(shown["sink"]["sasl"]["password"], "***");
+    let (status, _, stderr) = command(&["print-config"], &config, &env[..2]);
+    assert_eq!(status.code(), Some(EXIT_CONFIG), "{stderr}");
+    assert!(stderr.contains("`sink.sasl.password`: the environment variable KAFKA_PASSWORD is not set; fix:"), "{stderr}");
+}
+
 #[test]
 fn a_zero_queue_capacity_is_refused_as_an_invalid_config_naming_the_key_and_the_fix() {
     // Invalid on purpose, so written as text (as every invalid config of this file): the

@@ -245,7 +245,7 @@ async fn without_a_key_digests_are_unkeyed_and_a_warning_says_so_once() {
 }
 
 #[test]
-fn bad_rules_and_key_files_exit_2_naming_the_key_and_the_fix() {
+fn bad_rules_and_key_files_are_refused_as_an_invalid_config_naming_the_key_and_the_fix() {
     let dir = std::env::temp_dir().join(support::unique("redact-bad"));
     std::fs::create_dir_all(&dir).unwrap();
     let short = dir.join("short");

@@ -2,6 +2,7 @@
 
 mod destinations;
 mod input;
+mod interpolate;
 mod kafka;
 mod model;
 mod nats;
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml, Yaml};
 use figment::value::Value;
+use interpolate::Interpolated;
 use serde::de::{self, Deserializer, Visitor};
 
 pub use kafka::*;
@@ -76,9 +78,9 @@ fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
         return Err(ConfigError::TooLarge { file: file.to_owned() });
     }
     let ext = file.extension().and_then(|e| e.to_str()).unwrap_or("");
-    let (figment, yaml) = match ext {
-        "toml" => (Figment::from(Toml::file_exact(file)), false),
-        "yaml" | "yml" => (Figment::from(Yaml::file_exact(file)), true),
+    let yaml = match ext {
+        "toml" => false,
+        "yaml" | "yml" => true,
         _ => {
             return Err(ConfigError::UnknownFormat { file: file.to_owned() });
         }
@@ -91,6 +93,15 @@ fn load_with_env(file: &Path, env: Env) -> Result<Config, ConfigError> {
     if !errors.is_empty() {
         return Err(ConfigError::Invalid { file: file.to_owned(), errors });
     }
+    let lookup = |name: &str| std::env::var(name).ok();
+    let interpolated = if yaml { Interpolated::new(&Yaml::file_exact(file), lookup) } else { Interpolated::new(&Toml::file_exact(file), lookup) };
+    let figment = match interpolated {
+        Ok(Some(data)) => Figment::from(data),
+        // Not readable as data: parsed again as it is, for figment's error naming the place.
+        Ok(None) if yaml => Figment::from(Yaml::file_exact(file)),
+        Ok(None) => Figment::from(Toml::file_exact(file)),
+        Err(errors) => return Err(ConfigError::Invalid { file: file.to_owned(), errors }),
+    };
     let env = env.split("__").filter(|key| {
         let key = key.as_str().to_ascii_lowercase();
         !ENV_NOT_CONFIG.iter().any(|p| key.starts_with(p))
@@ -301,6 +312,33 @@ mod tests {
                 Some(SinkConfig::Kafka(k)) => assert_eq!(k.brokers, "127.0.0.1:9092"),
                 other => panic!("expected kafka, got {other:?}"),
             }
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn file_values_come_from_the_environment_and_stay_masked() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.toml",
+                "cluster = \"${CLUSTER:-dev}\"\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = [\"${APP_NS}\"]\n\
+                 [sink]\ntype = \"kafka\"\nbrokers = \"${KAFKA_BROKERS}\"\n[sink.sasl]\nmechanism = \"PLAIN\"\nusername = \"u\"\npassword = \"${KAFKA_PASSWORD}\"\n",
+            )?;
+            jail.set_env("APP_NS", "shop");
+            jail.set_env("KAFKA_BROKERS", "k0:9092,k1:9092");
+            jail.set_env("KAFKA_PASSWORD", "pw-from-env");
+            let c = load_in_jail(jail, "c.toml").unwrap();
+            assert_eq!((c.cluster.as_str(), c.resources[0].namespaces.as_slice()), ("dev", ["shop".to_string()].as_slice()));
+            let shown = serde_json::to_string(&c.masked()).unwrap();
+            assert!(shown.contains("k0:9092,k1:9092") && !shown.contains("pw-from-env"), "{shown}");
+            match c.sink {
+                Some(SinkConfig::Kafka(k)) => assert_eq!(k.sasl.unwrap().password.unwrap().expose(), "pw-from-env"),
+                other => panic!("expected kafka, got {other:?}"),
+            }
+            // An unset variable without a default stops loading, naming the key, the file and the fix.
+            jail.create_file("unset.toml", "cluster = \"${NO_SUCH_VARIABLE}\"\n[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n")?;
+            let e = load_in_jail(jail, "unset.toml").unwrap_err().to_string();
+            assert!(e.contains("unset.toml") && e.contains("`cluster`: the environment variable NO_SUCH_VARIABLE is not set; fix:"), "{e}");
             Ok(())
         });
     }
