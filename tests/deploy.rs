@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use support::bridge::Bridge;
 use support::chart::{
     allowed, chart, create, dry_run_all, helm, kinds, one, read_grants, render, render_text, rendered_config, root, service_account_kubeconfig, strings,
+    template,
 };
 
 const MANIFEST: &str = "deploy/kubernetes/deltaship.yaml";
@@ -83,10 +84,30 @@ fn assert_cluster_role(docs: &[Value], expected: &BTreeSet<(String, String)>) {
 // ---------------------------------------------------------------------------------------
 // the chart
 
+/// values.schema.json: a mistyped key or a value of the wrong type fails lint and template,
+/// naming it, instead of being ignored.
+#[test]
+fn a_mistyped_or_wrongly_typed_value_is_refused_by_the_chart_schema() {
+    let chart = chart();
+    for (set, named) in [
+        ("replica=3", "additional properties 'replica' not allowed"),
+        ("networkPolicy.dsn=false", "additional properties 'dsn' not allowed"),
+        ("replicas=two", "at '/replicas': got string, want integer"),
+        ("rbac.scope=cluster-wide", "at '/rbac/scope'"),
+        ("serviceMonitor.interval=30", "at '/serviceMonitor/interval'"),
+    ] {
+        let lint = helm(&["lint", &chart, "--set", set]);
+        let out = format!("{}{}", String::from_utf8_lossy(&lint.stdout), String::from_utf8_lossy(&lint.stderr));
+        assert!(!lint.status.success() && out.contains(named), "helm lint --set {set}:\n{out}");
+        let rendered = template("deltaship", "deltaship", &["--set", set]);
+        assert!(!rendered.status.success() && String::from_utf8_lossy(&rendered.stderr).contains(named), "helm template --set {set}");
+    }
+}
+
 #[test]
 fn helm_lint_passes() {
     let chart = chart();
-    for extra in [&[][..], &["--set", "serviceMonitor.enabled=true"], &TWO_RESOURCES] {
+    for extra in [&[][..], &["--set", "serviceMonitor.enabled=true"], &TWO_RESOURCES, &HARDENED] {
         let mut args = vec!["lint", "--strict", &chart];
         args.extend_from_slice(extra);
         let out = helm(&args);
