@@ -104,6 +104,30 @@ fn a_mistyped_or_wrongly_typed_value_is_refused_by_the_chart_schema() {
     }
 }
 
+/// `helm package` makes the chart archive that `helm push` publishes; the archive lints,
+/// carries the README, the schema and the monitoring files, and installs the same objects.
+#[test]
+fn the_packaged_chart_lints_and_carries_its_readme_schema_and_monitoring() {
+    let out_dir = std::env::temp_dir().join(support::unique("deltaship-chart"));
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let packaged = helm(&["package", &chart(), "--destination", out_dir.to_str().unwrap()]);
+    assert!(packaged.status.success(), "{}", String::from_utf8_lossy(&packaged.stderr));
+    let archive = out_dir.join("deltaship-0.1.0.tgz");
+    let archive = archive.to_str().unwrap();
+    let lint = helm(&["lint", "--strict", archive]);
+    assert!(lint.status.success(), "{}", String::from_utf8_lossy(&lint.stdout));
+    let readme = helm(&["show", "readme", archive]);
+    assert_eq!(String::from_utf8_lossy(&readme.stdout).trim_end(), std::fs::read_to_string(root().join("deploy/helm/deltaship/README.md")).unwrap().trim_end());
+    let listing = std::process::Command::new("tar").args(["tzf", archive]).output().unwrap();
+    let files = String::from_utf8_lossy(&listing.stdout);
+    for f in ["deltaship/values.schema.json", "deltaship/monitoring/alerts.yaml", "deltaship/monitoring/grafana-dashboard.json"] {
+        assert!(files.lines().any(|l| l == f), "{f} not in the package:\n{files}");
+    }
+    let from_archive = helm(&["template", "deltaship", archive, "--namespace", "deltaship"]);
+    assert_eq!(String::from_utf8_lossy(&from_archive.stdout), render_text("deltaship", "deltaship", &[]));
+    std::fs::remove_dir_all(&out_dir).unwrap();
+}
+
 #[test]
 fn helm_lint_passes() {
     let chart = chart();
