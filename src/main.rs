@@ -36,6 +36,9 @@ enum Command {
     /// The reference consumer: read a Kafka topic or a JetStream stream from the start,
     /// follow the consumer protocol, write the rebuilt state as JSON and a summary on stderr.
     Rebuild(RebuildArgs),
+    /// Print the JSON Schema of the configuration file, for editors and CI checks, e.g.
+    /// `deltaship schema > deltaship.schema.json`.
+    Schema,
     /// Print a completion script for a shell, e.g. `deltaship completions bash >
     /// /etc/bash_completion.d/deltaship`.
     Completions {
@@ -87,14 +90,15 @@ struct ConfigArg {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "deltaship", &mut std::io::stdout());
-            ExitCode::SUCCESS
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "deltaship", &mut script);
+            print_out(&script)
         }
+        Command::Schema => print_out(format!("{:#}\n", config::schema()).as_bytes()),
         Command::Rebuild(args) => rebuild(&args),
         Command::PrintConfig(arg) => with_config(&arg, |config| {
             let shown = serde_json::to_string_pretty(&config.masked()).expect("the config serializes");
-            println!("{shown}");
-            ExitCode::SUCCESS
+            print_out(format!("{shown}\n").as_bytes())
         }),
         Command::Check(arg) => with_config(&arg, |config| if runtime().block_on(check::run(&config)) { ExitCode::SUCCESS } else { ExitCode::FAILURE }),
         Command::Run(arg) => with_config(&arg, |config| {
@@ -108,6 +112,28 @@ fn main() -> ExitCode {
                 }
             }
         }),
+    }
+}
+
+/// Writes `bytes` to standard output: 0, or 1 naming the error.
+fn print_out(bytes: &[u8]) -> ExitCode {
+    match write_stdout(bytes) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: cannot write to standard output: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes and flushes standard output. A reader that closed the pipe early (`| head`) is
+/// not an error: the output was wanted only so far.
+fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
     }
 }
 
@@ -152,12 +178,7 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
     };
     let doc = &rebuilt.document;
     let text = serde_json::to_string_pretty(doc).expect("the state serializes");
-    let written = if args.out.as_os_str() == "-" {
-        println!("{text}");
-        Ok(())
-    } else {
-        std::fs::write(&args.out, text)
-    };
+    let written = if args.out.as_os_str() == "-" { write_stdout(format!("{text}\n").as_bytes()) } else { std::fs::write(&args.out, text) };
     if let Err(e) = written {
         eprintln!("error: cannot write {}: {e}", args.out.display());
         return ExitCode::FAILURE;

@@ -1,6 +1,7 @@
 //! The command line by convention: `--version` names the commit, usage errors and invalid
-//! configurations exit with different codes, completions for the common shells, and logs
-//! without colour codes when stderr is not a terminal.
+//! configurations exit with different codes, completions for the common shells, logs
+//! without colour codes when stderr is not a terminal, and output to a pipe closed early
+//! (`| head`) is no error.
 
 mod support;
 
@@ -50,6 +51,19 @@ fn completions_cover_every_subcommand_for_each_shell() {
     }
     let (code, _, stderr) = deltaship(&["completions", "tcsh"]);
     assert_eq!(code, Some(2), "an unknown shell is a usage error: {stderr}");
+}
+
+/// `deltaship schema | head -3`: the reader closes the pipe before the output ends; the
+/// command stops quietly with 0, as `cat` does, instead of panicking.
+#[test]
+fn output_to_a_pipe_closed_early_ends_quietly() {
+    for args in [&["schema"][..], &["completions", "bash"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_deltaship")).args(args).stdout(writer).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
+    }
 }
 
 #[test]

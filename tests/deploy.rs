@@ -95,6 +95,10 @@ fn a_mistyped_or_wrongly_typed_value_is_refused_by_the_chart_schema() {
         ("replicas=two", "at '/replicas': got string, want integer"),
         ("rbac.scope=cluster-wide", "at '/rbac/scope'"),
         ("serviceMonitor.interval=30", "at '/serviceMonitor/interval'"),
+        // `config` is checked with deltaship's own schema (tests/config_schema.rs).
+        ("config.resorces=x", "additional properties 'resorces' not allowed"),
+        ("config.kubernetes.page_size=many", "at '/config/kubernetes/page_size'"),
+        ("config.sink.type=kafak", "at '/config/sink'"),
     ] {
         let lint = helm(&["lint", &chart, "--set", set]);
         let out = format!("{}{}", String::from_utf8_lossy(&lint.stdout), String::from_utf8_lossy(&lint.stderr));

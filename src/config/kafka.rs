@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use rdkafka::config::ClientConfig;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{ContentMode, Secret, SecretFileError, Template};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// Bootstrap servers, comma separated, e.g. `broker-1:9092,broker-2:9092`. Required.
@@ -51,7 +52,7 @@ pub struct KafkaConfig {
 }
 
 /// A compression codec of librdkafka's `compression.type`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
     None,
@@ -79,7 +80,7 @@ impl Compression {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TopicCreation {
     /// Partitions of each created topic. Default: 3.
@@ -103,7 +104,7 @@ fn default_replication() -> i32 {
 }
 
 /// TLS settings; the files are PEM and must be readable at start-up.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaTls {
     /// CA certificate(s) to verify the brokers' certificates with (librdkafka's
@@ -122,7 +123,7 @@ pub struct KafkaTls {
 /// SASL credentials. The password comes from exactly one of `password_file` (better) or
 /// `password` (also from the environment: `DELTASHIP_SINK__SASL__PASSWORD`); it is masked
 /// in `print-config` and never logged.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSasl {
     /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512` (`sasl.mechanism`). Required.
@@ -136,7 +137,7 @@ pub struct KafkaSasl {
     pub password_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum SaslMechanism {
     #[serde(rename = "PLAIN")]
     Plain,

@@ -3,12 +3,13 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::model::SyncMode;
 
 /// The whole configuration of one deltaship process.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Name of the watched cluster. Appears in `source`, in ids, in the `cluster` extension
@@ -49,7 +50,7 @@ pub struct Config {
     pub resume: super::ResumeConfig,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaderElectionConfig {
     /// Elect a leader among replicas with a Lease; only the leader watches and publishes.
@@ -106,7 +107,7 @@ fn default_cluster() -> String {
     "local".into()
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KubernetesConfig {
     /// Path of a kubeconfig file. Default: `$KUBECONFIG`, then `~/.kube/config`, then the
@@ -156,7 +157,7 @@ fn default_page_size() -> u32 {
 }
 
 /// One watched resource, with its watch scope and how its events are shaped.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceConfig {
     /// API group; empty (the default) for the core group.
@@ -225,7 +226,7 @@ fn default_true() -> bool {
     true
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PayloadMode {
     /// The whole (redacted) object.
@@ -238,7 +239,7 @@ pub enum PayloadMode {
     Patch,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EventFormat {
     #[default]
@@ -246,7 +247,7 @@ pub enum EventFormat {
     Knative,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FilterConfig {
     /// Ship only these object event types (`added`, `updated`, `deleted`, `synced`).
@@ -262,11 +263,12 @@ pub struct FilterConfig {
 }
 
 /// The sink, chosen by `type`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum SinkConfig {
-    /// Structured CloudEvents as JSON lines on standard output. A struct variant, so that
-    /// unknown keys beside `type` are refused (serde ignores them for a unit variant).
+    /// Structured CloudEvents as JSON lines on standard output.
+    // A struct variant, so that unknown keys beside `type` are refused (serde ignores them
+    // for a unit variant).
     Stdout {},
     /// Apache Kafka.
     Kafka(Box<super::KafkaConfig>),
@@ -280,7 +282,7 @@ impl Default for SinkConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ContentMode {
     #[default]
@@ -288,7 +290,7 @@ pub enum ContentMode {
     Structured,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveryConfig {
     /// Events waiting between the watches and the sink, in events. When full, reading from
@@ -325,7 +327,7 @@ fn default_stall_timeout_secs() -> u64 {
     300
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OversizePolicy {
     #[default]
@@ -364,7 +366,7 @@ fn default_shutdown_timeout_secs() -> u64 {
     30
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
     /// Address of /metrics, /healthz and /readyz, IP:PORT. Default: `0.0.0.0:9090`.
@@ -405,7 +407,7 @@ fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Erro
     })
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
     /// `text` (default) or `json`.
@@ -427,7 +429,7 @@ fn default_level() -> String {
     "info".into()
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     #[default]

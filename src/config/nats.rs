@@ -2,11 +2,12 @@
 
 use std::path::PathBuf;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{ContentMode, Secret, Template};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NatsConfig {
     /// Server URLs, comma separated, e.g. `nats://nats-0:4222,nats://nats-1:4222`. Required.
@@ -39,7 +40,7 @@ pub struct NatsConfig {
     pub tls: NatsTls,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NatsMode {
     #[default]
@@ -47,7 +48,7 @@ pub enum NatsMode {
     Core,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JetStreamConfig {
     /// Stream name. Default: `DELTASHIP`.
@@ -114,7 +115,7 @@ fn default_ack_timeout_secs() -> u64 {
     10
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Storage {
     #[default]
@@ -124,7 +125,7 @@ pub enum Storage {
 
 /// Secrets may be given inline (also from env, e.g. `DELTASHIP_SINK__AUTH__PASSWORD`) or,
 /// better, as files; they are masked in `print-config` and never logged.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NatsAuth {
     pub user: Option<String>,
@@ -138,7 +139,7 @@ pub struct NatsAuth {
     pub credentials_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NatsTls {
     /// CA certificate(s) (PEM) to trust for the server's certificate.

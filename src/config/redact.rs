@@ -1,14 +1,16 @@
 //! Redaction settings: the field rules of a resource (`resources[].redact_fields`) and the
 //! digest key (`redaction`), their parsing and their validation.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{Config, Problem};
 
 /// Keyed digests of redacted values.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RedactionConfig {
     /// A file holding the key of the digests (HMAC-SHA256, shown as `hmac-sha256:<hex>`),
@@ -20,7 +22,7 @@ pub struct RedactionConfig {
 }
 
 /// One field rule: the fields at `path` get `action`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RedactField {
     /// An RFC 6901 JSON pointer into the object (`~1` for `/`, `~0` for `~`); a segment
@@ -32,7 +34,7 @@ pub struct RedactField {
 }
 
 /// What a field rule does to a matched field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RedactAction {
     Drop,
@@ -143,6 +145,15 @@ impl FieldPath {
 impl Serialize for FieldPath {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.text)
+    }
+}
+
+impl JsonSchema for FieldPath {
+    fn schema_name() -> Cow<'static, str> {
+        "FieldPath".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": "string", "pattern": "^/", "description": format!("An RFC 6901 JSON pointer, `*` for every item or member, {PATH_EXAMPLE}.")})
     }
 }
 

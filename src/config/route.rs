@@ -1,5 +1,6 @@
 //! Routes: several sinks fed by the same watches, each with its own selection and shape.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Config, EventFormat, FilterConfig, PayloadMode, ResourceConfig, SinkConfig};
@@ -8,7 +9,7 @@ use super::{Config, EventFormat, FilterConfig, PayloadMode, ResourceConfig, Sink
 pub const DEFAULT_ROUTE: &str = "default";
 
 /// One destination of events: a sink and what it receives.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// Name of the route, unique: a lowercase DNS label, e.g. `audit`. The `route` label

@@ -2,9 +2,11 @@
 //! refused without echoing it, `print-config` masks them, and `*_file` settings are read
 //! at start-up.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -60,6 +62,16 @@ pub(crate) fn regular_file(path: &Path) -> std::io::Result<std::fs::Metadata> {
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("***")
+    }
+}
+
+/// A string the schema marks `writeOnly`: editors and tools know not to show it.
+impl JsonSchema for Secret {
+    fn schema_name() -> Cow<'static, str> {
+        "Secret".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": "string", "writeOnly": true})
     }
 }
 

@@ -1,5 +1,8 @@
 //! Name templates for topics and subjects, such as `deltaship.{cluster}.{group}.{plural}`.
 
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A name template such as `deltaship.{cluster}.{group}.{plural}`, parsed when the
@@ -118,6 +121,16 @@ impl Template {
 impl Serialize for Template {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.text)
+    }
+}
+
+/// A string of text and placeholders (not checked by the schema: `check` does).
+impl JsonSchema for Template {
+    fn schema_name() -> Cow<'static, str> {
+        "Template".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": "string", "minLength": 1, "description": format!("A name template: {}.", Template::HELP)})
     }
 }
 

@@ -7,6 +7,7 @@ mod object;
 mod resource;
 pub mod subject;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use object::{Object, ObjectError, ObjectRef};
@@ -43,7 +44,7 @@ pub struct Position {
     pub seq: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ChangeType {
     Added,
@@ -87,7 +88,7 @@ impl SyncReason {
 
 /// How a sync ships the listed objects (the `mode` of its markers); a resource's `relist`
 /// chooses it for relists.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SyncMode {
     /// Only differences against the index.
