@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::config::{Config, DEFAULT_ROUTE, NatsConfig, SinkConfig};
 use crate::pipeline::{self, Started};
 use crate::plan;
-use crate::sink::{KafkaSink, NatsSink};
+use crate::sink::{HttpSink, KafkaSink, NatsSink};
 
 /// Prints each finding on stdout; returns whether all passed.
 pub async fn run(config: &Config) -> bool {
@@ -30,10 +30,25 @@ pub async fn run(config: &Config) -> bool {
         match &route.sink {
             SinkConfig::Kafka(k) => check_kafka(&mut report, k, plan::topics(&scopes, i)).await,
             SinkConfig::Nats(n) => check_nats(&mut report, n).await,
+            SinkConfig::Http(h) => check_http(&mut report, h).await,
             SinkConfig::Stdout {} => report.ok("sink: stdout"),
         }
     }
     report.done()
+}
+
+async fn check_http(report: &mut Report, h: &crate::config::HttpSinkConfig) {
+    match HttpSink::new(h) {
+        Err(e) => {
+            report.fail(e);
+        }
+        Ok(sink) => match sink.probe().await {
+            Ok(()) => report.ok(format!("HTTP server reachable at {} (events go to {})", sink.address(), h.target_url().unwrap_or_default())),
+            Err(e) => {
+                report.fail(e);
+            }
+        },
+    }
 }
 
 async fn check_kafka(report: &mut Report, k: &crate::config::KafkaConfig, topics: Vec<String>) {

@@ -16,7 +16,7 @@ const EXIT_CONFIG: u8 = 78;
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUILD_REVISION"), ")");
 
 /// Watches Kubernetes objects like an informer and ships every change as a CloudEvent to
-/// Kafka, NATS JetStream or stdout, in order per object, with sync markers.
+/// Kafka, NATS JetStream, HTTP or stdout, in order per object, with sync markers.
 #[derive(Parser)]
 #[command(version = VERSION, about, long_about = None, after_help = "Exit codes: 0 done, 1 failed, 2 usage error, 78 invalid configuration.")]
 struct Cli {

@@ -54,11 +54,14 @@ async fn a_running_bridge_exports_its_build_freshness_lag_api_requests_and_proce
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "a"}, "data": {"k": "v"}})).unwrap();
     cms.create(&PostParams::default(), &cm).await.unwrap();
-    // The two markers of the initial sync and the new object: three acknowledgements.
+    // The two markers of the initial sync and the new object: at least three
+    // acknowledgements (kube-root-ca.crt, which the controller manager creates in a new
+    // namespace, may come too, before or after the list), and a newer event.
     let after = eventually(Duration::from_secs(30), "the new object's acknowledgement", || {
         let s = scrape(&bridge);
         let acked = value(&s, "deltaship_event_lag_seconds_count", &["route=\"default\""]).unwrap_or(0.0);
-        std::future::ready((acked >= 3.0).then_some(s))
+        let seen = value(&s, "deltaship_watch_last_event_timestamp_seconds", &[resource]).unwrap_or(0.0);
+        std::future::ready((acked >= 3.0 && seen > before).then_some(s))
     })
     .await;
 

@@ -254,11 +254,12 @@ async fn each_route_ships_its_own_selection_and_shape() {
     let msgs = read_until(&js, STREAM, Duration::from_secs(10), |m| m.len() >= msgs.len()).await;
     let trigger = mine(&msgs);
     let types: Vec<&str> = trigger.iter().map(Msg::event_type).collect();
-    assert_eq!(types, ["dev.knative.apiserver.resource.update", "dev.knative.apiserver.resource.update"], "{trigger:#?}");
+    // Knative's Reference mode: `ref` types, an ObjectReference as data.
+    assert_eq!(types, ["dev.knative.apiserver.ref.update", "dev.knative.apiserver.ref.update"], "{trigger:#?}");
     for m in &trigger {
         let data = m.json();
-        assert_eq!(data["name"], "a");
-        assert!(data.get("data").is_none(), "references only: {data}");
+        assert_eq!(data, serde_json::json!({"kind": "ConfigMap", "namespace": data["namespace"], "name": "a", "apiVersion": "v1"}));
+        assert!(data["namespace"].is_string(), "{data}");
     }
 
     let filtered = |resource: &str, ty: &str, route: &str| filtered(&metrics, resource, ty, route);

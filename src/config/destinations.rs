@@ -154,7 +154,7 @@ fn check_shared_markers(out: &mut Vec<Problem>, c: &Config) {
     let destination = |sink: &SinkConfig, r: &ResourceConfig| -> Option<String> {
         match sink {
             SinkConfig::Kafka(k) => Some(fill_known(r.topic.as_ref().unwrap_or(&k.topic_template).as_str(), &c.cluster, r)),
-            SinkConfig::Nats(_) | SinkConfig::Stdout {} => None,
+            SinkConfig::Nats(_) | SinkConfig::Http(_) | SinkConfig::Stdout {} => None,
         }
     };
     let mut reported = HashSet::new();

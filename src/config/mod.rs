@@ -1,6 +1,7 @@
 //! Configuration: figment loading (file, then `DELTASHIP_` env), validation, masking.
 
 mod destinations;
+mod http;
 mod input;
 mod interpolate;
 mod kafka;
@@ -22,6 +23,7 @@ use figment::value::Value;
 use interpolate::Interpolated;
 use serde::de::{self, Deserializer, Visitor};
 
+pub use http::*;
 pub use kafka::*;
 pub use model::*;
 pub use nats::*;
@@ -263,6 +265,11 @@ impl SinkConfig {
             }
             SinkConfig::Nats(n) => {
                 for secret in [&mut n.auth.password, &mut n.auth.token].into_iter().flatten() {
+                    *secret = Secret::masked();
+                }
+            }
+            SinkConfig::Http(h) => {
+                for secret in [&mut h.auth.password, &mut h.auth.token].into_iter().flatten() {
                     *secret = Secret::masked();
                 }
             }

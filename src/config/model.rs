@@ -206,9 +206,10 @@ pub struct ResourceConfig {
     /// Subject (NATS) of this resource's objects, overriding `sink.subject_template`.
     pub subject: Option<super::Template>,
     /// The shape of object events: `deltaship` (default) or `knative` (as Knative's
-    /// ApiServerSource in ResourceType mode: types `dev.knative.apiserver.resource.add|update|delete`,
-    /// `source` = the API server URL, `subject` = the object's API path), so existing
-    /// Knative Triggers and functions work unchanged. Markers keep deltaship's shape.
+    /// ApiServerSource: types `dev.knative.apiserver.resource.add|update|delete`, or
+    /// `dev.knative.apiserver.ref.*` with an ObjectReference as data when `payload` is
+    /// `reference`; `source` = the API server URL, `subject` = the object's API path), so
+    /// existing Knative Triggers and functions work unchanged. Markers keep deltaship's shape.
     #[serde(default)]
     pub format: EventFormat,
     /// Which changes are shipped (default: all). For triggers and audits of selected
@@ -274,6 +275,8 @@ pub enum SinkConfig {
     Kafka(Box<super::KafkaConfig>),
     /// NATS, core or JetStream.
     Nats(Box<super::NatsConfig>),
+    /// HTTP: each event POSTed to a URL (CloudEvents HTTP binding), e.g. a Knative Broker.
+    Http(Box<super::HttpSinkConfig>),
 }
 
 impl Default for SinkConfig {

@@ -26,8 +26,8 @@ pub struct ResumeConfig {
     /// Default: `deltaship-checkpoints`.
     #[serde(default = "default_nats_bucket")]
     pub nats_bucket: String,
-    /// stdout routes: the directory of checkpoint files, one per route. Default: none
-    /// (stdout routes start with a full sync).
+    /// stdout and HTTP routes: the directory of checkpoint files, one per route. Default: none
+    /// (those routes start with a full sync).
     pub directory: Option<PathBuf>,
 }
 

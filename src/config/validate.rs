@@ -3,9 +3,9 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::ops::RangeInclusive;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::{Config, KafkaConfig, NatsConfig, SinkConfig, Template, selector_matches};
+use super::{Config, HttpSinkConfig, K_CE_OVERRIDES, K_SINK, KafkaConfig, NatsConfig, SinkConfig, Template, ce_overrides, selector_matches};
 
 /// One thing wrong with the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +63,9 @@ pub mod ranges {
     pub const MAX_MSGS_PER_SUBJECT: RangeInclusive<i64> = 0..=i64::MAX;
     /// One hour.
     pub const ACK_TIMEOUT_SECS: RangeInclusive<u64> = 1..=3_600;
+    /// One hour: the longest an HTTP request may take.
+    pub const HTTP_TIMEOUT_MS: RangeInclusive<u64> = 1..=3_600_000;
+    pub const HTTP_MAX_REQUESTS: RangeInclusive<usize> = 1..=65_536;
 }
 
 /// `value` within `range`, else a problem naming `key`, the range and the unit.
@@ -263,7 +266,86 @@ fn validate_sink(out: &mut Vec<Problem>, key: &str, sink: &SinkConfig) {
     match sink {
         SinkConfig::Kafka(k) => validate_kafka(out, key, k),
         SinkConfig::Nats(n) => validate_nats(out, key, n),
+        SinkConfig::Http(h) => validate_http(out, key, h),
         SinkConfig::Stdout {} => {}
+    }
+}
+
+fn validate_http(out: &mut Vec<Problem>, key: &str, h: &HttpSinkConfig) {
+    let at = |field: &str| format!("{key}.{field}");
+    match h.target_url() {
+        None => out.push(problem(
+            at("url"),
+            format!("is not set, nor is {K_SINK}"),
+            "set the URL events are POSTed to, e.g. `http://broker-ingress.knative-eventing.svc/default/default`",
+        )),
+        Some(url) => match url.parse::<http::Uri>() {
+            Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some_and(|h| !h.is_empty()) => {
+                let tls_set = h.tls.ca_file.is_some() || h.tls.cert_file.is_some();
+                if tls_set && uri.scheme_str() == Some("http") {
+                    out.push(problem(at("tls"), format!("is set but `{url}` is not https"), "use an https:// URL, or remove `tls`"));
+                }
+            }
+            _ => out.push(problem(at("url"), format!("`{url}` is not an http:// or https:// URL"), "give a URL such as `https://events.example.com/hook`")),
+        },
+    }
+    if let Err(e) = ce_overrides() {
+        out.push(problem(K_CE_OVERRIDES.to_string(), e, "set it as Knative does, e.g. {\"extensions\": {\"team\": \"shop\"}}, or unset it"));
+    }
+    check_range(out, at("timeout_ms"), h.timeout_ms, ranges::HTTP_TIMEOUT_MS, "milliseconds (e.g. 10000)");
+    check_range(out, at("max_requests"), h.max_requests, ranges::HTTP_MAX_REQUESTS, "requests (e.g. 64)");
+    let a = &h.auth;
+    if (a.token.is_some() || a.token_file.is_some()) && a.user.is_some() {
+        out.push(problem(at("auth"), "sets both a token and a user", "keep one: `token_file` (bearer) or `user` with `password_file` (basic)"));
+    }
+    check_credentials(
+        out,
+        key,
+        Credentials {
+            user: a.user.is_some(),
+            password: (a.password.is_some(), a.password_file.is_some()),
+            token: (a.token.is_some(), a.token_file.is_some()),
+            cert_and_key: (h.tls.cert_file.is_some(), h.tls.key_file.is_some()),
+            files: &[
+                ("auth.token_file", &a.token_file, "the bearer token"),
+                ("auth.password_file", &a.password_file, "the password"),
+                ("tls.ca_file", &h.tls.ca_file, "the CA certificate(s) in PEM"),
+                ("tls.cert_file", &h.tls.cert_file, "the client certificate in PEM"),
+                ("tls.key_file", &h.tls.key_file, "the client certificate's private key in PEM"),
+            ],
+        },
+    );
+}
+
+/// What a sink's credentials give, for the checks every sink shares.
+struct Credentials<'a> {
+    user: bool,
+    /// (inline, as a file) of the password and of the token.
+    password: (bool, bool),
+    token: (bool, bool),
+    /// Whether a client certificate and its key are set.
+    cert_and_key: (bool, bool),
+    /// (key under the sink, the file, what it holds): each must be readable.
+    files: &'a [(&'a str, &'a Option<PathBuf>, &'a str)],
+}
+
+/// A secret given once (inline or as a file), a user with its password, a client
+/// certificate with its key, and every file readable.
+fn check_credentials(out: &mut Vec<Problem>, key: &str, c: Credentials<'_>) {
+    let at = |field: &str| format!("{key}.{field}");
+    if c.password.0 && c.password.1 || c.token.0 && c.token.1 {
+        out.push(problem(at("auth"), "sets a secret both inline and as a file", "keep only the *_file setting"));
+    }
+    if c.user != (c.password.0 || c.password.1) {
+        out.push(problem(at("auth.user"), "user and password go together", "set both `user` and `password_file` (or `password`), or neither"));
+    }
+    if c.cert_and_key.0 != c.cert_and_key.1 {
+        out.push(problem(at("tls.cert_file"), "a client certificate needs its key", "set both `cert_file` and `key_file`, or neither"));
+    }
+    for (field, path, what) in c.files {
+        if let Some(path) = path {
+            check_readable(out, at(field), path, what);
+        }
     }
 }
 
@@ -392,29 +474,25 @@ fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
     if methods.iter().filter(|m| **m).count() > 1 {
         out.push(problem(at("auth"), "sets more than one way to authenticate", "keep one of: user with password, token, nkey_seed_file, credentials_file"));
     }
-    if a.password.is_some() && a.password_file.is_some() || a.token.is_some() && a.token_file.is_some() {
-        out.push(problem(at("auth"), "sets a secret both inline and as a file", "keep only the *_file setting"));
-    }
-    if a.user.is_some() != (a.password.is_some() || a.password_file.is_some()) {
-        out.push(problem(at("auth.user"), "user and password go together", "set both `user` and `password_file` (or `password`), or neither"));
-    }
-    if n.tls.cert_file.is_some() != n.tls.key_file.is_some() {
-        out.push(problem(at("tls.cert_file"), "a client certificate needs its key", "set both `cert_file` and `key_file`, or neither"));
-    }
-    let files = [
-        ("auth.password_file", &a.password_file, "the password"),
-        ("auth.token_file", &a.token_file, "the token"),
-        ("auth.nkey_seed_file", &a.nkey_seed_file, "the NKey seed"),
-        ("auth.credentials_file", &a.credentials_file, "the credentials (JWT and NKey seed)"),
-        ("tls.ca_file", &n.tls.ca_file, "the CA certificate(s) in PEM"),
-        ("tls.cert_file", &n.tls.cert_file, "the client certificate in PEM"),
-        ("tls.key_file", &n.tls.key_file, "the client certificate's private key in PEM"),
-    ];
-    for (field, path, what) in files {
-        if let Some(path) = path {
-            check_readable(out, at(field), path, what);
-        }
-    }
+    check_credentials(
+        out,
+        key,
+        Credentials {
+            user: a.user.is_some(),
+            password: (a.password.is_some(), a.password_file.is_some()),
+            token: (a.token.is_some(), a.token_file.is_some()),
+            cert_and_key: (n.tls.cert_file.is_some(), n.tls.key_file.is_some()),
+            files: &[
+                ("auth.password_file", &a.password_file, "the password"),
+                ("auth.token_file", &a.token_file, "the token"),
+                ("auth.nkey_seed_file", &a.nkey_seed_file, "the NKey seed"),
+                ("auth.credentials_file", &a.credentials_file, "the credentials (JWT and NKey seed)"),
+                ("tls.ca_file", &n.tls.ca_file, "the CA certificate(s) in PEM"),
+                ("tls.cert_file", &n.tls.cert_file, "the client certificate in PEM"),
+                ("tls.key_file", &n.tls.key_file, "the client certificate's private key in PEM"),
+            ],
+        },
+    );
 }
 
 fn is_dns_label(s: &str) -> bool {

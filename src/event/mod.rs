@@ -125,9 +125,10 @@ fn object_event(watch: &WatchAttributes, scope: &Scope, output: &Output, c: Obje
     // for the data (no copy of the reference).
     let r = c.payload.reference();
     let key = r.key();
+    let reference = output.payload == PayloadMode::Reference || matches!(c.payload, Payload::Reference(_));
     let (ty, source, subject) = match &output.knative_source {
         None => (kind.event_type().to_owned(), watch.source.clone(), key.clone()),
-        Some(api_server) => knative::attributes(c.change, api_server, &scope.resource, r),
+        Some(api_server) => knative::attributes(c.change, reference, api_server, &scope.resource, r),
     };
     let destination = output.address.object_destination(r);
     let partition_key = output.address.key(&key);
@@ -154,7 +155,10 @@ fn object_event(watch: &WatchAttributes, scope: &Scope, output: &Output, c: Obje
     }
     let mut event = b.build().map_err(|source| BuildError { key, source })?;
     let (data, content_type) = match (output.payload, c.payload, c.previous) {
-        (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => (to_bytes(&reference_data(watch, scope, payload.reference())), JSON),
+        (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => match output.knative_source {
+            Some(_) => (to_bytes(&knative::reference_data(&watch.api_version, &scope.resource, payload.reference())), JSON),
+            None => (to_bytes(&reference_data(watch, scope, payload.reference())), JSON),
+        },
         (PayloadMode::Patch, Payload::Object(o), Some(previous)) => match patch(&previous, &o) {
             Some(patch) => (patch, JSON_PATCH),
             None => (o.json, JSON),

@@ -195,7 +195,7 @@ impl<P: Publisher> Dispatcher<P> {
                 metrics::counter!(m::SINK_ERRORS, "sink" => sink, "route" => self.route.clone(), "error_kind" => e.kind().as_str()).increment(1);
                 match e {
                     SendError::Retryable { kind, source } => {
-                        let delay = self.retry.delay(done.attempt);
+                        let delay = self.retry.delay_asked(done.attempt, source.retry_after());
                         // A purge (a replaced producer) was logged once by the sink.
                         if done.attempt == 0 && kind != ErrorKind::Purged {
                             tracing::warn!(sink, route = %self.route, resource = %env.resource, error_kind = kind.as_str(), error = %source, "Send failed; retrying with backoff");
@@ -205,6 +205,12 @@ impl<P: Publisher> Dispatcher<P> {
                         Settled::Retry(env, done.attempt + 1, delay)
                     }
                     SendError::TooLarge { source } => self.oversized(env, source),
+                    SendError::Rejected { source } => {
+                        metrics::counter!(m::DROPPED, "resource" => env.resource.to_string(), "reason" => "rejected", "route" => self.route.clone())
+                            .increment(1);
+                        tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, id = cloudevents::AttributesReader::id(&env.event), error = %source, "Sink rejected an event; skipped (on_client_error = skip)");
+                        Settled::Done(env)
+                    }
                     SendError::Fatal { kind, source } => {
                         tracing::error!(sink, route = %self.route, resource = %env.resource, error_kind = kind.as_str(), error = %source, "Sink refused an event for good; stopping");
                         Settled::Fatal(DispatchError::SinkFatal { resource: env.resource.to_string(), kind, source })

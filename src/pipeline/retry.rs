@@ -17,6 +17,13 @@ impl RetryPolicy {
         let base = self.initial.saturating_mul(1u32 << attempt.min(20)).min(self.max);
         base.mul_f64(rand::rng().random_range(0.5..1.0))
     }
+
+    /// The delay before retry number `attempt` when the sink asked to wait `asked` (an
+    /// HTTP `Retry-After`): at least that, up to `max`, and never less than the backoff.
+    pub fn delay_asked(&self, attempt: u32, asked: Option<Duration>) -> Duration {
+        let backoff = self.delay(attempt);
+        asked.map_or(backoff, |a| backoff.max(a.min(self.max)))
+    }
 }
 
 #[cfg(test)]
@@ -31,5 +38,13 @@ mod tests {
         let d3 = p.delay(3);
         assert!(d3 >= Duration::from_millis(400) && d3 < Duration::from_millis(800));
         assert!(p.delay(40) < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_wait_the_sink_asks_for_is_kept_up_to_the_cap() {
+        let p = RetryPolicy { initial: Duration::from_millis(100), max: Duration::from_secs(2) };
+        assert_eq!(p.delay_asked(0, Some(Duration::from_secs(1))), Duration::from_secs(1));
+        assert_eq!(p.delay_asked(0, Some(Duration::from_secs(60))), Duration::from_secs(2));
+        assert!(p.delay_asked(0, None) < Duration::from_millis(100));
     }
 }

@@ -42,8 +42,9 @@ pub enum PlanError {
 /// Where `resources[index]` goes on a route to `sink`.
 fn address(cluster: &str, sink: &SinkConfig, index: usize, rc: &ResourceConfig, resource: &ResourceType) -> Result<Address, PlanError> {
     match sink {
-        // The stdout sink has no topics; the default template only names an object's lane.
-        SinkConfig::Stdout {} => Ok(Address::topic(cluster, resource, &Template::default_topic())),
+        // The stdout and HTTP sinks have no topics; the default template only names an
+        // object's lane.
+        SinkConfig::Stdout {} | SinkConfig::Http(_) => Ok(Address::topic(cluster, resource, &Template::default_topic())),
         SinkConfig::Kafka(k) => {
             let route = Address::topic(cluster, resource, rc.topic.as_ref().unwrap_or(&k.topic_template));
             check_topic_name(&route.marker_destination()).map_err(|source| PlanError::Template { index, source })?;

@@ -46,11 +46,17 @@ pub enum ErrorKind {
     Flush,
     /// Writing to stdout failed.
     Io,
+    /// The HTTP server is unreachable (refused, reset, name not found).
+    Connect,
+    /// The HTTP server answered 408, 429 or 5xx.
+    Unavailable,
+    /// The HTTP server refused the event with another 3xx or 4xx.
+    Rejected,
 }
 
 impl ErrorKind {
     /// Every kind: the label values a dashboard can expect.
-    pub const ALL: [ErrorKind; 16] = [
+    pub const ALL: [ErrorKind; 19] = [
         ErrorKind::TooLarge,
         ErrorKind::Authorization,
         ErrorKind::Authentication,
@@ -67,6 +73,9 @@ impl ErrorKind {
         ErrorKind::Publish,
         ErrorKind::Flush,
         ErrorKind::Io,
+        ErrorKind::Connect,
+        ErrorKind::Unavailable,
+        ErrorKind::Rejected,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -87,6 +96,9 @@ impl ErrorKind {
             ErrorKind::Publish => "publish",
             ErrorKind::Flush => "flush",
             ErrorKind::Io => "io",
+            ErrorKind::Connect => "connect",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Rejected => "rejected",
         }
     }
 }
@@ -121,6 +133,13 @@ pub enum SendError {
         #[source]
         source: Failure,
     },
+    /// The sink refused this event and its policy is to skip such events (the HTTP sink's
+    /// `on_client_error = "skip"`): dropped and counted.
+    #[error("rejected: {source}")]
+    Rejected {
+        #[source]
+        source: Failure,
+    },
 }
 
 impl SendError {
@@ -129,6 +148,7 @@ impl SendError {
         match self {
             SendError::Retryable { kind, .. } | SendError::Fatal { kind, .. } => *kind,
             SendError::TooLarge { .. } => ErrorKind::TooLarge,
+            SendError::Rejected { .. } => ErrorKind::Rejected,
         }
     }
 
@@ -188,6 +208,35 @@ pub enum Failure {
     /// Writing to stdout failed.
     #[error("writing to stdout failed: {0}")]
     Stdout(#[source] std::io::Error),
+    /// The HTTP server answered with a status that is not a success.
+    #[error("the server answered {status}{}", if body.is_empty() { String::new() } else { format!(": {body}") })]
+    HttpStatus {
+        status: u16,
+        /// What its `Retry-After` asked for.
+        retry_after: Option<Duration>,
+        /// The start of the answer's body.
+        body: String,
+    },
+    /// The HTTP request failed before an answer (connection, TLS); the client's error and
+    /// its causes.
+    #[error("{0}")]
+    HttpTransport(String),
+    /// No answer within the timeout.
+    #[error("no answer within {0:?}")]
+    HttpTimeout(Duration),
+    /// A credential file of the sink could not be read.
+    #[error("{0}")]
+    Credential(#[source] SecretFileError),
+}
+
+impl Failure {
+    /// How long the sink asked to wait before the next attempt (HTTP `Retry-After`).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Failure::HttpStatus { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
 }
 
 /// What failed while building, preparing, probing or flushing a sink. The messages start
@@ -245,6 +294,15 @@ pub enum SinkError {
         #[source]
         source: CreateStreamError,
     },
+    /// The HTTP sink's TLS files cannot be used.
+    #[error("config: {key}: cannot use {}: {reason}", file.display())]
+    HttpTls { key: &'static str, file: PathBuf, reason: String },
+    /// The HTTP sink's URL is missing or invalid (checked at start-up already).
+    #[error("config: sink.url: {0}")]
+    HttpUrl(String),
+    /// The HTTP server cannot be reached.
+    #[error("the HTTP server at {address} is unreachable: {reason}")]
+    HttpUnreachable { address: String, reason: String },
     /// What was sent is not on its way within the flush timeout.
     #[error("flush: not flushed within {0:?}")]
     FlushTimedOut(Duration),
@@ -257,7 +315,11 @@ impl SinkError {
     /// Whether trying again later may succeed (the server is unreachable now).
     pub fn is_retryable(&self) -> bool {
         match self {
-            SinkError::NatsDisconnected(_) | SinkError::StreamLookup { .. } | SinkError::StreamNotCreated { .. } | SinkError::FlushTimedOut(_) => true,
+            SinkError::NatsDisconnected(_)
+            | SinkError::StreamLookup { .. }
+            | SinkError::StreamNotCreated { .. }
+            | SinkError::FlushTimedOut(_)
+            | SinkError::HttpUnreachable { .. } => true,
             SinkError::Request(e) => e.is_retryable(),
             SinkError::SecretFile(_)
             | SinkError::KafkaClient { .. }
@@ -265,7 +327,9 @@ impl SinkError {
             | SinkError::NatsCredentials { .. }
             | SinkError::NatsConnect(_)
             | SinkError::StreamNotFound { .. }
-            | SinkError::StreamRefused { .. } => false,
+            | SinkError::StreamRefused { .. }
+            | SinkError::HttpTls { .. }
+            | SinkError::HttpUrl(_) => false,
         }
     }
 }

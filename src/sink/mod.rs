@@ -2,6 +2,7 @@
 
 pub mod encode;
 mod error;
+pub mod http;
 pub mod kafka;
 pub mod nats;
 pub mod stdout;
@@ -14,6 +15,7 @@ use crate::config::SinkConfig;
 use crate::event::Envelope;
 
 pub use error::{ErrorKind, Failure, SendError, SinkError};
+pub use http::HttpSink;
 pub use kafka::KafkaSink;
 pub use nats::NatsSink;
 pub use stdout::StdoutSink;
@@ -33,6 +35,7 @@ pub enum Sink {
     Stdout(StdoutSink),
     Kafka(KafkaSink),
     Nats(Box<NatsSink>),
+    Http(HttpSink),
 }
 
 impl Publisher for Sink {
@@ -41,6 +44,7 @@ impl Publisher for Sink {
             Sink::Stdout(_) => "stdout",
             Sink::Kafka(_) => "kafka",
             Sink::Nats(_) => "nats",
+            Sink::Http(_) => "http",
         }
     }
 
@@ -49,6 +53,7 @@ impl Publisher for Sink {
             Sink::Stdout(s) => s.send(env),
             Sink::Kafka(k) => k.send(env).await,
             Sink::Nats(n) => n.send(env).await,
+            Sink::Http(h) => h.send(env).await,
         }
     }
 }
@@ -59,6 +64,7 @@ impl Sink {
             SinkConfig::Stdout {} => Sink::Stdout(StdoutSink::default()),
             SinkConfig::Kafka(k) => Sink::Kafka(KafkaSink::new(k)?),
             SinkConfig::Nats(n) => Sink::Nats(Box::new(NatsSink::connect(n).await?)),
+            SinkConfig::Http(h) => Sink::Http(HttpSink::new(h)?),
         })
     }
 
@@ -78,6 +84,7 @@ impl Sink {
             Sink::Stdout(_) => Ok(()),
             Sink::Kafka(k) => k.probe(Duration::from_secs(5)).await.map(|_| ()),
             Sink::Nats(n) => n.probe(),
+            Sink::Http(h) => h.probe().await,
         }
     }
 
@@ -101,7 +108,8 @@ impl Sink {
     pub async fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
         let flushed = async {
             match self {
-                Sink::Stdout(_) => Ok(()),
+                // An HTTP send is done when its answer came: nothing waits in a client.
+                Sink::Stdout(_) | Sink::Http(_) => Ok(()),
                 Sink::Kafka(k) => k.flush(timeout).await,
                 Sink::Nats(n) => n.flush().await,
             }

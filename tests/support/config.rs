@@ -1,7 +1,7 @@
 //! Test configs built as `deltaship::config::Config` values and written as TOML, so that a
 //! test names the options it sets and a typo fails to compile instead of at start-up.
 
-use deltaship::config::{Config, KafkaConfig, NatsConfig, ResourceConfig, SinkConfig, TopicCreation};
+use deltaship::config::{Config, HttpSinkConfig, KafkaConfig, NatsConfig, ResourceConfig, SinkConfig, TopicCreation};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -38,6 +38,12 @@ pub fn nats(url: &str) -> NatsConfig {
     from_json(json!({"url": url, "jetstream": {"ack_timeout_secs": 2}}))
 }
 
+/// An HTTP sink POSTing to `url`, answering within 1 s or retried (so that a test sees a
+/// slow receiver quickly).
+pub fn http(url: &str) -> HttpSinkConfig {
+    from_json(json!({"url": url, "timeout_ms": 1000}))
+}
+
 impl TestConfig {
     pub fn new() -> TestConfig {
         TestConfig(from_json(json!({})))
@@ -65,6 +71,11 @@ impl TestConfig {
 
     pub fn nats(mut self, n: NatsConfig) -> TestConfig {
         self.0.sink = Some(SinkConfig::Nats(Box::new(n)));
+        self
+    }
+
+    pub fn http(mut self, h: HttpSinkConfig) -> TestConfig {
+        self.0.sink = Some(SinkConfig::Http(Box::new(h)));
         self
     }
 

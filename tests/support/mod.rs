@@ -1,5 +1,6 @@
 //! Shared helpers of the integration tests: the real test environment (tests/env), the
-//! deltaship binary as a child process, test configs, the Helm chart, and a Kafka reader.
+//! deltaship binary as a child process, test configs, the Helm chart, a Kafka reader, and an
+//! HTTP receiver of CloudEvents.
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod bridge;
@@ -10,6 +11,7 @@ pub mod kafka;
 pub mod kube;
 pub mod nats;
 pub mod nats_server;
+pub mod receiver;
 pub mod state;
 
 use std::sync::atomic::{AtomicU32, Ordering};

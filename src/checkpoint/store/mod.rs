@@ -49,12 +49,12 @@ pub enum Store {
 
 impl Store {
     /// The store of the route `route` whose sink is `sink`; `None` when that route keeps
-    /// no checkpoint (stdout without `resume.directory`).
+    /// no checkpoint (stdout or HTTP without `resume.directory`).
     pub async fn open(sink: &SinkConfig, resume: &ResumeConfig, route: &str) -> Result<Option<Store>, StoreError> {
         Ok(Some(match sink {
             SinkConfig::Kafka(k) => Store::Kafka(KafkaStore::open(k, &resume.kafka_topic).await?),
             SinkConfig::Nats(n) => Store::Nats(NatsStore::open(n, &resume.nats_bucket).await?),
-            SinkConfig::Stdout {} => match &resume.directory {
+            SinkConfig::Stdout {} | SinkConfig::Http(_) => match &resume.directory {
                 Some(dir) => Store::File(FileStore::open(dir, route)?),
                 None => return Ok(None),
             },

@@ -1,0 +1,357 @@
+//! The HTTP sink: each event POSTed to one URL by the CloudEvents HTTP binding (binary or
+//! structured), a 2xx answer being the acknowledgement. 408, 429, 5xx, connection errors and
+//! timeouts are retried by the dispatcher (honouring `Retry-After`), 413 goes to the
+//! oversize policy, 401 and 403 stop the bridge, other 3xx and 4xx follow
+//! `on_client_error`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use bytes::Bytes;
+use cloudevents::Event;
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use http::{HeaderMap, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::sync::Semaphore;
+
+use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, percent_encode, structured_bytes};
+use super::{ErrorKind, Failure, SendError, SinkError};
+use crate::config::{ClientErrorPolicy, ContentMode, HttpSinkConfig, HttpTls, Secret, ce_overrides};
+use crate::event::Envelope;
+
+/// The most of an answer's body kept for the log (the rest is read and dropped).
+const BODY_EXCERPT: usize = 200;
+/// The most of an answer's body read.
+const BODY_LIMIT: usize = 64 * 1024;
+
+#[derive(Clone)]
+pub struct HttpSink {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    uri: Uri,
+    content_mode: ContentMode,
+    timeout: Duration,
+    requests: Semaphore,
+    on_client_error: ClientErrorPolicy,
+    auth: Option<Auth>,
+    /// `K_CE_OVERRIDES`: extensions set on every event.
+    overrides: Vec<(String, String)>,
+}
+
+enum Auth {
+    Bearer(Credential),
+    Basic { user: String, password: Credential },
+}
+
+/// A secret given inline, or as a file read again when it changes (a rotated token).
+enum Credential {
+    Inline(Secret),
+    File { key: &'static str, path: PathBuf, read: Mutex<Option<(SystemTime, Secret)>> },
+}
+
+impl Credential {
+    fn new(key: &'static str, inline: &Option<Secret>, file: &Option<PathBuf>) -> Result<Option<Credential>, SinkError> {
+        Ok(match (inline, file) {
+            (Some(s), _) => Some(Credential::Inline(s.clone())),
+            (None, Some(path)) => {
+                let c = Credential::File { key, path: path.clone(), read: Mutex::new(None) };
+                c.current().map_err(SinkError::SecretFile)?;
+                Some(c)
+            }
+            (None, None) => None,
+        })
+    }
+
+    /// The secret now: a file is read again when its modification time changed.
+    fn current(&self) -> Result<Secret, crate::config::SecretFileError> {
+        match self {
+            Credential::Inline(s) => Ok(s.clone()),
+            Credential::File { key, path, read } => {
+                let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+                let mut read = read.lock().expect("never poisoned: no panic while held");
+                if let (Some((at, secret)), Some(now)) = (read.as_ref(), modified)
+                    && *at == now
+                {
+                    return Ok(secret.clone());
+                }
+                let secret = Secret::from_file(key, path)?;
+                *read = modified.map(|m| (m, secret.clone()));
+                Ok(secret)
+            }
+        }
+    }
+}
+
+impl Auth {
+    fn header(&self) -> Result<HeaderValue, Failure> {
+        let value = match self {
+            Auth::Bearer(token) => format!("Bearer {}", token.current().map_err(Failure::Credential)?.expose()),
+            Auth::Basic { user, password } => {
+                let pair = format!("{user}:{}", password.current().map_err(Failure::Credential)?.expose());
+                format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
+            }
+        };
+        let mut header =
+            HeaderValue::from_str(&value).map_err(|_| Failure::HttpTransport("the credential holds characters a header cannot carry (not shown)".into()))?;
+        header.set_sensitive(true);
+        Ok(header)
+    }
+}
+
+impl HttpSink {
+    /// Reads the TLS and credential files and sets up the client; connects on the first
+    /// send (an unreachable server is retried, never a start-up failure).
+    pub fn new(cfg: &HttpSinkConfig) -> Result<HttpSink, SinkError> {
+        let url = cfg.target_url().ok_or_else(|| SinkError::HttpUrl("not set, nor is K_SINK".into()))?;
+        let uri: Uri = url.parse().map_err(|e| SinkError::HttpUrl(format!("`{url}`: {e}")))?;
+        let timeout = Duration::from_millis(cfg.timeout_ms);
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(timeout));
+        http.set_nodelay(true);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls_config(&cfg.tls)?).https_or_http().enable_http1().wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(60)).build(connector);
+        let a = &cfg.auth;
+        let auth = match (&a.user, Credential::new("sink.auth.token_file", &a.token, &a.token_file)?) {
+            (_, Some(token)) => Some(Auth::Bearer(token)),
+            (Some(user), None) => {
+                Credential::new("sink.auth.password_file", &a.password, &a.password_file)?.map(|password| Auth::Basic { user: user.clone(), password })
+            }
+            (None, None) => None,
+        };
+        let overrides = ce_overrides().map_err(|e| SinkError::HttpUrl(format!("{}: {e}", crate::config::K_CE_OVERRIDES)))?.into_iter().collect();
+        Ok(HttpSink {
+            inner: Arc::new(Inner {
+                client,
+                uri,
+                content_mode: cfg.content_mode,
+                timeout,
+                requests: Semaphore::new(cfg.max_requests),
+                on_client_error: cfg.on_client_error,
+                auth,
+                overrides,
+            }),
+        })
+    }
+
+    /// The `host:port` requests go to.
+    pub fn address(&self) -> String {
+        let uri = &self.inner.uri;
+        let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+        format!("{}:{port}", uri.host().unwrap_or_default())
+    }
+
+    /// Whether a TCP connection to the server opens within 5 s (for /readyz and `check`).
+    pub async fn probe(&self) -> Result<(), SinkError> {
+        let address = self.address();
+        let unreachable = |reason: String| SinkError::HttpUnreachable { address: address.clone(), reason };
+        match tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(&address)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(unreachable(e.to_string())),
+            Err(_) => Err(unreachable("no connection within 5 s".into())),
+        }
+    }
+
+    pub async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+        let inner = &self.inner;
+        let _request = inner.requests.acquire().await.expect("the semaphore is never closed");
+        let request = self.request(env).map_err(|source| match source {
+            // A rotated file may be missing for a moment: try again.
+            Failure::Credential(_) => SendError::Retryable { kind: ErrorKind::Authentication, source },
+            _ => SendError::Fatal { kind: ErrorKind::Authentication, source },
+        })?;
+        let answered = tokio::time::timeout(inner.timeout, async {
+            let response = inner.client.request(request).await.map_err(|e| SendError::Retryable { kind: ErrorKind::Connect, source: transport(&e) })?;
+            let status = response.status();
+            let retry_after = retry_after(response.headers());
+            // Read the answer (so the connection is reused), keeping its start for the log.
+            let body = match Limited::new(response.into_body(), BODY_LIMIT).collect().await {
+                Ok(b) => excerpt(&b.to_bytes()),
+                Err(_) => String::new(),
+            };
+            Ok((status, retry_after, body))
+        })
+        .await;
+        let (status, retry_after, body) = match answered {
+            Ok(result) => result?,
+            Err(_) => return Err(SendError::Retryable { kind: ErrorKind::Timeout, source: Failure::HttpTimeout(inner.timeout) }),
+        };
+        classify(status, retry_after, body, inner.on_client_error)
+    }
+
+    fn request(&self, env: &Envelope) -> Result<Request<Full<Bytes>>, Failure> {
+        let inner = &self.inner;
+        let mut overridden;
+        let event: &Event = if inner.overrides.is_empty() {
+            &env.event
+        } else {
+            overridden = env.event.clone();
+            for (name, value) in &inner.overrides {
+                overridden.set_extension(name, value.as_str());
+            }
+            &overridden
+        };
+        let mut builder = Request::builder().method(Method::POST).uri(inner.uri.clone());
+        let headers = builder.headers_mut().expect("a new request builder has headers");
+        let body = match inner.content_mode {
+            ContentMode::Binary => {
+                for (name, value) in binary_attributes(event) {
+                    let (name, value) = if name == "datacontenttype" {
+                        (CONTENT_TYPE, value)
+                    } else {
+                        (HeaderName::try_from(format!("ce-{name}")).map_err(|e| Failure::HttpTransport(e.to_string()))?, percent_encode(value))
+                    };
+                    headers.insert(name, HeaderValue::try_from(value).map_err(|e| Failure::HttpTransport(e.to_string()))?);
+                }
+                env.data.clone()
+            }
+            ContentMode::Structured => {
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static(STRUCTURED_CONTENT_TYPE));
+                structured_bytes(event, &env.data).into()
+            }
+        };
+        if let Some(auth) = &inner.auth {
+            headers.insert(AUTHORIZATION, auth.header()?);
+        }
+        Ok(builder.body(Full::new(body)).expect("the request's parts are valid"))
+    }
+}
+
+/// What an answer means for the event.
+fn classify(status: StatusCode, retry_after: Option<Duration>, body: String, on_client_error: ClientErrorPolicy) -> Result<(), SendError> {
+    if status.is_success() {
+        return Ok(());
+    }
+    let source = Failure::HttpStatus { status: status.as_u16(), retry_after, body };
+    Err(match status.as_u16() {
+        413 => SendError::TooLarge { source },
+        408 | 429 | 500..=599 => SendError::Retryable { kind: ErrorKind::Unavailable, source },
+        401 => SendError::Fatal { kind: ErrorKind::Authentication, source },
+        403 => SendError::Fatal { kind: ErrorKind::Authorization, source },
+        400..=499 if on_client_error == ClientErrorPolicy::Skip => SendError::Rejected { source },
+        _ => SendError::Fatal { kind: ErrorKind::Rejected, source },
+    })
+}
+
+/// `Retry-After` in seconds (an HTTP date is read as its distance from now).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    (at.with_timezone(&chrono::Utc) - chrono::Utc::now()).to_std().ok()
+}
+
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(BODY_EXCERPT)]);
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The client's error with its causes ("client error (Connect): tcp connect error:
+/// Connection refused").
+fn transport(e: &hyper_util::client::legacy::Error) -> Failure {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    Failure::HttpTransport(text)
+}
+
+fn tls_config(tls: &HttpTls) -> Result<rustls::ClientConfig, SinkError> {
+    let bad = |key: &'static str, file: &PathBuf, reason: String| SinkError::HttpTls { key, file: file.clone(), reason };
+    let mut roots = rustls::RootCertStore::empty();
+    match &tls.ca_file {
+        Some(f) => {
+            let certs: Vec<CertificateDer> =
+                CertificateDer::pem_file_iter(f).and_then(Iterator::collect).map_err(|e| bad("sink.tls.ca_file", f, e.to_string()))?;
+            if certs.is_empty() {
+                return Err(bad("sink.tls.ca_file", f, "holds no PEM certificate".into()));
+            }
+            for c in certs {
+                roots.add(c).map_err(|e| bad("sink.tls.ca_file", f, e.to_string()))?;
+            }
+        }
+        None => {
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        }
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default TLS versions")
+        .with_root_certificates(roots);
+    Ok(match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => {
+            let chain: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_file_iter(cert).and_then(Iterator::collect).map_err(|e| bad("sink.tls.cert_file", cert, e.to_string()))?;
+            let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("sink.tls.key_file", key, e.to_string()))?;
+            builder.with_client_auth_cert(chain, key_der).map_err(|e| bad("sink.tls.key_file", key, e.to_string()))?
+        }
+        _ => builder.with_no_client_auth(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(status: u16, policy: ClientErrorPolicy) -> (&'static str, Option<ErrorKind>) {
+        match classify(StatusCode::from_u16(status).unwrap(), None, String::new(), policy) {
+            Ok(()) => ("ok", None),
+            Err(e @ SendError::Retryable { .. }) => ("retry", Some(e.kind())),
+            Err(SendError::TooLarge { .. }) => ("oversize", None),
+            Err(e @ SendError::Fatal { .. }) => ("fatal", Some(e.kind())),
+            Err(SendError::Rejected { .. }) => ("skip", None),
+        }
+    }
+
+    #[test]
+    fn answers_are_acks_retries_oversize_or_by_policy() {
+        use ClientErrorPolicy::{Fail, Skip};
+        assert_eq!(kind(200, Fail), ("ok", None));
+        assert_eq!(kind(202, Fail), ("ok", None));
+        assert_eq!(kind(204, Fail), ("ok", None));
+        for s in [408, 429, 500, 502, 503, 504] {
+            assert_eq!(kind(s, Fail), ("retry", Some(ErrorKind::Unavailable)), "{s}");
+        }
+        assert_eq!(kind(413, Skip), ("oversize", None));
+        assert_eq!(kind(401, Skip), ("fatal", Some(ErrorKind::Authentication)));
+        assert_eq!(kind(403, Skip), ("fatal", Some(ErrorKind::Authorization)));
+        assert_eq!(kind(400, Fail), ("fatal", Some(ErrorKind::Rejected)));
+        assert_eq!(kind(404, Skip), ("skip", None));
+        assert_eq!(kind(301, Skip), ("fatal", Some(ErrorKind::Rejected)), "a redirect is a wrong URL, whatever the policy");
+    }
+
+    #[test]
+    fn retry_after_in_seconds_or_as_a_date() {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_static("3"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3)));
+        let later = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
+        h.insert(RETRY_AFTER, HeaderValue::from_str(&later).unwrap());
+        assert!(retry_after(&h).is_some_and(|d| d > Duration::from_secs(25) && d <= Duration::from_secs(30)));
+        h.insert(RETRY_AFTER, HeaderValue::from_static("soon"));
+        assert_eq!(retry_after(&h), None);
+    }
+
+    #[test]
+    fn a_failure_names_the_status_and_the_start_of_the_answer() {
+        let f = Failure::HttpStatus { status: 503, retry_after: Some(Duration::from_secs(2)), body: excerpt(b"  broker\n not ready  ") };
+        assert_eq!(f.to_string(), "the server answered 503: broker not ready");
+        assert_eq!(f.retry_after(), Some(Duration::from_secs(2)));
+    }
+}
