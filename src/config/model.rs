@@ -48,6 +48,13 @@ pub struct Config {
     /// Checkpoints of what each route acknowledged, to start from after a restart.
     #[serde(default)]
     pub resume: super::ResumeConfig,
+    /// Where the JSON Schemas of the event data (the repository's `schemas/events/`) are
+    /// published, a URL ending in `/`: markers and reference events then carry the
+    /// CloudEvents attribute `dataschema`, e.g.
+    /// `https://schemas.example.com/deltaship/events/marker.schema.json`. Default: not set
+    /// (no `dataschema`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataschema_base: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -87,6 +87,15 @@ pub fn validate(c: &Config) -> Vec<Problem> {
     {
         out.push(problem("kubernetes.kubeconfig", format!("{} is not a regular file", path.display()), "give the path of a kubeconfig file"));
     }
+    if let Some(base) = &c.dataschema_base
+        && !url::Url::parse(base).is_ok_and(|u| !u.cannot_be_a_base() && base.ends_with('/'))
+    {
+        out.push(problem(
+            "dataschema_base",
+            format!("`{base}` is not a URL ending in `/`"),
+            "give the URL of the published schemas/events/ directory, e.g. `https://schemas.example.com/deltaship/events/`",
+        ));
+    }
     check_range(&mut out, "kubernetes.page_size", c.kubernetes.page_size, ranges::PAGE_SIZE, "the objects per list page (e.g. 500)");
     check_range(&mut out, "kubernetes.resync_secs", c.kubernetes.resync_secs, ranges::RESYNC_SECS, "seconds (0 = off)");
     check_range(&mut out, "kubernetes.watch_failure_grace_secs", c.kubernetes.watch_failure_grace_secs, ranges::WATCH_FAILURE_GRACE_SECS, "seconds (0 = off)");
@@ -665,6 +674,26 @@ pub(super) mod tests {
             ]
         );
         assert!(validate(&c)[6].problem.contains("cannot read /c.pem"), "{:?}", validate(&c));
+    }
+
+    #[test]
+    fn http_sink_fields_are_checked() {
+        let mut c = base();
+        c.dataschema_base = Some("schemas/events".into());
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "http", "url": "ftp://hooks.example.com/x",
+            "timeout_ms": 0, "max_requests": 0,
+            "auth": {"token": "t", "user": "u"},
+            "tls": {"key_file": "/k.pem"},
+        }))
+        .unwrap();
+        assert_eq!(
+            keys(&c),
+            ["dataschema_base", "sink.url", "sink.timeout_ms", "sink.max_requests", "sink.auth", "sink.auth.user", "sink.tls.cert_file", "sink.tls.key_file"]
+        );
+        c.sink = serde_json::from_value(serde_json::json!({"type": "http", "url": "http://hooks.example.com/x", "tls": {"ca_file": "/ca.pem"}})).unwrap();
+        c.dataschema_base = Some("https://schemas.example.com/deltaship/events/".into());
+        assert_eq!(keys(&c), ["sink.tls", "sink.tls.ca_file"], "TLS settings with an http:// URL, and the unreadable CA");
     }
 
     #[test]

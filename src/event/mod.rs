@@ -166,6 +166,10 @@ fn object_event(watch: &WatchAttributes, scope: &Scope, output: &Output, c: Obje
         (_, Payload::Object(o), _) => (o.json, JSON),
     };
     event.set_datacontenttype(Some(content_type));
+    if reference {
+        let schema = if output.knative_source.is_some() { "knative-reference.schema.json" } else { "reference.schema.json" };
+        set_dataschema(&mut event, output, schema);
+    }
     Ok(Envelope {
         event,
         data,
@@ -201,6 +205,14 @@ pub fn truncated(env: &Envelope) -> Option<Envelope> {
     event.set_datacontenttype(Some(JSON));
     event.set_extension("truncated", true);
     Some(Envelope { event, data: to_bytes(&data), ..env.clone() })
+}
+
+/// The `dataschema` attribute: `file` (one of the repository's `schemas/events/`) under the
+/// configured `dataschema_base`, when one is set (checked as a URL at start-up).
+fn set_dataschema(event: &mut Event, output: &Output, file: &str) {
+    if let Some(url) = output.dataschema_base.as_deref().and_then(|base| url::Url::parse(base).ok()?.join(file).ok()) {
+        event.set_dataschema(Some(url));
+    }
 }
 
 /// The JSON Patch from the `previous` JSON to the object's; None when either cannot be
@@ -273,6 +285,7 @@ fn marker_event(watch: &WatchAttributes, scope: &Scope, output: &Output, m: Mark
         .build()
         .map_err(|source| BuildError { key: key.clone(), source })?;
     event.set_datacontenttype(Some(JSON));
+    set_dataschema(&mut event, output, "marker.schema.json");
     Ok(Envelope {
         event,
         data: to_bytes(&data),
@@ -323,6 +336,7 @@ mod tests {
             payload,
             filters: Default::default(),
             knative_source: None,
+            dataschema_base: None,
             address: Address::topic("c", &configmaps(), &Template::parse("t.{plural}").unwrap()),
         }
     }
@@ -369,6 +383,18 @@ mod tests {
         assert_eq!(data(&env)["data"]["v"], "new");
         let env = build(&watch(), &scope(), &output(PayloadMode::Reference), updated(None), Utc::now()).unwrap();
         assert_eq!(data(&env), json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
+    }
+
+    #[test]
+    fn references_name_their_schema_when_a_base_is_configured() {
+        let mut with_base = output(PayloadMode::Reference);
+        with_base.dataschema_base = Some("https://schemas.example.com/deltaship/events/".into());
+        let env = build(&watch(), &scope(), &with_base, updated(None), Utc::now()).unwrap();
+        assert_eq!(env.event.dataschema().map(|u| u.as_str()), Some("https://schemas.example.com/deltaship/events/reference.schema.json"));
+        with_base.payload = PayloadMode::Object;
+        assert_eq!(build(&watch(), &scope(), &with_base, updated(None), Utc::now()).unwrap().event.dataschema(), None, "objects have no schema of ours");
+        let env = build(&watch(), &scope(), &output(PayloadMode::Reference), updated(None), Utc::now()).unwrap();
+        assert_eq!(env.event.dataschema(), None, "no base, no dataschema");
     }
 
     #[test]

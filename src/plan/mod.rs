@@ -71,6 +71,7 @@ fn outputs(
             payload: route.payload.unwrap_or(rc.payload),
             filters: [Filter::new(&rc.filter), Filter::new(&route.filter)],
             knative_source: (route.format.unwrap_or(rc.format) == EventFormat::Knative).then(|| api_server.into()),
+            dataschema_base: config.dataschema_base.as_deref().map(Arc::from),
             address: address(&config.cluster, &route.sink, index, rc, resource)?,
         });
     }

@@ -18,6 +18,9 @@ pub struct Output {
     /// Set when object events are shaped as Knative's ApiServerSource emits them: the
     /// API server's URL, their `source`.
     pub knative_source: Option<Arc<str>>,
+    /// `dataschema_base`: where the schemas of the data are published; markers and
+    /// references then carry a `dataschema` attribute.
+    pub dataschema_base: Option<Arc<str>>,
     pub address: Address,
 }
 
