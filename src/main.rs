@@ -48,7 +48,7 @@ enum Command {
 }
 
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["kafka", "nats"])))]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["kafka", "nats", "records"])))]
 struct RebuildArgs {
     /// Kafka bootstrap servers; read every --topic.
     #[arg(long, requires = "topic")]
@@ -67,6 +67,10 @@ struct RebuildArgs {
     /// The JetStream stream to read.
     #[arg(long)]
     stream: Option<String>,
+    /// A recorded stream to read instead: Kafka records or JetStream messages as JSON
+    /// lines, e.g. a test vector's kafka.jsonl (vectors/README.md).
+    #[arg(long)]
+    records: Option<PathBuf>,
     /// Apply only the events of this cluster (the `cluster` extension); needed when
     /// several clusters share the topic or stream.
     #[arg(long)]
@@ -149,18 +153,19 @@ fn with_config(arg: &ConfigArg, f: impl FnOnce(config::Config) -> ExitCode) -> E
 }
 
 fn rebuild(args: &RebuildArgs) -> ExitCode {
-    let source = match (&args.kafka, &args.nats, &args.stream) {
-        (Some(brokers), _, _) => one_sink(args.config.as_deref(), "Kafka", |s| match s {
+    let source = match (&args.records, &args.kafka, &args.nats, &args.stream) {
+        (Some(file), ..) => Ok(deltaship::rebuild::Source::Recorded { file: file.clone() }),
+        (None, Some(brokers), _, _) => one_sink(args.config.as_deref(), "Kafka", |s| match s {
             config::SinkConfig::Kafka(k) => Some(k),
             _ => None,
         })
         .map(|connection| deltaship::rebuild::Source::Kafka { brokers: brokers.clone(), topics: args.topic.clone(), connection }),
-        (None, Some(url), Some(stream)) => one_sink(args.config.as_deref(), "NATS", |s| match s {
+        (None, None, Some(url), Some(stream)) => one_sink(args.config.as_deref(), "NATS", |s| match s {
             config::SinkConfig::Nats(n) => Some(n),
             _ => None,
         })
         .map(|connection| deltaship::rebuild::Source::Nats { url: url.clone(), stream: stream.clone(), connection }),
-        _ => unreachable!("clap requires --kafka with --topic or --nats with --stream"),
+        _ => unreachable!("clap requires --records, --kafka with --topic or --nats with --stream"),
     };
     let source = match source {
         Ok(s) => s,

@@ -5,6 +5,7 @@ pub mod decode;
 mod kafka;
 mod nats;
 pub mod protocol;
+mod recorded;
 
 use std::fmt;
 
@@ -31,6 +32,9 @@ pub enum Source {
     /// `connection`: a NATS sink's config whose credentials and TLS the reader uses (its
     /// `url` replaced by this one).
     Nats { url: String, stream: String, connection: Option<Box<crate::config::NatsConfig>> },
+    /// A recorded stream: Kafka records or JetStream messages as JSON lines (the consumer
+    /// test vectors' format, vectors/README.md).
+    Recorded { file: std::path::PathBuf },
 }
 
 /// Where a record was read: a Kafka partition and offset, or a stream sequence.
@@ -116,6 +120,7 @@ pub async fn rebuild(source: Source, cluster: Option<String>, strict: bool) -> R
                 .map_err(|e| RebuildError::Source(e.to_string()))??;
         }
         Source::Nats { url, stream, connection } => nats::read(&url, &stream, connection.as_deref(), &mut consumer).await?,
+        Source::Recorded { file } => recorded::read(&file, &mut consumer)?,
     }
     let mut document = consumer.state.document();
     document["skipped"] = serde_json::to_value(&consumer.skipped).expect("skipped records serialize");

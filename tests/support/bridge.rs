@@ -41,6 +41,10 @@ fn scratch_dir() -> PathBuf {
     dir
 }
 
+/// The variable that makes tests regenerate the files they check (`DELTASHIP_BLESS=1`);
+/// never passed on to deltaship, which would read it as configuration.
+pub const BLESS: &str = "DELTASHIP_BLESS";
+
 /// The exit code of an invalid configuration (README "Commands").
 pub const EXIT_CONFIG: i32 = 78;
 
@@ -48,7 +52,14 @@ pub const EXIT_CONFIG: i32 = 78;
 pub fn command(args: &[&str], config_toml: &str, envs: &[(&str, &str)]) -> (ExitStatus, String, String) {
     let path = scratch_dir().join("config.toml");
     std::fs::write(&path, config_toml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_deltaship")).args(args).arg("--config").arg(&path).envs(envs.iter().copied()).output().expect("run deltaship");
+    let out = Command::new(env!("CARGO_BIN_EXE_deltaship"))
+        .args(args)
+        .arg("--config")
+        .arg(&path)
+        .env_remove(BLESS)
+        .envs(envs.iter().copied())
+        .output()
+        .expect("run deltaship");
     (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -96,6 +107,8 @@ impl Bridge {
             .arg("--config")
             .arg(&config)
             .env("RUST_LOG", "deltaship=debug,info")
+            // The tests' own switch (regenerate committed files), not configuration.
+            .env_remove(BLESS)
             .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
