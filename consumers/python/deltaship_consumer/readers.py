@@ -1,0 +1,80 @@
+"""Readers of the real brokers: every record up to the end the source had when reading
+started, then return (a rebuild). For a consumer that keeps following, call the
+``Consumer`` methods from your own Kafka or NATS subscription instead."""
+
+from __future__ import annotations
+
+import sys
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import Consumer as KafkaConsumer
+
+from .decode import BadRecord
+from .protocol import Consumer
+
+TIMEOUT = 30.0
+BATCH = 500
+
+
+def _skip(where: str, e: BadRecord) -> None:
+    print(f"skipped record {where}: {e}", file=sys.stderr)
+
+
+def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict | None = None) -> None:
+    """Gives ``consumer`` every record of ``topics``, partition by partition, in offset
+    order; bad records are reported on stderr and skipped. ``config``: more librdkafka
+    settings (TLS, SASL)."""
+    kafka = KafkaConsumer({"bootstrap.servers": brokers, "group.id": "deltaship-consumer", "enable.auto.commit": False, **(config or {})})
+    try:
+        for topic in topics:
+            metadata = kafka.list_topics(topic, timeout=TIMEOUT).topics.get(topic)
+            if metadata is None or metadata.error is not None or not metadata.partitions:
+                raise RuntimeError(f"topic {topic} does not exist")
+            for p in sorted(metadata.partitions):
+                low, high = kafka.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT)
+                if high <= low:
+                    continue
+                kafka.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
+                while True:
+                    m = kafka.poll(TIMEOUT)
+                    if m is None:
+                        raise RuntimeError(f"no record from {topic}/{p} within {TIMEOUT} s")
+                    if m.error():
+                        raise RuntimeError(f"reading {topic}/{p}: {m.error()}")
+                    try:
+                        consumer.kafka_record(p, m.key(), m.headers() or [], m.value())
+                    except BadRecord as e:
+                        _skip(f"{topic}/{p}@{m.offset()}", e)
+                    if m.offset() + 1 >= high:
+                        break
+    finally:
+        kafka.close()
+
+
+async def read_jetstream(url: str, stream: str, consumer: Consumer) -> None:
+    """Gives ``consumer`` every message of ``stream`` in stream order, in batches through an
+    ephemeral consumer; bad messages are reported on stderr and skipped."""
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        last = (await js.stream_info(stream)).state.last_seq
+        if last == 0:
+            return
+        info = await js.add_consumer(stream, ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0))
+        sub = await js.pull_subscribe_bind(info.name, stream=stream)
+        seq = 0
+        while seq < last:
+            for m in await sub.fetch(min(BATCH, last - seq), timeout=TIMEOUT):
+                seq = m.metadata.sequence.stream
+                try:
+                    consumer.nats_message((m.headers or {}).items(), m.data)
+                except BadRecord as e:
+                    _skip(f"{stream}#{seq}", e)
+                if seq >= last:
+                    break
+        await sub.unsubscribe()
+    finally:
+        await nc.close()
