@@ -81,6 +81,10 @@ struct RebuildArgs {
     /// Stop at the first bad record (exit 1 naming it) instead of skipping and reporting it.
     #[arg(long)]
     strict: bool,
+    /// Keep reading after the end: the --out file (required) is rewritten whole as events
+    /// change the state, at most once a second, until SIGTERM or SIGINT.
+    #[arg(long, conflicts_with = "records")]
+    follow: bool,
 }
 
 #[derive(clap::Args)]
@@ -174,7 +178,21 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let rebuilt = match runtime().block_on(deltaship::rebuild::rebuild(source, args.cluster.clone(), args.strict)) {
+    let follow = match (args.follow, args.out.as_os_str() == "-") {
+        (false, _) => None,
+        (true, true) => {
+            eprintln!("error: --follow writes the state to a file: give --out FILE");
+            return ExitCode::from(2);
+        }
+        (true, false) => Some(deltaship::rebuild::Follow { out: args.out.clone(), stop: CancellationToken::new() }),
+    };
+    let rebuilt = runtime().block_on(async {
+        if let Some(f) = &follow {
+            tokio::spawn(cancel_on_signals(f.stop.clone()));
+        }
+        deltaship::rebuild::rebuild(source, args.cluster.clone(), args.strict, follow).await
+    });
+    let rebuilt = match rebuilt {
         Ok(rebuilt) => rebuilt,
         Err(e) => {
             eprintln!("error: {e}");
@@ -183,7 +201,13 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
     };
     let doc = &rebuilt.document;
     let text = serde_json::to_string_pretty(doc).expect("the state serializes");
-    let written = if args.out.as_os_str() == "-" { write_stdout(format!("{text}\n").as_bytes()) } else { std::fs::write(&args.out, text) };
+    let written = if args.out.as_os_str() == "-" {
+        write_stdout(format!("{text}\n").as_bytes())
+    } else {
+        // Whole or not at all, for a reader of the file (`--follow` rewrites it).
+        let tmp = args.out.with_extension("tmp");
+        std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &args.out))
+    };
     if let Err(e) = written {
         eprintln!("error: cannot write {}: {e}", args.out.display());
         return ExitCode::FAILURE;
@@ -193,6 +217,20 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
     }
     eprintln!("{}", doc["summary"]);
     ExitCode::SUCCESS
+}
+
+/// Cancels `stop` at the first SIGTERM or SIGINT (`rebuild --follow` stops then).
+async fn cancel_on_signals(stop: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        eprintln!("error: cannot listen for SIGTERM and SIGINT; --follow stops only when killed");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    stop.cancel();
 }
 
 /// The one sink of the config at `file` that `pick` takes (`sink`, or the only route of

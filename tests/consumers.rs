@@ -1,6 +1,7 @@
 //! The consumer libraries of consumers/ (vectors/README.md: the protocol they share): each
 //! passes the shared test vectors in its own test runner, and rebuilds the API server's
-//! state from the real Kafka broker and NATS server after a bridge shipped live changes.
+//! state from the real Kafka broker and NATS server after a bridge shipped live changes;
+//! and `deltaship rebuild --follow` keeps a state file current as more changes come.
 
 mod support;
 
@@ -104,6 +105,43 @@ async fn every_consumer_rebuilds_the_api_servers_state_from_the_real_brokers() {
     let mut from_nats = python();
     from_nats.args(["-m", "deltaship_consumer", "--nats", &env.nats, "--stream", &stream, "--cluster", &cluster]);
     assert_eq!(configmaps(&run(from_nats, "the Python consumer on JetStream"), &ns), want, "Python, JetStream");
+
+    // `rebuild --follow` on both brokers: the files follow the changes made after the end.
+    let dir = std::env::temp_dir().join(support::unique("follow"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let follow = |source: [&str; 4], out: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_deltaship"))
+            .arg("rebuild")
+            .args(source)
+            .args(["--cluster", &cluster, "--follow", "--out"])
+            .arg(out)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let files = [dir.join("kafka.json"), dir.join("nats.json")];
+    let mut followers = [follow(["--kafka", &env.kafka, "--topic", &topic], &files[0]), follow(["--nats", &env.nats, "--stream", &stream], &files[1])];
+    let current =
+        |file: &Path| std::fs::read_to_string(file).ok().map(|text| configmaps(&serde_json::from_str::<Value>(&text).unwrap()["resources"].to_string(), &ns));
+    let wait_files = |want: BTreeMap<String, String>| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        for file in &files {
+            while current(file).as_ref() != Some(&want) {
+                assert!(std::time::Instant::now() < deadline, "{} never showed {want:?}: {:?}", file.display(), current(file));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
+    wait_files(want);
+    api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "after"}, "data": {"v": "0"}})).unwrap()).await.unwrap();
+    api.patch("before-1", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await.unwrap();
+    api.delete("live-0", &DeleteParams::default()).await.unwrap();
+    wait_files(api_configmaps(&client, &namespaces).await);
+    for f in &mut followers {
+        assert!(Command::new("kill").args(["-TERM", &f.id().to_string()]).status().unwrap().success());
+        assert!(f.wait().unwrap().success(), "rebuild --follow did not stop with 0 on SIGTERM");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
     drop(bridge);
     delete_namespace(&client, &ns).await;
 }

@@ -8,16 +8,18 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::decode::{Binding, decode};
+use super::follow::{Follow, PERIOD, Writer};
 use super::{Consumer, Position, RebuildError};
 use crate::config::{ClientRole, KafkaConfig};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Gives `consumer` every record of `topics`, partition by partition, in offset order;
-/// with `connection`, connects with that sink's TLS, SASL and librdkafka settings.
+/// with `connection`, connects with that sink's TLS, SASL and librdkafka settings. With
+/// `follow`, then reads every partition on from where it ended until stopped.
 /// Offsets a compacted topic no longer holds are not gaps to report: compaction removes
 /// records by design (Kafka has no way to tell them from records never written).
-pub fn read(brokers: &str, topics: &[String], connection: Option<&KafkaConfig>, consumer: &mut Consumer) -> Result<(), RebuildError> {
+pub fn read(brokers: &str, topics: &[String], connection: Option<&KafkaConfig>, follow: Option<&Follow>, consumer: &mut Consumer) -> Result<(), RebuildError> {
     let mut config = match connection {
         Some(k) => k.client_config(ClientRole::Consumer).map_err(|e| RebuildError::Source(e.to_string()))?,
         None => ClientConfig::new(),
@@ -30,6 +32,8 @@ pub fn read(brokers: &str, topics: &[String], connection: Option<&KafkaConfig>, 
         }
     }
     let kafka: BaseConsumer = config.create().map_err(|e| RebuildError::Source(format!("cannot create a Kafka consumer: {e}")))?;
+    // Where each partition ended: where following goes on.
+    let mut ends = TopicPartitionList::new();
     for topic in topics {
         let md = kafka.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| RebuildError::Source(format!("no metadata for topic {topic}: {e}")))?;
         let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
@@ -38,6 +42,7 @@ pub fn read(brokers: &str, topics: &[String], connection: Option<&KafkaConfig>, 
         }
         for p in partitions {
             let (low, high) = kafka.fetch_watermarks(topic, p, TIMEOUT).map_err(|e| RebuildError::Source(format!("no offsets for {topic}/{p}: {e}")))?;
+            ends.add_partition_offset(topic, p, Offset::Offset(high)).expect("a valid partition");
             if high <= low {
                 continue;
             }
@@ -59,7 +64,30 @@ pub fn read(brokers: &str, topics: &[String], connection: Option<&KafkaConfig>, 
             }
         }
     }
+    if let Some(f) = follow {
+        follow_on(&kafka, ends, f, consumer)?;
+    }
     Ok(())
+}
+
+/// Reads every partition on from `ends` until `f.stop`, writing the state as it changes.
+fn follow_on(kafka: &BaseConsumer, ends: TopicPartitionList, f: &Follow, consumer: &mut Consumer) -> Result<(), RebuildError> {
+    let mut writer = Writer::new(&f.out);
+    writer.maybe_write(consumer, true)?;
+    kafka.assign(&ends).map_err(|e| RebuildError::Source(e.to_string()))?;
+    while !f.stop.is_cancelled() {
+        match kafka.poll(PERIOD) {
+            Some(Ok(m)) => {
+                let (topic, partition, offset) = (m.topic().to_string(), m.partition(), m.offset());
+                let at = || Position::Kafka { topic, partition, offset };
+                consumer.record(at, decode(Binding::Kafka, &headers(&m), m.payload(), partition))?;
+            }
+            Some(Err(e)) => return Err(RebuildError::Source(format!("following: {e}"))),
+            None => {}
+        }
+        writer.maybe_write(consumer, false)?;
+    }
+    writer.maybe_write(consumer, true)
 }
 
 /// The record's headers as (name, value); headers with a null value are left out.

@@ -2,6 +2,7 @@
 //! from the start, follows the consumer protocol, and writes the rebuilt state.
 
 pub mod decode;
+mod follow;
 mod kafka;
 mod nats;
 pub mod protocol;
@@ -13,6 +14,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use decode::{Bad, Step};
+pub use follow::Follow;
 use protocol::State;
 
 #[derive(Debug, thiserror::Error)]
@@ -82,16 +84,26 @@ struct Consumer {
     /// Stop at the first bad record instead of skipping it.
     strict: bool,
     skipped: Vec<Skipped>,
+    /// Whether a record was applied since the state was last written (`--follow`).
+    changed: bool,
 }
 
 impl Consumer {
     /// One record read at `at`: applied, or, when bad, skipped and recorded (an error
     /// under `strict`).
     fn record(&mut self, at: impl FnOnce() -> Position, step: Result<Step, Bad>) -> Result<(), RebuildError> {
+        self.changed = true;
         match step.and_then(|s| self.state.step(s)) {
             Ok(()) => Ok(()),
             Err(bad) => self.skip(at(), bad),
         }
+    }
+
+    /// The state document, with what was skipped.
+    fn document(&mut self) -> Value {
+        let mut document = self.state.document();
+        document["skipped"] = serde_json::to_value(&self.skipped).expect("skipped records serialize");
+        document
     }
 
     fn skip(&mut self, at: Position, bad: Bad) -> Result<(), RebuildError> {
@@ -110,19 +122,21 @@ impl Consumer {
 /// With `cluster`, only that cluster's events are applied (a topic or stream may carry
 /// several clusters; without it their objects of the same key would overwrite each other).
 /// Bad records are skipped and listed, or with `strict` end the rebuild with an error.
-pub async fn rebuild(source: Source, cluster: Option<String>, strict: bool) -> Result<Rebuilt, RebuildError> {
-    let mut consumer = Consumer { state: State::new(cluster), strict, skipped: Vec::new() };
+/// With `follow`, reading goes on after the end until `follow.stop`, the state written to
+/// `follow.out` as it changes (a recorded stream has no more to follow).
+pub async fn rebuild(source: Source, cluster: Option<String>, strict: bool, follow: Option<Follow>) -> Result<Rebuilt, RebuildError> {
+    let mut consumer = Consumer { state: State::new(cluster), strict, skipped: Vec::new(), changed: false };
     match source {
         Source::Kafka { brokers, topics, connection } => {
             // The Kafka reader blocks; keep it off the async threads.
-            consumer = tokio::task::spawn_blocking(move || kafka::read(&brokers, &topics, connection.as_deref(), &mut consumer).map(|_| consumer))
-                .await
-                .map_err(|e| RebuildError::Source(e.to_string()))??;
+            consumer =
+                tokio::task::spawn_blocking(move || kafka::read(&brokers, &topics, connection.as_deref(), follow.as_ref(), &mut consumer).map(|_| consumer))
+                    .await
+                    .map_err(|e| RebuildError::Source(e.to_string()))??;
         }
-        Source::Nats { url, stream, connection } => nats::read(&url, &stream, connection.as_deref(), &mut consumer).await?,
+        Source::Nats { url, stream, connection } => nats::read(&url, &stream, connection.as_deref(), follow.as_ref(), &mut consumer).await?,
         Source::Recorded { file } => recorded::read(&file, &mut consumer)?,
     }
-    let mut document = consumer.state.document();
-    document["skipped"] = serde_json::to_value(&consumer.skipped).expect("skipped records serialize");
+    let document = consumer.document();
     Ok(Rebuilt { document, skipped: consumer.skipped })
 }

@@ -11,6 +11,7 @@ use async_nats::jetstream::{self, context::RequestError, stream::RawMessageError
 use futures::StreamExt;
 
 use super::decode::{Bad, Binding, Reason, decode};
+use super::follow::{Follow, PERIOD, Writer};
 use super::{Consumer, Position, RebuildError};
 use crate::config::NatsConfig;
 use crate::sink::NatsSink;
@@ -35,8 +36,9 @@ enum Failed {
 /// fails (the server restarting, the connection lost) is retried from the first sequence
 /// not yet given, and a sequence the stream holds no message for is reported as `missing`,
 /// so no message is ever skipped silently. With `connection`, connects to `url` with that
-/// sink's credentials and TLS.
-pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, consumer: &mut Consumer) -> Result<(), RebuildError> {
+/// sink's credentials and TLS. With `follow`, then reads on as the stream grows until
+/// stopped.
+pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, follow: Option<&Follow>, consumer: &mut Consumer) -> Result<(), RebuildError> {
     let refused = |e: &dyn std::fmt::Display| RebuildError::Source(format!("cannot connect to {url}: {e}"));
     let client = match connection {
         Some(sink) => NatsSink::client(&NatsConfig { url: url.to_string(), ..sink.clone() }).await.map_err(|e| refused(&e))?,
@@ -45,12 +47,31 @@ pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, cons
     let js = jetstream::new(client);
     let mut s = js.get_stream(stream).await.map_err(|e| RebuildError::Source(format!("stream {stream}: {e}")))?;
     let info = s.info().await.map_err(|e| RebuildError::Source(e.to_string()))?.clone();
-    let (first, last) = (info.state.first_sequence.max(1), info.state.last_sequence);
+    let (first, mut last) = (info.state.first_sequence.max(1), info.state.last_sequence);
+    let mut writer = follow.map(|f| Writer::new(&f.out));
     let mut seq = first;
-    let mut reader = None;
+    let mut reader: Option<PullConsumer> = None;
     let mut failing_since: Option<Instant> = None;
     let mut backoff = Duration::from_millis(100);
-    while seq <= last {
+    loop {
+        if seq > last {
+            let (Some(f), Some(w)) = (follow, writer.as_mut()) else { break };
+            w.maybe_write(consumer, true)?;
+            // A batch may have taken messages past `last` without giving them: the next read
+            // starts a consumer of its own at `seq`.
+            if let Some(r) = reader.take() {
+                let _ = s.delete_consumer(&r.cached_info().name).await;
+            }
+            tokio::select! {
+                () = f.stop.cancelled() => break,
+                () = tokio::time::sleep(PERIOD) => {}
+            }
+            match s.info().await {
+                Ok(info) => last = info.state.last_sequence,
+                Err(e) => tracing::debug!(error = %e, "following: the stream's info is not available; trying again"),
+            }
+            continue;
+        }
         let read = match read_batch(&s, &mut reader, &mut seq, last, consumer).await {
             // Nothing after `seq` for now: that sequence is asked for by itself (it may
             // hold no message), and the next batch starts after it.
