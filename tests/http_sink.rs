@@ -280,3 +280,26 @@ async fn a_bearer_token_over_mutual_tls_with_a_custom_ca() {
     std::fs::remove_dir_all(&dir).unwrap();
     delete_namespace(&client, &ns).await;
 }
+
+/// Basic credentials, the password from a file.
+#[tokio::test(flavor = "multi_thread")]
+async fn basic_credentials_from_a_file() {
+    let receiver = Receiver::start(&["-basic", "deltaship:pa ss:word"]);
+    let client = client().await;
+    let ns = namespace(&client, "it-http-basic").await;
+    let dir = std::env::temp_dir().join(support::unique("http-basic"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("password"), "pa ss:word\n").unwrap();
+    let mut sink = http(&receiver.url("http"));
+    sink.auth.user = Some("deltaship".into());
+    sink.auth.password_file = Some(dir.join("password"));
+    let mut bridge = Bridge::start(&TestConfig::new().cluster(&support::unique("c")).configmaps(&ns).http(sink).toml());
+    bridge.wait_ready(Duration::from_secs(60));
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "basic"}})).unwrap()).await.unwrap();
+    wait_for(&receiver, &ns, "basic");
+    assert!(receiver.attempts().iter().all(|a| a["answer"] == "200"), "{:?}", receiver.attempts());
+    drop(bridge);
+    std::fs::remove_dir_all(&dir).unwrap();
+    delete_namespace(&client, &ns).await;
+}

@@ -3,7 +3,7 @@
 // mode), validates the event, and appends what it got to a file as JSON lines; it can be
 // told to fail, so the tests can prove the sink's guarantees through trouble.
 //
-//	ce-receiver -listen 127.0.0.1:PORT -out FILE [-token TOKEN] [-tls-cert F -tls-key F [-client-ca F]]
+//	ce-receiver -listen 127.0.0.1:PORT -out FILE [-token TOKEN | -basic USER:PASSWORD] [-tls-cert F -tls-key F [-client-ca F]]
 //
 // Lines of FILE, in the order requests were answered:
 //
@@ -45,6 +45,7 @@ type receiver struct {
 	fault fault
 	out   *os.File
 	token string
+	basic string
 }
 
 func (r *receiver) write(line map[string]any) {
@@ -106,6 +107,11 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
 		return
 	}
+	if user, password, ok := req.BasicAuth(); r.basic != "" && (!ok || user+":"+password != r.basic) {
+		r.attempt(req, "401")
+		http.Error(w, "missing or wrong basic credentials", http.StatusUnauthorized)
+		return
+	}
 	f := r.next()
 	switch f.Mode {
 	case "status":
@@ -150,6 +156,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to listen on")
 	outPath := flag.String("out", "", "file to append received events to")
 	token := flag.String("token", "", "require this bearer token")
+	basic := flag.String("basic", "", "require these basic credentials, USER:PASSWORD")
 	cert := flag.String("tls-cert", "", "serve TLS with this certificate (PEM)")
 	key := flag.String("tls-key", "", "the certificate's key (PEM)")
 	clientCA := flag.String("client-ca", "", "require client certificates of this CA (PEM)")
@@ -161,7 +168,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r := &receiver{out: out, token: *token, fault: fault{Mode: "ok"}}
+	r := &receiver{out: out, token: *token, basic: *basic, fault: fault{Mode: "ok"}}
 	server := &http.Server{Addr: *listen, Handler: r, ReadHeaderTimeout: 10 * time.Second}
 	if *clientCA != "" {
 		pem, err := os.ReadFile(*clientCA)
