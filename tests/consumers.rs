@@ -37,6 +37,33 @@ fn run(mut cmd: Command, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+fn go() -> Command {
+    let mut cmd = Command::new("go");
+    cmd.current_dir(consumers().join("go")).env("GOTOOLCHAIN", "local");
+    cmd
+}
+
+/// The Go consumer's command, built once into the target directory.
+fn go_rebuild() -> Command {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let bin = BUILT.get_or_init(|| {
+        let bin = Path::new(env!("CARGO_TARGET_TMPDIR")).join("deltaship-rebuild-go");
+        let mut build = go();
+        build.args(["build", "-o"]).arg(&bin).arg("./cmd/deltaship-rebuild");
+        run(build, "go build ./cmd/deltaship-rebuild");
+        bin
+    });
+    Command::new(bin)
+}
+
+#[test]
+fn the_go_consumer_passes_the_shared_vectors() {
+    let mut test = go();
+    test.args(["test", "-count=1", "./..."]);
+    let said = run(test, "go test ./... in consumers/go");
+    assert!(said.lines().any(|l| l.starts_with("ok") && l.contains("deltaship.dev/consumer\t")), "{said}");
+}
+
 #[test]
 fn the_python_consumer_passes_the_shared_vectors() {
     let mut pytest = python();
@@ -105,6 +132,12 @@ async fn every_consumer_rebuilds_the_api_servers_state_from_the_real_brokers() {
     let mut from_nats = python();
     from_nats.args(["-m", "deltaship_consumer", "--nats", &env.nats, "--stream", &stream, "--cluster", &cluster]);
     assert_eq!(configmaps(&run(from_nats, "the Python consumer on JetStream"), &ns), want, "Python, JetStream");
+    let mut from_kafka = go_rebuild();
+    from_kafka.args(["-kafka", &env.kafka, "-topic", &topic, "-cluster", &cluster]);
+    assert_eq!(configmaps(&run(from_kafka, "the Go consumer on Kafka"), &ns), want, "Go, Kafka");
+    let mut from_nats = go_rebuild();
+    from_nats.args(["-nats", &env.nats, "-stream", &stream, "-cluster", &cluster]);
+    assert_eq!(configmaps(&run(from_nats, "the Go consumer on JetStream"), &ns), want, "Go, JetStream");
 
     // `rebuild --follow` on both brokers: the files follow the changes made after the end.
     let dir = std::env::temp_dir().join(support::unique("follow"));
