@@ -56,12 +56,44 @@ fn go_rebuild() -> Command {
     Command::new(bin)
 }
 
+/// `mvn package` of the Java consumer (its tests, then its jar), once: what the tests said.
+fn java_built() -> &'static str {
+    static BUILT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let mut mvn = Command::new("mvn");
+        mvn.args(["-B", "package"]).current_dir(consumers().join("java"));
+        run(mvn, "mvn package in consumers/java")
+    })
+}
+
+fn java_rebuild() -> Command {
+    java_built();
+    let mut cmd = Command::new("java");
+    cmd.arg("-jar").arg(consumers().join("java/target/deltaship-consumer-0.1.0-all.jar"));
+    cmd
+}
+
+#[test]
+fn the_java_consumer_passes_the_shared_vectors() {
+    let said = java_built();
+    assert!(said.contains("Tests run: 2, Failures: 0, Errors: 0, Skipped: 0"), "{said}");
+}
+
 #[test]
 fn the_go_consumer_passes_the_shared_vectors() {
     let mut test = go();
     test.args(["test", "-count=1", "./..."]);
     let said = run(test, "go test ./... in consumers/go");
     assert!(said.lines().any(|l| l.starts_with("ok") && l.contains("deltaship.dev/consumer\t")), "{said}");
+}
+
+/// A consumer's rebuild command, ready for its flags.
+type Consumer = fn() -> Command;
+
+fn python_rebuild() -> Command {
+    let mut cmd = python();
+    cmd.args(["-m", "deltaship_consumer"]);
+    cmd
 }
 
 #[test]
@@ -126,18 +158,17 @@ async fn every_consumer_rebuilds_the_api_servers_state_from_the_real_brokers() {
     assert_rebuild_matches(&client, vec!["--nats".into(), env.nats.clone(), "--stream".into(), stream.clone()], &namespaces, Duration::from_secs(120)).await;
     let want = api_configmaps(&client, &namespaces).await;
 
-    let mut from_kafka = python();
-    from_kafka.args(["-m", "deltaship_consumer", "--kafka", &env.kafka, "--topic", &topic, "--cluster", &cluster]);
-    assert_eq!(configmaps(&run(from_kafka, "the Python consumer on Kafka"), &ns), want, "Python, Kafka");
-    let mut from_nats = python();
-    from_nats.args(["-m", "deltaship_consumer", "--nats", &env.nats, "--stream", &stream, "--cluster", &cluster]);
-    assert_eq!(configmaps(&run(from_nats, "the Python consumer on JetStream"), &ns), want, "Python, JetStream");
-    let mut from_kafka = go_rebuild();
-    from_kafka.args(["-kafka", &env.kafka, "-topic", &topic, "-cluster", &cluster]);
-    assert_eq!(configmaps(&run(from_kafka, "the Go consumer on Kafka"), &ns), want, "Go, Kafka");
-    let mut from_nats = go_rebuild();
-    from_nats.args(["-nats", &env.nats, "-stream", &stream, "-cluster", &cluster]);
-    assert_eq!(configmaps(&run(from_nats, "the Go consumer on JetStream"), &ns), want, "Go, JetStream");
+    // Each consumer's command, with its flags' dash: Kafka, then JetStream.
+    let commands: [(&str, Consumer, &str); 3] = [("Python", python_rebuild, "--"), ("Go", go_rebuild, "-"), ("Java", java_rebuild, "--")];
+    for (language, command, dash) in commands {
+        for (broker, source) in [("Kafka", [("kafka", &env.kafka), ("topic", &topic)]), ("JetStream", [("nats", &env.nats), ("stream", &stream)])] {
+            let mut cmd = command();
+            for (name, value) in source.into_iter().chain([("cluster", &cluster)]) {
+                cmd.arg(format!("{dash}{name}")).arg(value);
+            }
+            assert_eq!(configmaps(&run(cmd, &format!("the {language} consumer on {broker}")), &ns), want, "{language}, {broker}");
+        }
+    }
 
     // `rebuild --follow` on both brokers: the files follow the changes made after the end.
     let dir = std::env::temp_dir().join(support::unique("follow"));

@@ -1,0 +1,55 @@
+package dev.deltaship.consumer;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Rebuilds state into a map from a Kafka topic, a JetStream stream or a recorded stream, and
+ * prints it as JSON: {@code {"<apiVersion>/<Kind>": {"<key>": object}}}.
+ *
+ * <pre>java -jar deltaship-consumer-0.1.0-all.jar --kafka B --topic T | --nats URL --stream S | --records FILE [--cluster C]</pre>
+ */
+public final class Rebuild {
+    private Rebuild() {}
+
+    public static void main(String[] args) throws Exception {
+        String kafka = null, nats = null, stream = null, records = null, cluster = null;
+        List<String> topics = new ArrayList<>();
+        for (int i = 0; i < args.length; i++) {
+            String value = i + 1 < args.length ? args[i + 1] : null;
+            switch (args[i]) {
+                case "--kafka" -> kafka = value;
+                case "--topic" -> topics.add(value);
+                case "--nats" -> nats = value;
+                case "--stream" -> stream = value;
+                case "--records" -> records = value;
+                case "--cluster" -> cluster = value;
+                default -> usage("unknown argument " + args[i]);
+            }
+            i++;
+        }
+        Consumer consumer = new Consumer(null, cluster);
+        try {
+            if (records != null) {
+                Readers.records(Path.of(records), consumer);
+            } else if (kafka != null && !topics.isEmpty()) {
+                Readers.kafka(kafka, topics, consumer);
+            } else if (nats != null && stream != null) {
+                Readers.jetStream(nats, stream, consumer);
+            } else {
+                usage("give --records FILE, --kafka BROKERS with --topic, or --nats URL with --stream");
+            }
+        } catch (RuntimeException e) {
+            System.err.println("error: " + e.getMessage());
+            System.exit(1);
+        }
+        System.out.println(new ObjectMapper().writeValueAsString(consumer.state()));
+    }
+
+    private static void usage(String problem) {
+        System.err.println("error: " + problem);
+        System.exit(2);
+    }
+}
