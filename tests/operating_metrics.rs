@@ -65,8 +65,16 @@ async fn a_running_bridge_exports_its_build_freshness_lag_api_requests_and_proce
     })
     .await;
 
-    let revision = concat!("revision=\"", env!("BUILD_REVISION"), "\"");
-    assert_eq!(value(&after, "deltaship_build_info", &[concat!("version=\"", env!("CARGO_PKG_VERSION"), "\""), revision]), Some(1.0));
+    // The build the bridge reports is the one its `--version` names.
+    let version = std::process::Command::new(env!("CARGO_BIN_EXE_deltaship")).arg("--version").output().unwrap();
+    let version = String::from_utf8(version.stdout).unwrap();
+    let revision = version.trim().rsplit_once('(').and_then(|(_, r)| r.strip_suffix(')')).unwrap_or_else(|| panic!("--version: {version}"));
+    let build: Vec<_> = after.iter().filter(|(series, _)| series.starts_with("deltaship_build_info")).collect();
+    assert_eq!(
+        value(&after, "deltaship_build_info", &[concat!("version=\"", env!("CARGO_PKG_VERSION"), "\""), &format!("revision=\"{revision}\"")]),
+        Some(1.0),
+        "--version says {version}, /metrics has {build:?}"
+    );
     let last_event = value(&after, "deltaship_watch_last_event_timestamp_seconds", &[resource]).unwrap();
     assert!(last_event > before && last_event <= unix_now(), "the change moved the watch's last event time: {before} -> {last_event}");
     assert_eq!(value(&after, "deltaship_watch_last_sync_timestamp_seconds", &[resource]), Some(first_sync), "no sync since");
