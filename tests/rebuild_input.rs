@@ -265,7 +265,8 @@ async fn nats_rebuild_reads_every_message_through_a_server_restart() {
     }
     let before_restart = read_by_reader();
     server.restart();
-    let out = tokio::task::spawn_blocking(move || reader.wait_with_output()).await.unwrap().unwrap();
+    let out =
+        tokio::task::spawn_blocking(move || support::bridge::output_within(reader, Duration::from_secs(120), "rebuild through the restart")).await.unwrap();
     // The restarted server's closed connections: the reader's, once it has ended.
     let (_, closed) = support::bridge::http_get(&monitor, "/connz?state=closed").unwrap_or_default();
     let closed: Value = serde_json::from_str(&closed).unwrap_or_default();

@@ -22,6 +22,10 @@ const RETRY_FOR: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Messages asked for at once: one request per batch instead of one per message.
 const BATCH: usize = 500;
+/// How long the server holds a batch request open. The client ends the batch a few seconds
+/// after this even when the server's closing answer was lost (a restart mid-batch), so a
+/// read never waits for an answer that cannot come.
+const BATCH_EXPIRES: Duration = Duration::from_secs(5);
 /// The server removes the reader's consumer this long after its last request (a reader
 /// that died leaves nothing behind for long).
 const INACTIVE: Duration = Duration::from_secs(30);
@@ -129,7 +133,7 @@ async fn read_batch(stream: &Stream, reader: &mut Option<PullConsumer>, seq: &mu
                 .map_err(|e| failed(&e))?,
         ),
     };
-    let mut messages = r.fetch().max_messages(BATCH).messages().await.map_err(|e| failed(&e))?;
+    let mut messages = r.fetch().max_messages(BATCH).expires(BATCH_EXPIRES).messages().await.map_err(|e| failed(&e))?;
     let mut given = 0;
     while let Some(m) = messages.next().await {
         let m = m.map_err(|e| failed(&e))?;
@@ -139,8 +143,12 @@ async fn read_batch(stream: &Stream, reader: &mut Option<PullConsumer>, seq: &mu
             // again from where it last saved its state.
             continue;
         }
-        // The consumer delivers every message the stream holds, in order: a sequence it
-        // passed over holds none (deleted, or removed by the stream's limits).
+        // The consumer delivers every message the stream holds, in order, so a sequence it
+        // passed over holds none (deleted, or removed by the stream's limits), unless its
+        // delivery went to a connection that was lost: the stream itself says which.
+        if sequence > *seq && holds_before(stream, *seq, sequence.min(last + 1)).await? {
+            return Err(Failed::Read(format!("messages from #{} on were delivered to a lost connection", *seq)));
+        }
         while *seq < sequence.min(last + 1) {
             consumer.skip(at(stream, *seq), missing()).map_err(Failed::Rebuild)?;
             *seq += 1;
@@ -168,6 +176,17 @@ async fn read_one(stream: &Stream, seq: u64, consumer: &mut Consumer) -> Result<
         Err(e) => return Err(Failed::Read(e.to_string())),
     }
     .map_err(Failed::Rebuild)
+}
+
+/// Whether the stream holds a message from `seq` up to, not including, `end`. A message the
+/// client cannot read is left to the consumer's word.
+async fn holds_before(stream: &Stream, seq: u64, end: u64) -> Result<bool, Failed> {
+    match stream.raw_message_builder().sequence(seq).next_by_subject(">").send().await {
+        Ok(m) => Ok(m.sequence < end),
+        Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => Ok(false),
+        Err(e) if e.kind() == RawMessageErrorKind::Other && !is_request_failure(&e) => Ok(false),
+        Err(e) => Err(Failed::Read(e.to_string())),
+    }
 }
 
 fn missing() -> Bad {

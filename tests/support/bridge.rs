@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -52,15 +52,33 @@ pub const EXIT_CONFIG: i32 = 78;
 pub fn command(args: &[&str], config_toml: &str, envs: &[(&str, &str)]) -> (ExitStatus, String, String) {
     let path = scratch_dir().join("config.toml");
     std::fs::write(&path, config_toml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_deltaship"))
+    let child = Command::new(env!("CARGO_BIN_EXE_deltaship"))
         .args(args)
         .arg("--config")
         .arg(&path)
         .env_remove(BLESS)
         .envs(envs.iter().copied())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run deltaship");
+    let out = output_within(child, Duration::from_secs(300), &format!("deltaship {}", args.join(" ")));
     (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The output of `child` (stdout and stderr piped) once it ends. One still running after
+/// `timeout` is killed and fails the test with what it wrote, so a hang costs minutes, not
+/// the whole suite's time.
+pub fn output_within(child: Child, timeout: Duration, what: &str) -> Output {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let out = rx.recv_timeout(timeout).unwrap_or_else(|_| {
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        let out = rx.recv().expect("the waiting thread answers").expect("read the child's output");
+        panic!("{what}: still running after {timeout:?}, killed; it wrote:\n{}", String::from_utf8_lossy(&out.stderr))
+    });
+    out.expect("read the child's output")
 }
 
 /// Runs `deltaship run` with `config_toml` until it exits by itself (a start-up failure),
