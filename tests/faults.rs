@@ -52,9 +52,14 @@ impl KafkaRun {
         )
     }
 
+    /// The topic of the churn's ConfigMaps.
+    fn topic(&self) -> String {
+        format!("{}.core.configmaps", self.prefix)
+    }
+
     /// Everything shipped, per partition, once every final seq arrived (or `timeout`).
     async fn read(&self, written: &BTreeMap<String, u64>, timeout: Duration) -> Vec<Vec<Item>> {
-        let (brokers, topic, written) = (support::env().kafka, format!("{}.core.configmaps", self.prefix), written.clone());
+        let (brokers, topic, written) = (support::env().kafka, self.topic(), written.clone());
         tokio::task::spawn_blocking(move || read_kafka(&brokers, &topic, &written, timeout)).await.expect("the Kafka reader")
     }
 }
@@ -246,7 +251,8 @@ async fn twenty_kafka_broker_restarts_in_a_row_on_a_busy_machine_lose_and_reorde
     let client = client().await;
     let ns = create_namespace(&client, "it-fault-kafka").await;
     let run = KafkaRun::new();
-    let mut bridge = Bridge::start(&run.config(&ns, ""));
+    // Every delivery report in the log, to trace a lost record (locate_gaps).
+    let mut bridge = Bridge::start_with_env(&run.config(&ns, ""), &[("RUST_LOG", "deltaship=debug,deltaship::sink::kafka::delivery=trace,info")]);
     bridge.wait_ready(Duration::from_secs(60));
     let rss = RssSampler::start(bridge.pid(), SAMPLE_EVERY);
     let mut churn = Churn::create(&client, &ns, 20, 0).await;
@@ -268,12 +274,85 @@ async fn twenty_kafka_broker_restarts_in_a_row_on_a_busy_machine_lose_and_reorde
         &format!("{figures} producers_replaced={replaced} client_error_logs={errors}"),
     );
     diagnose(&bridge, &a);
+    locate_gaps(&support::env().kafka, &run.topic(), &a, &bridge.log_text());
     a.assert_clean();
     assert!(within, "a restart took longer than {RECOVERY_BOUND:?} to recover from:{figures}\n{}", bridge.log_text());
     // The restarts reached the bridge (librdkafka reported the broker down).
     assert!(errors > 0, "the bridge never saw the broker go down:\n{}", bridge.log_text());
     drop(bridge);
     delete_namespace(&client, &ns).await;
+}
+
+/// For each of `a`'s gaps: every record of that object near the lost seqs, wherever it is
+/// in the topic, and the bridge's delivery reports (trace lines) for that object that are
+/// failures, or that name an offset holding one of those records or another object's
+/// record: tells "never written" from "written elsewhere or later", and which report
+/// claimed a lost record. Blocking.
+fn locate_gaps(brokers: &str, topic: &str, a: &Audit, bridge_log: &str) {
+    use std::collections::HashMap;
+
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    if a.gaps.is_empty() {
+        return;
+    }
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", support::unique("gap-locator"))
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("a Kafka consumer");
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("topic metadata");
+    let partitions = md.topics().first().map_or(0, |t| t.partitions().len());
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions as i32 {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).unwrap();
+    }
+    consumer.assign(&tpl).expect("assign partitions");
+    // (partition, offset) -> (key, seq, id) of every object record in the topic.
+    let mut records: HashMap<(i32, i64), (String, Option<u64>, String)> = HashMap::new();
+    let (mut at_end, deadline) = (0, Instant::now() + Duration::from_secs(120));
+    while at_end < partitions && Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => at_end += 1,
+            Some(Ok(m)) => {
+                let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)?.value.map(|v| String::from_utf8_lossy(v).into_owned()));
+                let item = Item::decode(
+                    &header("ce_type").unwrap_or_default(),
+                    header("ce_subject").as_deref(),
+                    &header("ce_id").unwrap_or_default(),
+                    None,
+                    m.payload().unwrap_or_default(),
+                );
+                if let Item::Object { key, seq, id, .. } = item {
+                    records.insert((m.partition(), m.offset()), (key, seq, id));
+                }
+            }
+            _ => {}
+        }
+    }
+    eprintln!("GAPS: {topic} read to the end of {at_end}/{partitions} partitions, {} object records", records.len());
+    let field = |line: &str, name: &str| {
+        line.split(&format!(" {name}=")).nth(1).and_then(|v| v.split(|c: char| !c.is_ascii_digit() && c != '-').next()?.parse::<i64>().ok())
+    };
+    for (key, first, last) in &a.gaps {
+        let near = |seq: Option<u64>| seq.is_some_and(|s| s + 2 >= *first && s <= last + 2);
+        let mut found: Vec<String> =
+            records.iter().filter(|(_, (k, seq, _))| k == key && near(*seq)).map(|((p, o), (_, seq, id))| format!("seq {seq:?} at {p}/{o} id {id}")).collect();
+        found.sort();
+        eprintln!("GAP {key}: lost {first}..={last}; its records near them: {found:?}");
+        let name = key.rsplit('/').next().unwrap_or(key);
+        for line in bridge_log.lines().filter(|l| l.contains("delivered") && l.contains(&format!("{name}\""))) {
+            let at = field(line, "partition").zip(field(line, "offset")).and_then(|(p, o)| records.get(&(p as i32, o)));
+            let telling = match at {
+                None => true,
+                Some((k, seq, _)) => k != key || near(*seq),
+            };
+            if line.contains("not delivered") || telling {
+                eprintln!("  {line}\n    -> the record there: {at:?}");
+            }
+        }
+    }
 }
 
 /// Twenty NATS server restarts in a row in the middle of the churn, JetStream mode, with a

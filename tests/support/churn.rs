@@ -243,6 +243,8 @@ pub struct Audit {
     /// Starts from a checkpoint (`resume` syncs).
     pub resumes: usize,
     pub problems: Vec<String>,
+    /// The first lost seqs: (key, first, last), for tracing them.
+    pub gaps: Vec<(String, u64, u64)>,
 }
 
 #[derive(Default)]
@@ -327,6 +329,9 @@ pub fn audit(logs: &[Vec<Item>], written: &BTreeMap<String, u64>) -> Audit {
                 } else {
                     a.lost += seq - next;
                     note(&mut a, format!("{key}: seqs {next}..{} never arrived, no sync in between", seq - 1));
+                    if a.gaps.len() < 20 {
+                        a.gaps.push((key.to_string(), next, seq - 1));
+                    }
                 }
             }
             lane.max = lane.max.max(Some(seq));

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
-use rdkafka::message::OwnedHeaders;
+use rdkafka::message::{Message as _, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
 use tokio::sync::oneshot;
 
@@ -95,6 +95,16 @@ impl ProducerContext for QuietContext {
     type DeliveryOpaque = Box<oneshot::Sender<Delivered>>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, report: Self::DeliveryOpaque) {
+        // Where each record went, for tracing a record through faults
+        // (`RUST_LOG=deltaship::sink::kafka::delivery=trace`).
+        match result {
+            Ok(m) => {
+                tracing::trace!(topic = m.topic(), partition = m.partition(), offset = m.offset(), key = ?m.key().map(String::from_utf8_lossy), "delivered")
+            }
+            Err((e, m)) => {
+                tracing::trace!(topic = m.topic(), partition = m.partition(), key = ?m.key().map(String::from_utf8_lossy), error = %e, "not delivered")
+            }
+        }
         // The sender is gone only if nobody waits for this record any more.
         let _ = report.send(result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
     }
