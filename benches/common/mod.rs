@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use deltaship::config::ContentMode;
 use deltaship::config::{self, Config};
 use deltaship::event::Envelope;
@@ -17,8 +17,9 @@ use deltaship::pipeline::Worker;
 use deltaship::plan::Scope;
 use deltaship::redact::Redactor;
 use deltaship::telemetry::Health;
-use deltaship::watch::{Decoder, WatchedObject};
+use deltaship::watch::{Decoder, lines};
 use futures::{Stream, StreamExt, stream};
+use kube::core::WatchEvent;
 use kube::runtime::watcher;
 use rdkafka::message::OwnedHeaders;
 use serde_json::Value;
@@ -129,9 +130,10 @@ pub fn wire(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap()
 }
 
-/// The watch stage's decoding of one object, with the default config: JSON bytes to a
-/// WatchedObject (as a watch event's line is read), to deltaship's Object (scanned,
-/// managedFields cut, fingerprinted).
+/// The watch stage's decoding of one object, with the default config: the object's JSON
+/// copied into its watch event's line (as the response's bytes are copied into lines), the
+/// line read (`watch::lines::event`: the object is a slice of it), the object decoded to
+/// deltaship's Object (scanned, managedFields cut, fingerprinted).
 pub fn decode(bytes: &[u8]) -> Object {
     static DECODERS: std::sync::LazyLock<[Decoder; 2]> = std::sync::LazyLock::new(|| {
         let ignored = ALWAYS_IGNORED.map(String::from);
@@ -139,7 +141,12 @@ pub fn decode(bytes: &[u8]) -> Object {
     });
     // The fixtures name their kind within their first 40 bytes.
     let pod = bytes[..40.min(bytes.len())].windows(5).any(|w| w == br#""Pod""#);
-    let watched: WatchedObject = serde_json::from_slice(bytes).expect("fixture decodes");
+    const OPEN: &[u8] = br#"{"type":"MODIFIED","object":"#;
+    let mut line = BytesMut::with_capacity(OPEN.len() + bytes.len() + 1);
+    line.extend_from_slice(OPEN);
+    line.extend_from_slice(bytes);
+    line.extend_from_slice(b"}");
+    let Ok(WatchEvent::Modified(watched)) = lines::event(line.freeze()) else { panic!("the fixture's line is a MODIFIED event") };
     DECODERS[if pod { 0 } else { 1 }].decode(&watched.0).expect("fixture has name, uid, resourceVersion")
 }
 

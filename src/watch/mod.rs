@@ -6,6 +6,7 @@ pub mod access;
 pub mod client;
 mod decode;
 pub mod discovery;
+pub mod lines;
 mod requests;
 mod stream;
 mod watched;

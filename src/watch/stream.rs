@@ -19,7 +19,7 @@ use kube::runtime::watcher::Error;
 use rand::Rng;
 use serde::Deserialize;
 
-use super::WatchedObject;
+use super::{WatchedObject, lines};
 use crate::model::{Object, Observed};
 
 /// How a scope is listed and watched.
@@ -272,7 +272,7 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
 async fn watch(client: &Client, request: &Request, params: &WatchParams, version: &str) -> Result<Events, Error> {
     let mut req = request.watch(params, version).map_err(|e| Error::WatchStartFailed(kube::Error::BuildRequest(e)))?;
     req.extensions_mut().insert("watch");
-    let events = client.request_events::<WatchedObject>(req).await.map_err(Error::WatchStartFailed)?;
+    let events = lines::request_events(client, req).await.map_err(Error::WatchStartFailed)?;
     Ok(events.boxed())
 }
 
