@@ -4,12 +4,13 @@
 //! so the send side runs on every core; this task only keeps the order.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use super::meters::Meters;
 use super::retry::RetryPolicy;
@@ -34,6 +35,43 @@ pub enum DispatchError {
 /// share a hash share a lane, which orders them more strictly than needed, never less.
 type Lane = u64;
 
+/// Hashes an event's topic and partition key into its lane: xxh3 with a seed of the
+/// process's own, so that object names cannot be chosen to crowd one lane.
+#[derive(Clone, Copy)]
+struct LaneHash(u64);
+
+impl LaneHash {
+    fn new() -> LaneHash {
+        LaneHash(RandomState::new().hash_one(0u8))
+    }
+
+    fn of(self, destination: &str, key: &str) -> Lane {
+        xxh3_64_with_seed(key.as_bytes(), self.0 ^ xxh3_64(destination.as_bytes()))
+    }
+}
+
+/// A lane is a hash already: the map of lanes takes it as it is.
+#[derive(Default)]
+struct LaneHasher(u64);
+
+impl Hasher for LaneHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, lane: u64) {
+        self.0 = lane;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Lanes = HashMap<Lane, VecDeque<Envelope>, BuildHasherDefault<LaneHasher>>;
+
 struct Outcome {
     env: Envelope,
     lane: Lane,
@@ -52,14 +90,13 @@ pub struct Dispatcher<P> {
     route: String,
     /// The route's checkpoint progress, moved by each acknowledgement.
     progress: Option<Arc<Progress>>,
-    /// Hashes an event's topic and partition key into its lane.
-    lanes: RandomState,
+    lanes: LaneHash,
 }
 
 impl<P: Publisher> Dispatcher<P> {
     /// The dispatcher of one route: `health` is that route's.
     pub fn new(sink: P, max_in_flight: usize, oversize: OversizePolicy, retry: RetryPolicy, health: RouteHealth) -> Self {
-        Dispatcher { sink: Arc::new(sink), max_in_flight, oversize, retry, route: health.name().to_string(), health, progress: None, lanes: RandomState::new() }
+        Dispatcher { sink: Arc::new(sink), max_in_flight, oversize, retry, route: health.name().to_string(), health, progress: None, lanes: LaneHash::new() }
     }
 
     /// Moves `progress` with every event the sink acknowledges (or skips by policy).
@@ -74,7 +111,7 @@ impl<P: Publisher> Dispatcher<P> {
         // Dropped on return (a fatal error): the sends still running are aborted with it.
         let mut in_flight: JoinSet<Outcome> = JoinSet::new();
         // Lanes with an event in flight, and their later events, in arrival order.
-        let mut lanes: HashMap<Lane, VecDeque<Envelope>> = HashMap::new();
+        let mut lanes = Lanes::default();
         let mut held = 0usize; // events waiting in `lanes`
         // A marker waits until everything before it is acknowledged, and everything after
         // it waits until it is: consumers see sync boundaries in order on every partition.
@@ -141,7 +178,7 @@ impl<P: Publisher> Dispatcher<P> {
                         input_open = false;
                         continue;
                     };
-                    let lane = self.lanes.hash_one((&*env.destination, env.key.as_str()));
+                    let lane = self.lanes.of(&env.destination, &env.key);
                     if matches!(env.kind, EnvelopeKind::Marker(_)) {
                         barrier = true;
                         marker = Some((env, lane));
@@ -332,6 +369,18 @@ mod tests {
         drop(tx);
         run.await.unwrap().unwrap();
         sink.acked.lock().unwrap().clone()
+    }
+
+    #[test]
+    fn a_lane_is_its_topic_and_key_and_the_map_of_lanes_keys_it_as_it_is() {
+        let h = LaneHash::new();
+        assert_eq!(h.of("t", "ns/a"), h.of("t", "ns/a"));
+        let lanes: HashSet<Lane> = [h.of("t", "ns/a"), h.of("t", "ns/b"), h.of("u", "ns/a"), h.of("t", "ns/a\u{0}")].into();
+        assert_eq!(lanes.len(), 4, "another key or topic, another lane");
+        assert_ne!(LaneHash(1).of("t", "ns/a"), LaneHash(2).of("t", "ns/a"), "the seed is part of it");
+        let mut hasher = LaneHasher::default();
+        hasher.write_u64(42);
+        assert_eq!(hasher.finish(), 42);
     }
 
     #[tokio::test(start_paused = true)]

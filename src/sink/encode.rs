@@ -1,18 +1,31 @@
 //! CloudEvents protocol bindings shared by the sinks: binary-mode attributes and bytes.
 
+use std::borrow::Cow;
+
+use cloudevents::event::AttributeValue;
 use cloudevents::{AttributesReader, Event};
 
 /// The event's attributes and extensions in binary content mode, as (name, canonical
 /// string value). `datacontenttype` is included: Kafka maps it to `content-type`, NATS to
-/// `ce-datacontenttype`.
-pub fn binary_attributes(event: &Event) -> impl Iterator<Item = (&str, String)> + '_ {
-    event.iter().map(|(name, value)| (name, value.to_string()))
+/// `ce-datacontenttype`. Text values are borrowed from the event; only those that have to
+/// be written out (the time, booleans, integers) are allocated.
+pub fn binary_attributes(event: &Event) -> impl Iterator<Item = (&str, Cow<'_, str>)> + '_ {
+    event.iter().map(|(name, value)| {
+        let text = match value {
+            AttributeValue::String(s) => Cow::Borrowed(s),
+            AttributeValue::URI(u) => Cow::Borrowed(u.as_str()),
+            AttributeValue::URIRef(u) => Cow::Borrowed(u.as_str()),
+            AttributeValue::SpecVersion(cloudevents::event::SpecVersion::V10) => Cow::Borrowed("1.0"),
+            other => Cow::Owned(other.to_string()),
+        };
+        (name, text)
+    })
 }
 
 /// A header value as the CloudEvents NATS binding requires: space, `"`, `%` and every
 /// character outside printable ASCII percent-encoded (upper-case hex of its UTF-8 bytes).
 /// A value with nothing to encode (the usual case) is returned as it is, without a copy.
-pub fn percent_encode(value: String) -> String {
+pub fn percent_encode(value: Cow<'_, str>) -> Cow<'_, str> {
     let plain = |b: u8| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'%';
     if value.bytes().all(plain) {
         return value;
@@ -28,7 +41,7 @@ pub fn percent_encode(value: String) -> String {
             out.push(char::from(HEX[usize::from(b & 0xf)]));
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// The `content-type` of the event's data.
@@ -71,7 +84,18 @@ mod tests {
         assert!(attrs.contains(&("specversion", "1.0".into())));
         assert!(attrs.contains(&("partitionkey", "ns/a".into())));
         assert!(attrs.contains(&("datacontenttype", "application/json".into())));
+        assert!(attrs.iter().all(|(_, v)| matches!(v, Cow::Borrowed(_))), "text values are not copied: {attrs:?}");
         assert_eq!(data_content_type(&e), "application/json");
+    }
+
+    #[test]
+    fn binary_attributes_write_times_booleans_and_integers_in_their_canonical_form() {
+        let time = chrono::DateTime::parse_from_rfc3339("2026-11-25T08:30:00.5Z").unwrap().with_timezone(&chrono::Utc);
+        let e = EventBuilderV10::new().id("1").ty("t").source("//c").time(time).extension("truncated", true).extension("count", 42i64).build().unwrap();
+        let attrs: Vec<_> = binary_attributes(&e).collect();
+        assert!(attrs.contains(&("time", "2026-11-25T08:30:00.500+00:00".into())), "{attrs:?}");
+        assert!(attrs.contains(&("truncated", "true".into())));
+        assert!(attrs.contains(&("count", "42".into())));
     }
 
     #[test]
@@ -98,6 +122,6 @@ mod tests {
     fn nats_header_values_are_percent_encoded_per_the_binding() {
         assert_eq!(percent_encode("Euro \u{20AC} \u{1F600}".into()), "Euro%20%E2%82%AC%20%F0%9F%98%80");
         assert_eq!(percent_encode("a\"b%c".into()), "a%22b%25c");
-        assert_eq!(percent_encode("//c/api/v1/configmaps".into()), "//c/api/v1/configmaps");
+        assert!(matches!(percent_encode("//c/api/v1/configmaps".into()), Cow::Borrowed("//c/api/v1/configmaps")), "nothing to encode: no copy");
     }
 }

@@ -212,7 +212,7 @@ impl HttpSink {
                     } else {
                         (HeaderName::try_from(format!("ce-{name}")).map_err(|e| Failure::HttpTransport(e.to_string()))?, percent_encode(value))
                     };
-                    headers.insert(name, HeaderValue::try_from(value).map_err(|e| Failure::HttpTransport(e.to_string()))?);
+                    headers.insert(name, HeaderValue::try_from(value.as_ref()).map_err(|e| Failure::HttpTransport(e.to_string()))?);
                 }
                 env.data.clone()
             }

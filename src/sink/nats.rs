@@ -166,7 +166,7 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, HeaderMap) {
     let payload = match mode {
         ContentMode::Binary => {
             for (name, value) in binary_attributes(&env.event) {
-                headers.insert(format!("ce-{name}"), percent_encode(value));
+                headers.insert(format!("ce-{name}"), percent_encode(value).as_ref());
             }
             env.data.clone()
         }

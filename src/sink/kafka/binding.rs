@@ -19,7 +19,7 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, OwnedHeaders) {
                 key.clear();
                 key.push_str("ce_");
                 key.push_str(name);
-                headers = headers.insert(Header { key: &key, value: Some(&value) });
+                headers = headers.insert(Header { key: &key, value: Some(value.as_ref()) });
             }
             (env.data.clone(), headers)
         }
