@@ -10,6 +10,7 @@ pub mod event;
 mod hex;
 pub mod json;
 pub mod leader;
+pub mod memory;
 pub mod model;
 pub mod pipeline;
 pub mod plan;

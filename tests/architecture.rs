@@ -9,6 +9,7 @@ use std::path::Path;
 const LAYERS: &[(&str, u8)] = &[
     ("model", 0),
     ("hex", 0),
+    ("memory", 0),
     ("json", 0),
     ("config", 1),
     ("telemetry", 2),

@@ -95,7 +95,7 @@ impl Classifier {
         out.push(Change::Marker(marker(&sync, MarkerPhase::Started)));
         for (key, entry) in self.index.sorted() {
             let Some(content) = &entry.content else { continue };
-            sync.note_version(&entry.resource_version);
+            sync.note_version(&entry.resource_version.to_string());
             sync.counts.count(ChangeType::Synced);
             out.push(Change::Object(ObjectChange {
                 change: ChangeType::Synced,
@@ -210,8 +210,8 @@ impl Classifier {
         let key = obj.reference.key();
         let previous = self.index.get(&key).cloned();
         if let Some(prev) = &previous
-            && prev.uid == obj.reference.uid
-            && prev.resource_version == obj.reference.resource_version
+            && prev.uid.is(&obj.reference.uid)
+            && prev.resource_version.is(&obj.reference.resource_version)
         {
             self.keep_as_shipped(&key, obj);
             self.count_skip("resource_version");
@@ -220,7 +220,7 @@ impl Classifier {
         let fingerprint = obj.fingerprint;
         let change = match &previous {
             None => ChangeType::Added,
-            Some(prev) if prev.uid != obj.reference.uid => {
+            Some(prev) if !prev.uid.is(&obj.reference.uid) => {
                 self.replace_if_recreated(&key, &obj.reference, sync.clone(), out);
                 ChangeType::Added
             }
@@ -252,7 +252,7 @@ impl Classifier {
     /// deleted (and the name reused) while we did not see it: ship its delete first.
     fn replace_if_recreated(&mut self, key: &str, current: &ObjectRef, sync: Option<Arc<str>>, out: &mut Vec<Change>) {
         if let Some(prev) = self.index.get(key)
-            && prev.uid != current.uid
+            && !prev.uid.is(&current.uid)
         {
             let prev = self.index.remove(key).expect("entry just read");
             let reference = reference_from_key(key, prev);
@@ -270,7 +270,10 @@ impl Classifier {
         let content = self.keep_content.then(|| obj.json.clone());
         let previous = self
             .index
-            .insert(key, Entry { uid: obj.reference.uid.clone(), resource_version: obj.reference.resource_version.clone(), fingerprint, content })
+            .insert(
+                key,
+                Entry { uid: obj.reference.uid.as_str().into(), resource_version: obj.reference.resource_version.as_str().into(), fingerprint, content },
+            )
             .and_then(|e| e.content)
             .filter(|_| change == ChangeType::Updated);
         self.push_with(change, Payload::Object(obj), sync, previous, fingerprint, out);
@@ -336,7 +339,7 @@ fn reference_from_key(key: &str, entry: Entry) -> ObjectRef {
         Some((ns, name)) => (Some(ns.to_string()), name.to_string()),
         None => (None, key.to_string()),
     };
-    ObjectRef { namespace, name, uid: entry.uid, resource_version: entry.resource_version }
+    ObjectRef { namespace, name, uid: entry.uid.to_string(), resource_version: entry.resource_version.to_string() }
 }
 
 #[cfg(test)]
@@ -441,7 +444,10 @@ mod tests {
         let entries = shipped.iter().filter_map(|c| match c {
             Change::Object(o) => {
                 let r = o.payload.reference();
-                Some((r.key(), Entry { uid: r.uid.clone(), resource_version: r.resource_version.clone(), fingerprint: o.fingerprint, content: None }))
+                Some((
+                    r.key(),
+                    Entry { uid: r.uid.as_str().into(), resource_version: r.resource_version.as_str().into(), fingerprint: o.fingerprint, content: None },
+                ))
             }
             Change::Marker(_) => None,
         });

@@ -1,6 +1,7 @@
 //! The change stage: watch events classified against the index into changes and markers.
 
 mod classify;
+mod compact;
 mod index;
 
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use classify::Classifier;
+pub use compact::Compact;
 pub use index::{Entry, Index};
 
 use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, SyncMode, SyncReason};

@@ -137,6 +137,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         names.spawn(&mut background, format!("sink probe of route {route}"), probe_sink(sink.clone(), health.route(i), http_stop.clone()));
         names.spawn(&mut background, format!("sink supervisor of route {route}"), sink.clone().supervise(route.clone(), http_stop.clone()));
     }
+    names.spawn(&mut background, "memory trim".into(), crate::memory::trim_periodically(http_stop.clone()));
 
     // With leader election, only the leader goes on; it starts with a full initial sync.
     let lost = CancellationToken::new();

@@ -181,7 +181,9 @@ fn resume_from(found: &mut Found) -> Option<Resume> {
     let Found::Usable(loaded) = found else { return None };
     let entries = std::mem::take(&mut loaded.objects)
         .into_iter()
-        .map(|(key, s)| (key, Entry { uid: s.uid, resource_version: s.resource_version, fingerprint: s.fingerprint, content: None }))
+        .map(|(key, s)| {
+            (key, Entry { uid: s.uid.as_str().into(), resource_version: s.resource_version.as_str().into(), fingerprint: s.fingerprint, content: None })
+        })
         .collect();
     Some(Resume { entries, resource_version: loaded.watch.resource_version.clone().unwrap_or_default() })
 }
