@@ -55,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 
 /// The bridge's defaults (delivery.max_in_flight, delivery.queue_capacity).
 const MAX_IN_FLIGHT: usize = 1000;
-const QUEUE_CAPACITY: usize = 10_000;
+const QUEUE_CAPACITY: usize = 2_000;
 const PARTITIONS: i32 = 3;
 /// async-nats's default limit of unacknowledged JetStream publishes.
 const NATS_MAX_ACK_INFLIGHT: usize = 5000;

@@ -1,28 +1,49 @@
 //! Heap memory handed back to the system. glibc's malloc keeps what a burst freed (the
-//! initial sync of a large index: list pages, events in flight, checkpoint records) in
-//! its arenas, interleaved with the index that stays, so without this the process's RSS
-//! stays at the burst's peak for good. Every `TRIM_EVERY` the free pages of every arena
-//! are returned (`malloc_trim`); pages in use are never touched. Other allocators and
-//! other C libraries return memory by themselves: there this does nothing.
+//! initial sync of a large index: list pages, events in flight, checkpoint records) in its
+//! arenas, interleaved with the index that stays, so without this the process's RSS stays
+//! at the burst's peak for good. Every `CHECK_EVERY`, when RSS grew by `TRIM_AFTER_GROWTH`
+//! since the last trim, the free pages of every arena are returned (`malloc_trim`); pages
+//! in use are never touched. At a steady rate RSS does not grow and nothing is trimmed, so
+//! pages malloc reuses are not given back only to be faulted in again. Other allocators
+//! and other C libraries return memory by themselves: there this does nothing.
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-/// How often free heap pages are returned: soon enough after an initial sync or a relist
-/// that the steady RSS shows it, rarely enough that its cost (a walk of the free lists,
-/// well under a millisecond at 100,000 objects) is nothing.
-pub const TRIM_EVERY: Duration = Duration::from_secs(5);
+use crate::telemetry::resident_bytes;
 
-/// Returns free heap pages every `TRIM_EVERY` until `stop`.
+/// How often RSS is looked at: soon enough after an initial sync or a relist that the
+/// steady RSS shows the trim.
+pub const CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// How much RSS must have grown since the last trim for the next one: a burst's worth.
+pub const TRIM_AFTER_GROWTH: u64 = 8 << 20;
+
+/// Returns free heap pages after each burst, looking every `CHECK_EVERY` until `stop`.
 pub async fn trim_periodically(stop: CancellationToken) {
-    let mut every = tokio::time::interval(TRIM_EVERY);
+    let mut every = tokio::time::interval(CHECK_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut floor = None;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = every.tick() => trim(),
+            _ = every.tick() => {
+                if grew(floor, resident_bytes()) {
+                    trim();
+                    floor = resident_bytes();
+                }
+            }
         }
+    }
+}
+
+/// Whether RSS (`now`) grew by a burst's worth over `floor`, its size after the last trim;
+/// an unknown size counts as grown (a trim is cheap, only useless when repeated).
+fn grew(floor: Option<u64>, now: Option<u64>) -> bool {
+    match (floor, now) {
+        (Some(floor), Some(now)) => now >= floor + TRIM_AFTER_GROWTH,
+        _ => true,
     }
 }
 
@@ -45,9 +66,16 @@ mod tests {
     use super::*;
 
     fn rss_kib() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        resident_bytes().unwrap() / 1024
+    }
+
+    #[test]
+    fn only_a_burst_worth_of_growth_is_trimmed() {
+        assert!(grew(None, Some(1)), "the first look trims");
+        assert!(grew(Some(50 << 20), None), "an unknown size trims");
+        assert!(!grew(Some(50 << 20), Some((50 << 20) + TRIM_AFTER_GROWTH - 1)));
+        assert!(grew(Some(50 << 20), Some((50 << 20) + TRIM_AFTER_GROWTH)));
+        assert!(!grew(Some(50 << 20), Some(40 << 20)), "shrunk by itself");
     }
 
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -73,7 +101,7 @@ mod tests {
     async fn the_trimmer_stops_when_told() {
         let stop = CancellationToken::new();
         let task = tokio::spawn(trim_periodically(stop.clone()));
-        tokio::time::sleep(TRIM_EVERY * 3).await;
+        tokio::time::sleep(CHECK_EVERY * 3).await;
         stop.cancel();
         tokio::time::timeout(Duration::from_secs(1), task).await.expect("stopped").unwrap();
     }

@@ -9,12 +9,12 @@ use std::path::Path;
 const LAYERS: &[(&str, u8)] = &[
     ("model", 0),
     ("hex", 0),
-    ("memory", 0),
     ("json", 0),
     ("config", 1),
     ("telemetry", 2),
     ("address", 2),
     ("redact", 3),
+    ("memory", 3),
     ("plan", 4),
     ("watch", 5),
     ("change", 6),

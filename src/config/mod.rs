@@ -301,7 +301,7 @@ mod tests {
             assert_eq!(routes.len(), 1);
             assert_eq!(routes[0].name, DEFAULT_ROUTE);
             assert!(matches!(routes[0].sink, SinkConfig::Stdout {}));
-            assert_eq!(c.delivery.queue_capacity, 10_000);
+            assert_eq!(c.delivery.queue_capacity, 2_000);
             assert!(c.resources[0].redact);
             assert_eq!(c.resources[0].payload, PayloadMode::Object);
             Ok(())

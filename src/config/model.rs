@@ -304,7 +304,8 @@ pub enum ContentMode {
 #[serde(deny_unknown_fields)]
 pub struct DeliveryConfig {
     /// Events waiting between the watches and the sink, in events. When full, reading from
-    /// the watches pauses. Default: 10000.
+    /// the watches pauses. Each holds its object's bytes and about 1 KB more while it
+    /// waits. Default: 2000.
     #[serde(default = "default_queue_capacity")]
     pub queue_capacity: usize,
     /// Events sent and not yet acknowledged by the sink, in events (one per object at a
@@ -361,7 +362,7 @@ impl Default for DeliveryConfig {
 }
 
 fn default_queue_capacity() -> usize {
-    10_000
+    2_000
 }
 fn default_max_in_flight() -> usize {
     1_000

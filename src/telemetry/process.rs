@@ -34,8 +34,8 @@ pub fn render() -> String {
             );
         }
     }
-    if let Some(kib) = read("/proc/self/status").as_deref().and_then(|s| field(s, "VmRSS:")) {
-        metric("process_resident_memory_bytes", "gauge", "Resident memory of the process, in bytes.", (kib * 1024) as f64);
+    if let Some(bytes) = resident_bytes() {
+        metric("process_resident_memory_bytes", "gauge", "Resident memory of the process, in bytes.", bytes as f64);
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
         metric("process_open_fds", "gauge", "Open file descriptors.", fds.count() as f64);
@@ -71,6 +71,11 @@ impl Stat {
 }
 
 /// The number after `name` in a `name value` line (e.g. `VmRSS:  1234 kB`).
+/// The process's resident memory (`VmRSS`), in bytes.
+pub fn resident_bytes() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/status").ok().as_deref().and_then(|s| field(s, "VmRSS:")).map(|kib| kib * 1024)
+}
+
 fn field(text: &str, name: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(name))?.split_whitespace().next()?.parse().ok()
 }
