@@ -8,8 +8,8 @@ use super::Compact;
 
 /// What the index keeps per object: enough to classify the next change and to infer a
 /// delete. The shipped content only where a feature needs it (resync, patch payloads), so
-/// memory stays small per object otherwise (about 110 bytes in the usual shapes, with the
-/// key: no allocation but the key's).
+/// memory stays small per object otherwise (about 200 bytes in the usual shapes with the
+/// key and the hash table's share: no allocation but the key's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub uid: Compact,
