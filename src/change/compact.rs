@@ -4,13 +4,15 @@
 
 use std::fmt;
 
+use uuid::Uuid;
+
 /// A uid or resourceVersion as the index keeps it. Each text has exactly one form (a
 /// UUID only in its canonical lower-case form, a number only without leading zeros), so
 /// two are equal exactly when their texts are.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Compact {
     /// A canonical UUID (`8-4-4-4-12` lower-case hex digits): a Kubernetes uid.
-    Uuid([u8; 16]),
+    Uuid(Uuid),
     /// A decimal number without leading zeros: an etcd-backed resourceVersion.
     Decimal(u64),
     Text(Box<str>),
@@ -18,10 +20,12 @@ pub enum Compact {
 
 impl Compact {
     pub fn new(text: &str) -> Compact {
-        match (uuid(text), decimal(text)) {
-            (Some(u), _) => Compact::Uuid(u),
-            (None, Some(n)) => Compact::Decimal(n),
-            (None, None) => Compact::Text(text.into()),
+        if let Some(u) = uuid(text) {
+            Compact::Uuid(u)
+        } else if let Some(n) = decimal(text) {
+            Compact::Decimal(n)
+        } else {
+            Compact::Text(text.into())
         }
     }
 
@@ -41,23 +45,10 @@ fn decimal(text: &str) -> Option<u64> {
     canonical.then(|| text.parse().ok()).flatten()
 }
 
-/// The 16 bytes of a canonical UUID.
-fn uuid(text: &str) -> Option<[u8; 16]> {
-    let b = text.as_bytes();
-    if b.len() != 36 || [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
-        return None;
-    }
-    let nibble = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    let mut digits = b.iter().filter(|&&c| c != b'-');
-    let mut out = [0u8; 16];
-    for byte in &mut out {
-        *byte = (nibble(*digits.next()?)? << 4) | nibble(*digits.next()?)?;
-    }
-    Some(out)
+/// The UUID written as `text`, if that is its one canonical form: 36 characters (the
+/// hyphenated form; the simple, braced and URN forms have other lengths), no upper case.
+fn uuid(text: &str) -> Option<Uuid> {
+    (text.len() == 36 && !text.bytes().any(|b| b.is_ascii_uppercase())).then(|| Uuid::try_parse(text).ok()).flatten()
 }
 
 impl From<&str> for Compact {
@@ -69,15 +60,7 @@ impl From<&str> for Compact {
 impl fmt::Display for Compact {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Compact::Uuid(u) => {
-                for (i, byte) in u.iter().enumerate() {
-                    if matches!(i, 4 | 6 | 8 | 10) {
-                        f.write_str("-")?;
-                    }
-                    write!(f, "{byte:02x}")?;
-                }
-                Ok(())
-            }
+            Compact::Uuid(u) => u.hyphenated().fmt(f),
             Compact::Decimal(n) => write!(f, "{n}"),
             Compact::Text(t) => f.write_str(t),
         }

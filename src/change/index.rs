@@ -32,9 +32,13 @@ impl Index {
         self.entries.get_mut(key)
     }
 
-    /// Inserts or replaces; returns the replaced entry.
+    /// Inserts or replaces; returns the replaced entry. A replaced entry keeps its key, so
+    /// an update (the usual live change) does not re-allocate `key` into the map's form.
     pub fn insert(&mut self, key: String, entry: Entry) -> Option<Entry> {
-        self.entries.insert(key.into_boxed_str(), entry)
+        match self.entries.get_mut(key.as_str()) {
+            Some(existing) => Some(std::mem::replace(existing, entry)),
+            None => self.entries.insert(key.into_boxed_str(), entry),
+        }
     }
 
     pub fn remove(&mut self, key: &str) -> Option<Entry> {

@@ -70,12 +70,12 @@ impl Stat {
     }
 }
 
-/// The number after `name` in a `name value` line (e.g. `VmRSS:  1234 kB`).
 /// The process's resident memory (`VmRSS`), in bytes.
 pub fn resident_bytes() -> Option<u64> {
     std::fs::read_to_string("/proc/self/status").ok().as_deref().and_then(|s| field(s, "VmRSS:")).map(|kib| kib * 1024)
 }
 
+/// The number after `name` in a `name value` line (e.g. `VmRSS:  1234 kB`).
 fn field(text: &str, name: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(name))?.split_whitespace().next()?.parse().ok()
 }
