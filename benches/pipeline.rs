@@ -85,7 +85,7 @@ impl Setup {
 
     fn envelope(&mut self, scope: &Scope) -> Envelope {
         let change = self.updated();
-        event::build(&self.watch, scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap()
+        event::build(&self.watch, scope, &scope.outputs[0], change, chrono::Utc::now())
     }
 }
 
@@ -130,7 +130,7 @@ fn build(bencher: Bencher, fixture: &str) {
     bencher
         .counter(bytes(s.kind))
         .with_inputs(|| s.updated())
-        .bench_local_values(|change| event::build(&watch, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap());
+        .bench_local_values(|change| event::build(&watch, &scope, &scope.outputs[0], change, chrono::Utc::now()));
 }
 
 /// Kafka binary mode: data as the record value, attributes as `ce_` headers.
@@ -161,7 +161,7 @@ fn per_event_kafka(bencher: Bencher, fixture: &str) {
         let mut out = Vec::with_capacity(1);
         classifier.handle(Observed::Apply(common::decode(&wire)), &mut out);
         let change = out.pop().expect("a visible update");
-        let env = event::build(&watch, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
+        let env = event::build(&watch, &scope, &scope.outputs[0], change, chrono::Utc::now());
         let encoded = common::encode_kafka(&env);
         (env, encoded)
     });
@@ -177,7 +177,7 @@ fn per_event_nats(bencher: Bencher, fixture: &str) {
         let mut out = Vec::with_capacity(1);
         classifier.handle(Observed::Apply(common::decode(&wire)), &mut out);
         let change = out.pop().expect("a visible update");
-        let env = event::build(&watch, &scope, &scope.outputs[0], change, chrono::Utc::now()).unwrap();
+        let env = event::build(&watch, &scope, &scope.outputs[0], change, chrono::Utc::now());
         let encoded = common::encode_nats(&env);
         (env, encoded)
     });

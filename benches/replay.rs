@@ -360,7 +360,13 @@ async fn run_kafka_variant(
                 .iter()
                 .map(|e| {
                     let (payload, headers) = common::encode_kafka(e);
-                    KafkaRecord { topic: e.destination.to_string(), key: e.key.clone(), payload, headers, marker: matches!(e.kind, EnvelopeKind::Marker(_)) }
+                    KafkaRecord {
+                        topic: e.destination.to_string(),
+                        key: e.key().to_string(),
+                        payload,
+                        headers,
+                        marker: matches!(e.kind, EnvelopeKind::Marker(_)),
+                    }
                 })
                 .collect();
             drop(envs);
@@ -495,7 +501,7 @@ async fn run_nats_variant(
                 .iter()
                 .map(|e| {
                     let (payload, headers) = common::encode_nats(e);
-                    NatsMessage { subject: e.destination.to_string(), id: cloudevents::AttributesReader::id(&e.event).to_string(), payload, headers }
+                    NatsMessage { subject: e.destination.to_string(), id: e.attributes.id.clone(), payload, headers }
                 })
                 .collect();
             drop(envs);

@@ -6,11 +6,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use cloudevents::event::AttributesWriter;
-use cloudevents::{EventBuilder, EventBuilderV10};
 use deltaship::config::KafkaConfig;
-use deltaship::event::{Envelope, EnvelopeKind};
-use deltaship::model::{ChangeType, MarkerPhase};
+use deltaship::event::{Envelope, EnvelopeKind, WatchAttributes};
+use deltaship::model::{ChangeType, MarkerPhase, ResourceType};
 use deltaship::sink::{ErrorKind, KafkaSink, SendError};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -40,13 +38,13 @@ fn sink(mock: &Mock) -> KafkaSink {
 }
 
 fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
-    let mut event = EventBuilderV10::new().id(id).ty(kind.event_type()).source("//mock/api/v1/configmaps").subject(key).build().expect("a CloudEvent");
-    event.set_datacontenttype(Some("application/json"));
+    let configmaps = ResourceType { group: String::new(), version: "v1".into(), kind: "ConfigMap".into(), plural: "configmaps".into(), namespaced: true };
+    let mut attributes = WatchAttributes::new("mock".into(), &configmaps).event(id.into(), kind.event_type(), chrono::Utc::now(), key.into());
+    attributes.subject = Some(key.into());
     Envelope {
-        event,
+        attributes,
         data: serde_json::to_vec(&json!({"metadata": {"name": key}, "data": {"id": id}})).unwrap().into(),
         destination: TOPIC.into(),
-        key: key.into(),
         kind,
         resource: "configmaps".into(),
         completes_initial_sync: false,
@@ -130,7 +128,7 @@ async fn not_leader_and_request_timeouts_on_produce_are_retried_without_loss_or_
     for wave in envs.chunks(keys.len()) {
         for e in wave {
             let (sink, e) = (sink.clone(), e.clone());
-            sends.push(tokio::spawn(async move { (e.key.clone(), send(&sink, &e).await) }));
+            sends.push(tokio::spawn(async move { (e.key().to_string(), send(&sink, &e).await) }));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

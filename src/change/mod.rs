@@ -32,6 +32,13 @@ impl Payload {
             Payload::Reference(r) => r,
         }
     }
+
+    pub fn into_reference(self) -> ObjectRef {
+        match self {
+            Payload::Object(o) => o.reference,
+            Payload::Reference(r) => r,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

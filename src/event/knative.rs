@@ -15,18 +15,20 @@ use crate::model::{ChangeType, ObjectRef};
 /// URL, and the object's API path `/apis/<apiVersion>/namespaces/<ns>/<plural>/<name>` as
 /// ApiServerSource writes it (with `/apis/` for the core group too). `synced` maps to `add`:
 /// Knative has no sync events.
-pub fn attributes(change: ChangeType, reference: bool, api_server: &Arc<str>, resource: &ResourceType, r: &ObjectRef) -> (String, String, String) {
-    let verb = match change {
-        ChangeType::Added | ChangeType::Synced => "add",
-        ChangeType::Updated => "update",
-        ChangeType::Deleted => "delete",
+pub fn attributes(change: ChangeType, reference: bool, api_server: &Arc<str>, resource: &ResourceType, r: &ObjectRef) -> (&'static str, Arc<str>, String) {
+    let ty = match (reference, change) {
+        (false, ChangeType::Added | ChangeType::Synced) => "dev.knative.apiserver.resource.add",
+        (false, ChangeType::Updated) => "dev.knative.apiserver.resource.update",
+        (false, ChangeType::Deleted) => "dev.knative.apiserver.resource.delete",
+        (true, ChangeType::Added | ChangeType::Synced) => "dev.knative.apiserver.ref.add",
+        (true, ChangeType::Updated) => "dev.knative.apiserver.ref.update",
+        (true, ChangeType::Deleted) => "dev.knative.apiserver.ref.delete",
     };
-    let mode = if reference { "ref" } else { "resource" };
     let subject = match &r.namespace {
         Some(ns) => format!("/apis/{}/namespaces/{ns}/{}/{}", resource.api_version(), resource.plural, r.name),
         None => format!("/apis/{}/{}/{}", resource.api_version(), resource.plural, r.name),
     };
-    (format!("dev.knative.apiserver.{mode}.{verb}"), api_server.to_string(), subject)
+    (ty, api_server.clone(), subject)
 }
 
 /// The data of a Reference-mode event: a Kubernetes ObjectReference with the members
@@ -52,7 +54,7 @@ mod tests {
         let r = ObjectRef { namespace: Some("shop".into()), name: "web".into(), uid: "u".into(), resource_version: "1".into() };
         let (ty, source, subject) = attributes(ChangeType::Updated, false, &"https://10.96.0.1:443".into(), &deployments(), &r);
         assert_eq!(ty, "dev.knative.apiserver.resource.update");
-        assert_eq!(source, "https://10.96.0.1:443");
+        assert_eq!(&*source, "https://10.96.0.1:443");
         assert_eq!(subject, "/apis/apps/v1/namespaces/shop/deployments/web");
         assert_eq!(attributes(ChangeType::Synced, false, &"s".into(), &deployments(), &r).0, "dev.knative.apiserver.resource.add");
         assert_eq!(attributes(ChangeType::Deleted, true, &"s".into(), &deployments(), &r).0, "dev.knative.apiserver.ref.delete");

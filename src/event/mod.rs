@@ -1,5 +1,6 @@
 //! The event stage: changes and markers as CloudEvents, routed, ready for a sink.
 
+mod attributes;
 mod id;
 mod knative;
 
@@ -8,8 +9,6 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use cloudevents::event::AttributesWriter;
-use cloudevents::{Event, EventBuilder, EventBuilderV10};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -20,6 +19,7 @@ use crate::model::MarkerSlot;
 use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Position, ResourceType, SyncReason};
 use crate::plan::{Output, Scope};
 
+pub use attributes::Attributes;
 pub use id::event_id;
 
 const JSON: &str = "application/json";
@@ -29,16 +29,13 @@ pub const JSON_PATCH: &str = "application/json-patch+json";
 /// A CloudEvent with where it goes.
 #[derive(Debug, Clone)]
 pub struct Envelope {
-    /// The attributes and extensions (`datacontenttype` included). It holds no data: that
-    /// is `data`.
-    pub event: Event,
+    /// The attributes and extensions (`datacontenttype` included). The data is `data`.
+    pub attributes: Attributes,
     /// The event's data as JSON bytes, serialized once where the event is built (in the
     /// watch task, while the object is hot): the sinks send these bytes as they are.
     pub data: Bytes,
     /// The Kafka topic or NATS subject.
     pub destination: Arc<str>,
-    /// The partition key (`partitionkey` extension): one per object, or the marker key.
-    pub key: String,
     pub kind: EnvelopeKind,
     /// The `resource` metric label.
     pub resource: Arc<str>,
@@ -53,21 +50,56 @@ pub struct Envelope {
     pub observed: Option<Instant>,
 }
 
+impl Envelope {
+    /// The partition key (`partitionkey` extension): one per object, or the marker key.
+    pub fn key(&self) -> &str {
+        &self.attributes.partitionkey
+    }
+}
+
 /// What every event of one watch carries alike, derived once per watch rather than per
-/// event: the cluster, the CloudEvents `source`, the `apiversion` extension, and the
-/// `resource` metric label (one allocation shared by all the watch's envelopes).
+/// event: the cluster, the CloudEvents `source`, the `apiversion` and `kind` extensions,
+/// and the `resource` metric label, each one allocation shared by all the watch's events.
 #[derive(Debug, Clone)]
 pub struct WatchAttributes {
     pub cluster: Arc<str>,
     /// The `resource` metric label (`ResourceType::label`).
     pub resource: Arc<str>,
-    source: String,
-    api_version: String,
+    source: Arc<str>,
+    api_version: Arc<str>,
+    kind: Arc<str>,
 }
 
 impl WatchAttributes {
     pub fn new(cluster: Arc<str>, resource: &ResourceType) -> WatchAttributes {
-        WatchAttributes { source: resource.source(&cluster), api_version: resource.api_version(), resource: resource.label().into(), cluster }
+        WatchAttributes {
+            source: resource.source(&cluster).into(),
+            api_version: resource.api_version().into(),
+            kind: resource.kind.as_str().into(),
+            resource: resource.label().into(),
+            cluster,
+        }
+    }
+
+    /// The attributes of an event of this watch: the watch's own values, the given ones,
+    /// and none of an object's (no subject, no object identity, no sync id).
+    pub fn event(&self, id: String, ty: &'static str, now: DateTime<Utc>, partitionkey: String) -> Attributes {
+        Attributes {
+            id,
+            ty,
+            source: self.source.clone(),
+            subject: None,
+            time: now,
+            datacontenttype: JSON,
+            dataschema: None,
+            cluster: self.cluster.clone(),
+            apiversion: self.api_version.clone(),
+            kind: self.kind.clone(),
+            object: None,
+            syncid: None,
+            partitionkey,
+            truncated: false,
+        }
     }
 }
 
@@ -102,117 +134,73 @@ impl EnvelopeKind {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("cannot build the CloudEvent of {key}: {source}")]
-pub struct BuildError {
-    pub key: String,
-    #[source]
-    pub source: cloudevents::event::EventBuilderError,
-}
-
 /// Builds the envelope of a change of the watch `scope` (whose shared attributes are
 /// `watch`) observed at `now`, shaped and routed for `output`.
-pub fn build(watch: &WatchAttributes, scope: &Scope, output: &Output, change: Change, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+pub fn build(watch: &WatchAttributes, scope: &Scope, output: &Output, change: Change, now: DateTime<Utc>) -> Envelope {
     match change {
         Change::Object(c) => object_event(watch, scope, output, c, now),
         Change::Marker(m) => marker_event(watch, scope, output, m, now),
     }
 }
 
-fn object_event(watch: &WatchAttributes, scope: &Scope, output: &Output, c: ObjectChange, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+fn object_event(watch: &WatchAttributes, scope: &Scope, output: &Output, c: ObjectChange, now: DateTime<Utc>) -> Envelope {
     let kind = EnvelopeKind::Object(c.change);
-    // The attributes are read from the payload's reference before the payload is taken
-    // for the data (no copy of the reference).
+    // What depends on the object's identity is derived first; the identity then moves
+    // into the attributes (no copy of the reference).
     let r = c.payload.reference();
     let key = r.key();
     let reference = output.payload == PayloadMode::Reference || matches!(c.payload, Payload::Reference(_));
+    let partitionkey = output.address.key(&key);
     let (ty, source, subject) = match &output.knative_source {
-        None => (kind.event_type().to_owned(), watch.source.clone(), key.clone()),
+        None => (kind.event_type(), watch.source.clone(), key),
         Some(api_server) => knative::attributes(c.change, reference, api_server, &scope.resource, r),
     };
     let destination = output.address.object_destination(r);
-    let partition_key = output.address.key(&key);
     let sync_id = c.sync_id.as_deref().unwrap_or("");
-    let id = event_id(&[&watch.cluster, &watch.resource, &r.uid, &r.resource_version, &ty, sync_id]);
-    let mut b = EventBuilderV10::new()
-        .id(id)
-        .ty(ty)
-        .source(source)
-        .subject(subject)
-        .time(now)
-        .extension("cluster", &*watch.cluster)
-        .extension("apiversion", watch.api_version.as_str())
-        .extension("kind", scope.resource.kind.as_str())
-        .extension("name", r.name.as_str())
-        .extension("uid", r.uid.as_str())
-        .extension("resourceversion", r.resource_version.as_str())
-        .extension("partitionkey", partition_key.as_str());
-    if let Some(ns) = &r.namespace {
-        b = b.extension("namespace", ns.as_str());
-    }
-    if let Some(s) = &c.sync_id {
-        b = b.extension("syncid", s.as_ref());
-    }
-    let mut event = b.build().map_err(|source| BuildError { key, source })?;
-    let (data, content_type) = match (output.payload, c.payload, c.previous) {
-        (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => match output.knative_source {
-            Some(_) => (to_bytes(&knative::reference_data(&watch.api_version, &scope.resource, payload.reference())), JSON),
-            None => (to_bytes(&reference_data(watch, scope, payload.reference())), JSON),
-        },
+    let id = event_id(&[&watch.cluster, &watch.resource, &r.uid, &r.resource_version, ty, sync_id]);
+    let mut attributes = watch.event(id, ty, now, partitionkey);
+    attributes.source = source;
+    attributes.subject = Some(subject);
+    attributes.syncid = c.sync_id;
+    let (data, r) = match (output.payload, c.payload, c.previous) {
+        (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => {
+            let r = payload.into_reference();
+            let (data, schema) = match output.knative_source {
+                Some(_) => (knative::reference_data(&watch.api_version, &scope.resource, &r), "knative-reference.schema.json"),
+                None => (reference_data(&watch.api_version, &watch.kind, &r), "reference.schema.json"),
+            };
+            attributes.dataschema = dataschema(output, schema);
+            (to_bytes(&data), r)
+        }
         (PayloadMode::Patch, Payload::Object(o), Some(previous)) => match patch(&previous, &o) {
-            Some(patch) => (patch, JSON_PATCH),
-            None => (o.json, JSON),
+            Some(patch) => {
+                attributes.datacontenttype = JSON_PATCH;
+                (patch, o.reference)
+            }
+            None => (o.json, o.reference),
         },
-        (_, Payload::Object(o), _) => (o.json, JSON),
+        (_, Payload::Object(o), _) => (o.json, o.reference),
     };
-    event.set_datacontenttype(Some(content_type));
-    if reference {
-        let schema = if output.knative_source.is_some() { "knative-reference.schema.json" } else { "reference.schema.json" };
-        set_dataschema(&mut event, output, schema);
-    }
-    Ok(Envelope {
-        event,
-        data,
-        destination,
-        key: partition_key,
-        kind,
-        resource: watch.resource.clone(),
-        completes_initial_sync: false,
-        position: None,
-        observed: None,
-    })
+    attributes.object = Some(r);
+    Envelope { attributes, data, destination, kind, resource: watch.resource.clone(), completes_initial_sync: false, position: None, observed: None }
 }
 
 /// The same event as a reference (identity only), marked with the extension
 /// `truncated = true`: what the `reference` oversize policy ships when the sink refuses the
-/// whole object. None for markers and events that already are references.
+/// whole object. None for markers and events already truncated.
 pub fn truncated(env: &Envelope) -> Option<Envelope> {
-    if matches!(env.kind, EnvelopeKind::Marker(_)) || env.event.extension("truncated").is_some() {
-        return None;
-    }
-    let ext = |name: &str| env.event.extension(name).map(|v| v.to_string());
-    let mut data = json!({
-        "apiVersion": ext("apiversion")?,
-        "kind": ext("kind")?,
-        "name": ext("name")?,
-        "uid": ext("uid")?,
-        "resourceVersion": ext("resourceversion")?,
-    });
-    if let Some(ns) = ext("namespace") {
-        data["namespace"] = json!(ns);
-    }
-    let mut event = env.event.clone();
-    event.set_datacontenttype(Some(JSON));
-    event.set_extension("truncated", true);
-    Some(Envelope { event, data: to_bytes(&data), ..env.clone() })
+    let a = &env.attributes;
+    let r = a.object.as_ref().filter(|_| !a.truncated)?;
+    let mut attributes = a.clone();
+    attributes.datacontenttype = JSON;
+    attributes.truncated = true;
+    Some(Envelope { attributes, data: to_bytes(&reference_data(&a.apiversion, &a.kind, r)), ..env.clone() })
 }
 
 /// The `dataschema` attribute: `file` (one of the repository's `schemas/events/`) under the
 /// configured `dataschema_base`, when one is set (checked as a URL at start-up).
-fn set_dataschema(event: &mut Event, output: &Output, file: &str) {
-    if let Some(url) = output.dataschema_base.as_deref().and_then(|base| url::Url::parse(base).ok()?.join(file).ok()) {
-        event.set_dataschema(Some(url));
-    }
+fn dataschema(output: &Output, file: &str) -> Option<url::Url> {
+    output.dataschema_base.as_deref().and_then(|base| url::Url::parse(base).ok()?.join(file).ok())
 }
 
 /// The JSON Patch from the `previous` JSON to the object's; None when either cannot be
@@ -230,10 +218,11 @@ fn to_bytes(data: &impl Serialize) -> Bytes {
     bytes.into()
 }
 
-fn reference_data(watch: &WatchAttributes, scope: &Scope, r: &ObjectRef) -> Value {
+/// The data of a reference event: the object's identity.
+fn reference_data(api_version: &str, kind: &str, r: &ObjectRef) -> Value {
     let mut v = json!({
-        "apiVersion": watch.api_version,
-        "kind": scope.resource.kind,
+        "apiVersion": api_version,
+        "kind": kind,
         "name": r.name,
         "uid": r.uid,
         "resourceVersion": r.resource_version,
@@ -244,7 +233,7 @@ fn reference_data(watch: &WatchAttributes, scope: &Scope, r: &ObjectRef) -> Valu
     v
 }
 
-fn marker_event(watch: &WatchAttributes, scope: &Scope, output: &Output, m: Marker, now: DateTime<Utc>) -> Result<Envelope, BuildError> {
+fn marker_event(watch: &WatchAttributes, scope: &Scope, output: &Output, m: Marker, now: DateTime<Utc>) -> Envelope {
     let kind = EnvelopeKind::Marker(m.phase);
     let ty = kind.event_type();
     let scope_ns = scope.namespace.as_deref().unwrap_or("");
@@ -271,38 +260,23 @@ fn marker_event(watch: &WatchAttributes, scope: &Scope, output: &Output, m: Mark
     }
     let completes_initial_sync = m.phase == MarkerPhase::Completed && matches!(m.reason, SyncReason::Initial | SyncReason::Resume);
     let slot = MarkerSlot { namespace: scope.namespace.as_deref(), mode: m.mode, phase: m.phase };
-    let key = output.address.marker_key(slot);
-    let mut event = EventBuilderV10::new()
-        .id(id)
-        .ty(ty)
-        .source(watch.source.as_str())
-        .time(now)
-        .extension("cluster", &*watch.cluster)
-        .extension("apiversion", watch.api_version.as_str())
-        .extension("kind", scope.resource.kind.as_str())
-        .extension("syncid", m.sync_id.as_ref())
-        .extension("partitionkey", key.as_str())
-        .build()
-        .map_err(|source| BuildError { key: key.clone(), source })?;
-    event.set_datacontenttype(Some(JSON));
-    set_dataschema(&mut event, output, "marker.schema.json");
-    Ok(Envelope {
-        event,
+    let mut attributes = watch.event(id, ty, now, output.address.marker_key(slot));
+    attributes.dataschema = dataschema(output, "marker.schema.json");
+    attributes.syncid = Some(m.sync_id);
+    Envelope {
+        attributes,
         data: to_bytes(&data),
         destination: output.address.marker_destination_of(slot),
-        key,
         kind,
         resource: watch.resource.clone(),
         completes_initial_sync,
         position: None,
         observed: None,
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use cloudevents::AttributesReader;
-
     use super::*;
     use crate::address::Address;
     use crate::config::Template;
@@ -358,8 +332,8 @@ mod tests {
     #[test]
     fn patch_payloads_carry_a_json_patch_from_the_previous_content() {
         let before = configmap("a", "u1", "1", json!({"v": "old"})).value().unwrap();
-        let env = build(&watch(), &scope(), &output(PayloadMode::Patch), updated(Some(before)), Utc::now()).unwrap();
-        assert_eq!(env.event.datacontenttype(), Some(JSON_PATCH));
+        let env = build(&watch(), &scope(), &output(PayloadMode::Patch), updated(Some(before)), Utc::now());
+        assert_eq!(env.attributes.datacontenttype, JSON_PATCH);
         let patch = data(&env);
         assert!(patch.as_array().unwrap().contains(&json!({"op": "replace", "path": "/data/v", "value": "new"})), "{patch}");
         assert!(patch.as_array().unwrap().contains(&json!({"op": "replace", "path": "/metadata/resourceVersion", "value": "2"})), "{patch}");
@@ -367,21 +341,21 @@ mod tests {
 
     #[test]
     fn a_truncated_event_keeps_its_id_and_carries_the_reference() {
-        let env = build(&watch(), &scope(), &output(PayloadMode::Object), updated(None), Utc::now()).unwrap();
+        let env = build(&watch(), &scope(), &output(PayloadMode::Object), updated(None), Utc::now());
         let t = truncated(&env).unwrap();
-        assert_eq!(t.event.id(), env.event.id());
-        assert_eq!(t.event.extension("truncated").map(|v| v.to_string()).as_deref(), Some("true"));
-        assert_eq!(t.event.datacontenttype(), Some(JSON));
+        assert_eq!(t.attributes.id, env.attributes.id);
+        assert!(t.attributes.truncated);
+        assert_eq!(t.attributes.datacontenttype, JSON);
         assert_eq!(data(&t), json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
         assert!(truncated(&t).is_none(), "never truncated twice");
     }
 
     #[test]
     fn object_and_reference_payloads() {
-        let env = build(&watch(), &scope(), &output(PayloadMode::Object), updated(None), Utc::now()).unwrap();
-        assert_eq!(env.event.datacontenttype(), Some(JSON));
+        let env = build(&watch(), &scope(), &output(PayloadMode::Object), updated(None), Utc::now());
+        assert_eq!(env.attributes.datacontenttype, JSON);
         assert_eq!(data(&env)["data"]["v"], "new");
-        let env = build(&watch(), &scope(), &output(PayloadMode::Reference), updated(None), Utc::now()).unwrap();
+        let env = build(&watch(), &scope(), &output(PayloadMode::Reference), updated(None), Utc::now());
         assert_eq!(data(&env), json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
     }
 
@@ -389,12 +363,12 @@ mod tests {
     fn references_name_their_schema_when_a_base_is_configured() {
         let mut with_base = output(PayloadMode::Reference);
         with_base.dataschema_base = Some("https://schemas.example.com/deltaship/events/".into());
-        let env = build(&watch(), &scope(), &with_base, updated(None), Utc::now()).unwrap();
-        assert_eq!(env.event.dataschema().map(|u| u.as_str()), Some("https://schemas.example.com/deltaship/events/reference.schema.json"));
+        let env = build(&watch(), &scope(), &with_base, updated(None), Utc::now());
+        assert_eq!(env.attributes.dataschema.as_ref().map(|u| u.as_str()), Some("https://schemas.example.com/deltaship/events/reference.schema.json"));
         with_base.payload = PayloadMode::Object;
-        assert_eq!(build(&watch(), &scope(), &with_base, updated(None), Utc::now()).unwrap().event.dataschema(), None, "objects have no schema of ours");
-        let env = build(&watch(), &scope(), &output(PayloadMode::Reference), updated(None), Utc::now()).unwrap();
-        assert_eq!(env.event.dataschema(), None, "no base, no dataschema");
+        assert_eq!(build(&watch(), &scope(), &with_base, updated(None), Utc::now()).attributes.dataschema, None, "objects have no schema of ours");
+        let env = build(&watch(), &scope(), &output(PayloadMode::Reference), updated(None), Utc::now());
+        assert_eq!(env.attributes.dataschema, None, "no base, no dataschema");
     }
 
     #[test]
@@ -410,16 +384,17 @@ mod tests {
     #[test]
     fn the_events_of_a_watch_share_its_resource_label_and_carry_its_attributes() {
         let w = watch();
-        let a = build(&w, &scope(), &output(PayloadMode::Object), updated(None), Utc::now()).unwrap();
-        let b = build(&w, &scope(), &output(PayloadMode::Reference), updated(None), Utc::now()).unwrap();
+        let a = build(&w, &scope(), &output(PayloadMode::Object), updated(None), Utc::now());
+        let b = build(&w, &scope(), &output(PayloadMode::Reference), updated(None), Utc::now());
         assert!(Arc::ptr_eq(&a.resource, &b.resource), "one label for the watch, not one per event");
         assert_eq!(&*a.resource, "configmaps");
-        assert_eq!(a.event.source().to_string(), "//c/api/v1/configmaps");
-        assert_eq!(a.event.ty(), "dev.deltaship.object.updated");
-        assert_eq!(a.event.subject(), Some("ns/a"));
-        assert_eq!(a.event.extension("apiversion").map(|v| v.to_string()).as_deref(), Some("v1"));
-        assert_eq!(a.event.extension("cluster").map(|v| v.to_string()).as_deref(), Some("c"));
+        assert_eq!(&*a.attributes.source, "//c/api/v1/configmaps");
+        assert_eq!(a.attributes.ty, "dev.deltaship.object.updated");
+        assert_eq!(a.attributes.subject.as_deref(), Some("ns/a"));
+        assert_eq!(&*a.attributes.apiversion, "v1");
+        assert_eq!(&*a.attributes.cluster, "c");
+        assert!(Arc::ptr_eq(&a.attributes.kind, &b.attributes.kind), "one kind for the watch");
         // The id over the same parts as before the attributes were shared: ids never change.
-        assert_eq!(a.event.id(), event_id(&["c", "configmaps", "u1", "2", "dev.deltaship.object.updated", ""]));
+        assert_eq!(a.attributes.id, event_id(&["c", "configmaps", "u1", "2", "dev.deltaship.object.updated", ""]));
     }
 }

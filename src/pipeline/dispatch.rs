@@ -178,7 +178,7 @@ impl<P: Publisher> Dispatcher<P> {
                         input_open = false;
                         continue;
                     };
-                    let lane = self.lanes.of(&env.destination, &env.key);
+                    let lane = self.lanes.of(&env.destination, env.key());
                     if matches!(env.kind, EnvelopeKind::Marker(_)) {
                         barrier = true;
                         marker = Some((env, lane));
@@ -245,7 +245,7 @@ impl<P: Publisher> Dispatcher<P> {
                     SendError::Rejected { source } => {
                         metrics::counter!(m::DROPPED, "resource" => env.resource.to_string(), "reason" => "rejected", "route" => self.route.clone())
                             .increment(1);
-                        tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, id = cloudevents::AttributesReader::id(&env.event), error = %source, "Sink rejected an event; skipped (on_client_error = skip)");
+                        tracing::error!(sink, route = %self.route, resource = %env.resource, key = env.key(), id = env.attributes.id, error = %source, "Sink rejected an event; skipped (on_client_error = skip)");
                         Settled::Done(env)
                     }
                     SendError::Fatal { kind, source } => {
@@ -268,15 +268,15 @@ impl<P: Publisher> Dispatcher<P> {
             && let Some(reference) = event::truncated(&env)
         {
             metrics::counter!(m::TRUNCATED, "resource" => resource, "route" => self.route.clone()).increment(1);
-            tracing::warn!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %source, "Event too large for the sink; shipping it as a truncated reference");
+            tracing::warn!(sink, route = %self.route, resource = %env.resource, key = env.key(), error = %source, "Event too large for the sink; shipping it as a truncated reference");
             return Settled::Retry(reference, 0, Duration::ZERO);
         }
         if self.oversize == OversizePolicy::Fail {
-            tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %source, "Event too large for the sink; stopping (delivery.oversize = fail)");
+            tracing::error!(sink, route = %self.route, resource = %env.resource, key = env.key(), error = %source, "Event too large for the sink; stopping (delivery.oversize = fail)");
             return Settled::Fatal(DispatchError::SinkFatal { resource, kind: ErrorKind::TooLarge, source });
         }
         metrics::counter!(m::DROPPED, "resource" => resource, "reason" => "too_large", "route" => self.route.clone()).increment(1);
-        tracing::error!(sink, route = %self.route, resource = %env.resource, key = %env.key, error = %source, "Event too large for the sink; skipped");
+        tracing::error!(sink, route = %self.route, resource = %env.resource, key = env.key(), error = %source, "Event too large for the sink; skipped");
         Settled::Done(env)
     }
 }
@@ -292,11 +292,12 @@ mod tests {
     use std::collections::HashSet;
     use std::sync::{Condvar, Mutex};
 
-    use cloudevents::{AttributesReader, EventBuilder, EventBuilderV10};
     use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
     use super::*;
-    use crate::model::{ChangeType, MarkerPhase};
+    use crate::event::WatchAttributes;
+    use crate::model::fixtures::configmaps;
+    use crate::model::{ChangeType, MarkerPhase, ObjectRef};
     use crate::telemetry::Health;
 
     /// A sink that acknowledges after a delay derived from the event id (so that events
@@ -316,7 +317,7 @@ mod tests {
         }
 
         async fn send(&self, env: &Envelope) -> Result<(), SendError> {
-            let id = env.event.id().to_string();
+            let id = env.attributes.id.clone();
             {
                 let mut c = self.max_concurrent.lock().unwrap();
                 c.0 += 1;
@@ -346,10 +347,9 @@ mod tests {
 
     fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
         Envelope {
-            event: EventBuilderV10::new().id(id).ty("t").source("//c").build().unwrap(),
+            attributes: WatchAttributes::new("c".into(), &configmaps()).event(id.into(), kind.event_type(), chrono::Utc::now(), key.into()),
             data: bytes::Bytes::from_static(b"{}"),
             destination: "topic".into(),
-            key: key.into(),
             kind,
             resource: "configmaps".into(),
             completes_initial_sync: false,
@@ -461,7 +461,7 @@ mod tests {
             changed.notify_all();
             let (mut s, _) = changed.wait_timeout_while(s, Duration::from_secs(10), |s| !s.1).unwrap();
             s.0 -= 1;
-            self.acked.lock().unwrap().push(env.event.id().to_string());
+            self.acked.lock().unwrap().push(env.attributes.id.clone());
             Ok(())
         }
     }
@@ -504,7 +504,7 @@ mod tests {
             "small"
         }
         async fn send(&self, env: &Envelope) -> Result<(), SendError> {
-            if env.event.extension("truncated").is_none() {
+            if !env.attributes.truncated {
                 return Err(SendError::TooLarge { source: kafka_error(RDKafkaErrorCode::MessageSizeTooLarge) });
             }
             self.acked.lock().unwrap().push(env.clone());
@@ -514,9 +514,7 @@ mod tests {
 
     fn object(key: &str, id: &str) -> Envelope {
         let mut e = envelope(key, id, EnvelopeKind::Object(ChangeType::Updated));
-        for (k, v) in [("apiversion", "v1"), ("kind", "ConfigMap"), ("name", key), ("uid", "u"), ("resourceversion", "7")] {
-            e.event.set_extension(k, v);
-        }
+        e.attributes.object = Some(ObjectRef { namespace: None, name: key.into(), uid: "u".into(), resource_version: "7".into() });
         e
     }
 
@@ -539,7 +537,8 @@ mod tests {
             let acked = sink.acked.lock().unwrap();
             assert_eq!(acked.len(), delivered, "{policy:?}");
             if let Some(t) = acked.first() {
-                assert_eq!(t.event.id(), "a1");
+                assert_eq!(t.attributes.id, "a1");
+                assert!(t.attributes.truncated);
             }
         }
     }

@@ -142,17 +142,7 @@ impl Worker {
                 }
                 // The last output takes the change; the others build from a copy.
                 let c = if i == last { change.take().expect("not taken yet") } else { c.clone() };
-                let mut env = match event::build(watch, scope, output, c, chrono::Utc::now()) {
-                    Ok(env) => env,
-                    Err(e) => {
-                        meters.unencodable();
-                        tracing::warn!(watch = %scope.describe(), error = %e, "Skipped an object that cannot be encoded");
-                        if let Some((p, effect)) = progress {
-                            p.register(self.slot, effect.clone(), true);
-                        }
-                        continue;
-                    }
-                };
+                let mut env = event::build(watch, scope, output, c, chrono::Utc::now());
                 env.position = progress.and_then(|(p, effect)| p.register(self.slot, effect.clone(), false));
                 env.observed = Some(arrived);
                 let tx = &self.queues[output.route];
@@ -181,7 +171,6 @@ struct Meters {
     /// Each output's filtered events, by output position and change type.
     filtered: Vec<Counters<ChangeType>>,
     watch_errors: Counters<&'static str>,
-    unencodable: Counters<()>,
 }
 
 impl Meters {
@@ -193,7 +182,6 @@ impl Meters {
             queued: scope.outputs.iter().map(|o| metrics::gauge!(m::QUEUED, "route" => o.route_name.clone())).collect(),
             filtered: scope.outputs.iter().map(|_| Counters::default()).collect(),
             watch_errors: Counters::default(),
-            unencodable: Counters::default(),
             resource: resource.clone(),
         }
     }
@@ -209,12 +197,6 @@ impl Meters {
     fn watch_error(&mut self, kind: &'static str) {
         let resource = &self.resource;
         self.watch_errors.increment(kind, |k| metrics::counter!(m::WATCH_ERRORS, "resource" => resource.clone(), "error_kind" => k));
-    }
-
-    /// Counts an object skipped because its event cannot be encoded.
-    fn unencodable(&mut self) {
-        let resource = &self.resource;
-        self.unencodable.increment((), |()| metrics::counter!(m::BAD_OBJECTS, "resource" => resource.clone(), "reason" => "encode"));
     }
 }
 
@@ -275,7 +257,7 @@ mod tests {
         let mut out = Vec::new();
         while let Some(e) = rx.recv().await {
             out.push(match e.kind {
-                EnvelopeKind::Object(_) => format!("{} {}", e.kind.label(), e.key),
+                EnvelopeKind::Object(_) => format!("{} {}", e.kind.label(), e.key()),
                 EnvelopeKind::Marker(_) => e.kind.label().to_string(),
             });
         }

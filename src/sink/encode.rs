@@ -1,26 +1,8 @@
-//! CloudEvents protocol bindings shared by the sinks: binary-mode attributes and bytes.
+//! CloudEvents protocol bindings shared by the sinks: header values and structured bytes.
 
 use std::borrow::Cow;
 
-use cloudevents::event::AttributeValue;
-use cloudevents::{AttributesReader, Event};
-
-/// The event's attributes and extensions in binary content mode, as (name, canonical
-/// string value). `datacontenttype` is included: Kafka maps it to `content-type`, NATS to
-/// `ce-datacontenttype`. Text values are borrowed from the event; only those that have to
-/// be written out (the time, booleans, integers) are allocated.
-pub fn binary_attributes(event: &Event) -> impl Iterator<Item = (&str, Cow<'_, str>)> + '_ {
-    event.iter().map(|(name, value)| {
-        let text = match value {
-            AttributeValue::String(s) => Cow::Borrowed(s),
-            AttributeValue::URI(u) => Cow::Borrowed(u.as_str()),
-            AttributeValue::URIRef(u) => Cow::Borrowed(u.as_str()),
-            AttributeValue::SpecVersion(cloudevents::event::SpecVersion::V10) => Cow::Borrowed("1.0"),
-            other => Cow::Owned(other.to_string()),
-        };
-        (name, text)
-    })
-}
+use cloudevents::Event;
 
 /// A header value as the CloudEvents NATS binding requires: space, `"`, `%` and every
 /// character outside printable ASCII percent-encoded (upper-case hex of its UTF-8 bytes).
@@ -42,11 +24,6 @@ pub fn percent_encode(value: Cow<'_, str>) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
-}
-
-/// The `content-type` of the event's data.
-pub fn data_content_type(event: &Event) -> &str {
-    event.datacontenttype().unwrap_or("application/json")
 }
 
 /// The whole event as JSON (structured content mode): the attributes of `event` (which
@@ -73,30 +50,6 @@ mod tests {
     use cloudevents::event::AttributesWriter;
     use cloudevents::{EventBuilder, EventBuilderV10};
     use serde_json::json;
-
-    #[test]
-    fn binary_attributes_carry_extensions_and_the_content_type() {
-        let mut e =
-            EventBuilderV10::new().id("1").ty("dev.deltaship.object.added").source("//c/api/v1/configmaps").extension("partitionkey", "ns/a").build().unwrap();
-        e.set_datacontenttype(Some("application/json"));
-        let attrs: Vec<_> = binary_attributes(&e).collect();
-        assert!(attrs.contains(&("id", "1".into())));
-        assert!(attrs.contains(&("specversion", "1.0".into())));
-        assert!(attrs.contains(&("partitionkey", "ns/a".into())));
-        assert!(attrs.contains(&("datacontenttype", "application/json".into())));
-        assert!(attrs.iter().all(|(_, v)| matches!(v, Cow::Borrowed(_))), "text values are not copied: {attrs:?}");
-        assert_eq!(data_content_type(&e), "application/json");
-    }
-
-    #[test]
-    fn binary_attributes_write_times_booleans_and_integers_in_their_canonical_form() {
-        let time = chrono::DateTime::parse_from_rfc3339("2026-11-25T08:30:00.5Z").unwrap().with_timezone(&chrono::Utc);
-        let e = EventBuilderV10::new().id("1").ty("t").source("//c").time(time).extension("truncated", true).extension("count", 42i64).build().unwrap();
-        let attrs: Vec<_> = binary_attributes(&e).collect();
-        assert!(attrs.contains(&("time", "2026-11-25T08:30:00.500+00:00".into())), "{attrs:?}");
-        assert!(attrs.contains(&("truncated", "true".into())));
-        assert!(attrs.contains(&("count", "42".into())));
-    }
 
     #[test]
     fn a_structured_event_is_what_the_sdk_writes_for_the_same_event_with_its_data() {

@@ -4,13 +4,13 @@
 //! oversize policy, 401 and 403 stop the bridge, other 3xx and 4xx follow
 //! `on_client_error`.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use bytes::Bytes;
-use cloudevents::Event;
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
@@ -22,7 +22,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::Semaphore;
 
-use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, percent_encode, structured_bytes};
+use super::encode::{STRUCTURED_CONTENT_TYPE, percent_encode, structured_bytes};
 use super::{ErrorKind, Failure, SendError, SinkError};
 use crate::config::{ClientErrorPolicy, ContentMode, HttpSinkConfig, HttpTls, Secret, ce_overrides};
 use crate::event::Envelope;
@@ -192,21 +192,14 @@ impl HttpSink {
 
     fn request(&self, env: &Envelope) -> Result<Request<Full<Bytes>>, Failure> {
         let inner = &self.inner;
-        let mut overridden;
-        let event: &Event = if inner.overrides.is_empty() {
-            &env.event
-        } else {
-            overridden = env.event.clone();
-            for (name, value) in &inner.overrides {
-                overridden.set_extension(name, value.as_str());
-            }
-            &overridden
-        };
+        let overridden = |name: &str| inner.overrides.iter().any(|(n, _)| n == name);
         let mut builder = Request::builder().method(Method::POST).uri(inner.uri.clone());
         let headers = builder.headers_mut().expect("a new request builder has headers");
         let body = match inner.content_mode {
             ContentMode::Binary => {
-                for (name, value) in binary_attributes(event) {
+                let ours = env.attributes.pairs().filter(|(name, _)| !overridden(name)).map(|(name, value)| (name as &str, value));
+                let overrides = inner.overrides.iter().map(|(name, value)| (name.as_str(), Cow::Borrowed(value.as_str())));
+                for (name, value) in ours.chain(overrides) {
                     let (name, value) = if name == "datacontenttype" {
                         (CONTENT_TYPE, value)
                     } else {
@@ -218,7 +211,11 @@ impl HttpSink {
             }
             ContentMode::Structured => {
                 headers.insert(CONTENT_TYPE, HeaderValue::from_static(STRUCTURED_CONTENT_TYPE));
-                structured_bytes(event, &env.data).into()
+                let mut event = env.attributes.to_event();
+                for (name, value) in &inner.overrides {
+                    event.set_extension(name, value.as_str());
+                }
+                structured_bytes(&event, &env.data).into()
             }
         };
         if let Some(auth) = &inner.auth {

@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage, stream};
 use async_nats::{ConnectOptions, HeaderMap};
 use bytes::Bytes;
-use cloudevents::AttributesReader;
 
-use super::encode::{STRUCTURED_CONTENT_TYPE, binary_attributes, percent_encode, structured_bytes};
+use super::encode::{STRUCTURED_CONTENT_TYPE, percent_encode, structured_bytes};
 use super::{ErrorKind, Failure, SendError, SinkError};
 use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Secret, Storage};
 use crate::event::Envelope;
@@ -132,7 +131,7 @@ impl NatsSink {
         let subject = env.destination.to_string();
         match &self.jetstream {
             Some(js) => {
-                let message = PublishMessage::build().payload(payload).headers(headers).message_id(env.event.id());
+                let message = PublishMessage::build().payload(payload).headers(headers).message_id(env.attributes.id.as_str());
                 let ack = js.send_publish(subject, message).await.map_err(classify)?;
                 ack.await.map_err(classify)?;
             }
@@ -165,14 +164,14 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, HeaderMap) {
     let mut headers = HeaderMap::new();
     let payload = match mode {
         ContentMode::Binary => {
-            for (name, value) in binary_attributes(&env.event) {
+            for (name, value) in env.attributes.pairs() {
                 headers.insert(format!("ce-{name}"), percent_encode(value).as_ref());
             }
             env.data.clone()
         }
         ContentMode::Structured => {
             headers.insert("Content-Type", STRUCTURED_CONTENT_TYPE);
-            structured_bytes(&env.event, &env.data).into()
+            structured_bytes(&env.attributes.to_event(), &env.data).into()
         }
     };
     (payload, headers)

@@ -24,7 +24,7 @@ impl StdoutSink {
     }
 
     pub fn send(&self, env: &Envelope) -> Result<(), SendError> {
-        let mut line = super::encode::structured_bytes(&env.event, &env.data);
+        let mut line = super::encode::structured_bytes(&env.attributes.to_event(), &env.data);
         line.push(b'\n');
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         // Flush per event: a reader of a pipe sees each event as soon as it is "acked".

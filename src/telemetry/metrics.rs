@@ -77,7 +77,7 @@ pub fn describe() {
     describe_gauge!(CHECKPOINT_UNWRITTEN, "Checkpoint records acknowledged and not yet written to the route's store, by route.");
     describe_counter!(RELISTS, "Relists after a watch could not resume (e.g. 410 Gone), by resource.");
     describe_counter!(WATCH_ERRORS, "Watch errors (each followed by a backoff and a restart of the watch), by resource and error_kind.");
-    describe_counter!(BAD_OBJECTS, "Objects that could not be decoded or encoded and were skipped, by resource and reason.");
+    describe_counter!(BAD_OBJECTS, "Objects that could not be decoded and were skipped, by resource and reason.");
     describe_counter!(REDACTED_FIELDS, "Fields redacted by the resource's redact_fields rules, by resource and action (drop, mask, hash).");
     describe_counter!(DROPPED, "Events the sink refused and that were skipped by policy, by resource, reason and route.");
     describe_counter!(TRUNCATED, "Events too large for the sink, shipped as truncated references, by resource and route.");

@@ -84,17 +84,17 @@ impl KafkaSink {
                 let partitions = self.partitions(&env.destination).await?;
                 let mut pending = Vec::with_capacity(partitions.len());
                 for p in partitions {
-                    pending.push(self.produce(&env.destination, &env.key, Some(&payload[..]), headers.clone(), Some(p))?);
+                    pending.push(self.produce(&env.destination, env.key(), Some(&payload[..]), headers.clone(), Some(p))?);
                 }
                 for d in pending {
                     await_delivery(d).await?;
                 }
             }
             EnvelopeKind::Object(change) => {
-                let d = self.produce(&env.destination, &env.key, Some(&payload[..]), headers, None)?;
+                let d = self.produce(&env.destination, env.key(), Some(&payload[..]), headers, None)?;
                 await_delivery(d).await?;
                 if self.tombstones && change == ChangeType::Deleted {
-                    let d = self.produce(&env.destination, &env.key, None, OwnedHeaders::new(), None)?;
+                    let d = self.produce(&env.destination, env.key(), None, OwnedHeaders::new(), None)?;
                     await_delivery(d).await?;
                 }
             }

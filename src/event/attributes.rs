@@ -1,0 +1,154 @@
+//! An event's CloudEvents attributes and extensions, held as deltaship sets them: the
+//! values the same for a whole watch shared, the object's identity moved in from its
+//! change, nothing in a map. The bindings write them out from here; an SDK `Event` is
+//! built only where one is needed (structured content mode).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use cloudevents::event::AttributesWriter;
+use cloudevents::{Event, EventBuilder, EventBuilderV10};
+
+use crate::model::ObjectRef;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attributes {
+    pub id: String,
+    pub ty: &'static str,
+    pub source: Arc<str>,
+    pub subject: Option<String>,
+    pub time: DateTime<Utc>,
+    pub datacontenttype: &'static str,
+    pub dataschema: Option<url::Url>,
+    /// The extensions `cluster`, `apiversion` and `kind`: the same for a whole watch.
+    pub cluster: Arc<str>,
+    pub apiversion: Arc<str>,
+    pub kind: Arc<str>,
+    /// The extensions `name`, `namespace`, `uid` and `resourceversion`: of object events.
+    pub object: Option<ObjectRef>,
+    pub syncid: Option<Arc<str>>,
+    pub partitionkey: String,
+    /// The extension `truncated = true`: the event is a reference to an object too large
+    /// for the sink.
+    pub truncated: bool,
+}
+
+impl Attributes {
+    /// How many (name, value) pairs `pairs` yields at most.
+    pub const MOST: usize = 18;
+
+    /// Every attribute and extension that is set, as (name, canonical string value) in the
+    /// CloudEvents type system, `specversion` and `datacontenttype` included. Text is
+    /// borrowed; only the time is written out.
+    pub fn pairs(&self) -> impl Iterator<Item = (&'static str, Cow<'_, str>)> {
+        fn text(v: &str) -> Cow<'_, str> {
+            Cow::Borrowed(v)
+        }
+        let object = self.object.as_ref();
+        let pairs: [Option<(&'static str, Cow<'_, str>)>; Attributes::MOST] = [
+            Some(("specversion", text("1.0"))),
+            Some(("id", text(&self.id))),
+            Some(("type", text(self.ty))),
+            Some(("source", text(&self.source))),
+            self.subject.as_deref().map(|s| ("subject", text(s))),
+            Some(("time", Cow::Owned(self.time.to_rfc3339()))),
+            Some(("datacontenttype", text(self.datacontenttype))),
+            self.dataschema.as_ref().map(|u| ("dataschema", text(u.as_str()))),
+            Some(("cluster", text(&self.cluster))),
+            Some(("apiversion", text(&self.apiversion))),
+            Some(("kind", text(&self.kind))),
+            object.map(|o| ("name", text(&o.name))),
+            object.and_then(|o| o.namespace.as_deref()).map(|ns| ("namespace", text(ns))),
+            object.map(|o| ("uid", text(&o.uid))),
+            object.map(|o| ("resourceversion", text(&o.resource_version))),
+            self.syncid.as_deref().map(|s| ("syncid", text(s))),
+            Some(("partitionkey", text(&self.partitionkey))),
+            self.truncated.then(|| ("truncated", text("true"))),
+        ];
+        pairs.into_iter().flatten()
+    }
+
+    /// The same attributes as the CloudEvents SDK's event (without data).
+    pub fn to_event(&self) -> Event {
+        let mut b = EventBuilderV10::new().id(self.id.as_str()).ty(self.ty).source(&*self.source).time(self.time);
+        if let Some(s) = &self.subject {
+            b = b.subject(s.as_str());
+        }
+        let mut event = b.build().expect("deltaship's events have an id, a type and a source");
+        event.set_datacontenttype(Some(self.datacontenttype));
+        event.set_dataschema(self.dataschema.clone());
+        for (name, value) in self.pairs().filter(|(name, _)| !is_attribute(name)) {
+            if name == "truncated" {
+                event.set_extension(name, true);
+            } else {
+                event.set_extension(name, value.as_ref());
+            }
+        }
+        event
+    }
+}
+
+/// Whether `name` is a CloudEvents context attribute rather than an extension.
+fn is_attribute(name: &str) -> bool {
+    matches!(name, "specversion" | "id" | "type" | "source" | "subject" | "time" | "datacontenttype" | "dataschema")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cloudevents::AttributesReader;
+
+    fn attributes(object: bool, truncated: bool) -> Attributes {
+        Attributes {
+            id: "d1663f191e609909656ae5aca860682c".into(),
+            ty: "dev.deltaship.object.updated",
+            source: "//c/api/v1/configmaps".into(),
+            subject: object.then(|| "ns/a".into()),
+            time: DateTime::parse_from_rfc3339("2026-11-25T08:30:00.5Z").unwrap().with_timezone(&Utc),
+            datacontenttype: "application/json",
+            dataschema: truncated.then(|| url::Url::parse("https://schemas.example.com/reference.schema.json").unwrap()),
+            cluster: "c".into(),
+            apiversion: "v1".into(),
+            kind: "ConfigMap".into(),
+            object: object.then(|| ObjectRef { namespace: Some("ns".into()), name: "a".into(), uid: "u1".into(), resource_version: "2".into() }),
+            syncid: (!object).then(|| "s1".into()),
+            partitionkey: "ns/a".into(),
+            truncated,
+        }
+    }
+
+    #[test]
+    fn the_pairs_are_what_the_sdk_holds_for_the_same_event() {
+        for (object, truncated) in [(true, false), (true, true), (false, false)] {
+            let a = attributes(object, truncated);
+            let mut ours: Vec<(String, String)> = a.pairs().map(|(n, v)| (n.to_string(), v.into_owned())).collect();
+            let mut sdk: Vec<(String, String)> = a.to_event().iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+            ours.sort();
+            sdk.sort();
+            assert_eq!(ours, sdk);
+            assert!(ours.len() <= Attributes::MOST);
+        }
+    }
+
+    #[test]
+    fn times_and_flags_are_written_in_their_canonical_form() {
+        let a = attributes(true, true);
+        let pairs: Vec<_> = a.pairs().collect();
+        assert!(pairs.contains(&("time", "2026-11-25T08:30:00.500+00:00".into())), "{pairs:?}");
+        assert!(pairs.contains(&("truncated", "true".into())));
+        assert!(pairs.iter().filter(|(n, _)| *n != "time").all(|(_, v)| matches!(v, Cow::Borrowed(_))), "text is not copied: {pairs:?}");
+        assert_eq!(a.to_event().extension("truncated"), Some(&cloudevents::event::ExtensionValue::Boolean(true)));
+        assert!(!attributes(true, false).pairs().any(|(n, _)| n == "truncated"), "only a truncated event says so");
+    }
+
+    #[test]
+    fn a_marker_has_no_object_extensions_and_no_subject() {
+        let names: Vec<_> = attributes(false, false).pairs().map(|(n, _)| n).collect();
+        for absent in ["subject", "name", "namespace", "uid", "resourceversion", "truncated", "dataschema"] {
+            assert!(!names.contains(&absent), "{absent} in {names:?}");
+        }
+        assert!(names.contains(&"syncid"));
+        assert_eq!(attributes(false, false).to_event().subject(), None);
+    }
+}
