@@ -34,6 +34,9 @@ pub fn var(name: &str) -> String {
 }
 
 pub fn env() -> TestEnv {
+    // Every test calls this first, so this marks when the test process started: the NATS
+    // helpers read streams from then on (nats::read_until).
+    std::sync::LazyLock::force(&nats::STARTED);
     TestEnv {
         kubeconfig: var("KUBECONFIG"),
         limited_kubeconfig: var("DELTASHIP_TEST_KUBECONFIG_LIMITED"),
