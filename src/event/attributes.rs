@@ -94,28 +94,35 @@ fn is_attribute(name: &str) -> bool {
     matches!(name, "specversion" | "id" | "type" | "source" | "subject" | "time" | "datacontenttype" | "dataschema")
 }
 
+/// Attributes of an object event (`object`) or a marker, truncated or not, with a schema when
+/// truncated: every attribute deltaship sets appears in one of them.
+#[cfg(test)]
+pub(crate) fn fixture(object: bool, truncated: bool) -> Attributes {
+    Attributes {
+        id: "d1663f191e609909656ae5aca860682c".into(),
+        ty: "dev.deltaship.object.updated",
+        source: "//c/api/v1/configmaps".into(),
+        subject: object.then(|| "ns/a".into()),
+        time: DateTime::parse_from_rfc3339("2026-11-25T08:30:00.5Z").unwrap().with_timezone(&Utc),
+        datacontenttype: "application/json",
+        dataschema: truncated.then(|| url::Url::parse("https://schemas.example.com/reference.schema.json").unwrap()),
+        cluster: "c".into(),
+        apiversion: "v1".into(),
+        kind: "ConfigMap".into(),
+        object: object.then(|| ObjectRef { namespace: Some("ns".into()), name: "a".into(), uid: "u1".into(), resource_version: "2".into() }),
+        syncid: (!object).then(|| "s1".into()),
+        partitionkey: "ns/a".into(),
+        truncated,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use cloudevents::AttributesReader;
 
     fn attributes(object: bool, truncated: bool) -> Attributes {
-        Attributes {
-            id: "d1663f191e609909656ae5aca860682c".into(),
-            ty: "dev.deltaship.object.updated",
-            source: "//c/api/v1/configmaps".into(),
-            subject: object.then(|| "ns/a".into()),
-            time: DateTime::parse_from_rfc3339("2026-11-25T08:30:00.5Z").unwrap().with_timezone(&Utc),
-            datacontenttype: "application/json",
-            dataschema: truncated.then(|| url::Url::parse("https://schemas.example.com/reference.schema.json").unwrap()),
-            cluster: "c".into(),
-            apiversion: "v1".into(),
-            kind: "ConfigMap".into(),
-            object: object.then(|| ObjectRef { namespace: Some("ns".into()), name: "a".into(), uid: "u1".into(), resource_version: "2".into() }),
-            syncid: (!object).then(|| "s1".into()),
-            partitionkey: "ns/a".into(),
-            truncated,
-        }
+        fixture(object, truncated)
     }
 
     #[test]

@@ -1,15 +1,18 @@
 //! Delivery: many objects in flight, one object's events strictly in order, markers as
-//! barriers, retries with backoff; never more than `max_in_flight` events held. Each send
-//! (encoding, the client's enqueue, the wait for the acknowledgement) is a task of its own,
-//! so the send side runs on every core; this task only keeps the order.
+//! barriers, retries with backoff; never more than `max_in_flight` events held. The sends
+//! (encoding, the client's enqueue, the wait for the acknowledgement) are futures this task
+//! polls, not tasks of their own: encoding and the enqueue cost less than the client's own
+//! work per event, and the acknowledgements of many sends wake this task once instead of
+//! one task each (BENCHMARKS.md measures both ways).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use super::meters::Meters;
@@ -108,8 +111,8 @@ impl<P: Publisher> Dispatcher<P> {
     /// Delivers everything received on `rx` until it is closed and drained.
     pub async fn run(self, mut rx: mpsc::Receiver<Envelope>) -> Result<(), DispatchError> {
         let mut meters = Meters::new(&self.route, self.sink.name());
-        // Dropped on return (a fatal error): the sends still running are aborted with it.
-        let mut in_flight: JoinSet<Outcome> = JoinSet::new();
+        // Dropped on return (a fatal error): the sends still running are abandoned with it.
+        let mut in_flight = FuturesUnordered::new();
         // Lanes with an event in flight, and their later events, in arrival order.
         let mut lanes = Lanes::default();
         let mut held = 0usize; // events waiting in `lanes`
@@ -122,7 +125,7 @@ impl<P: Publisher> Dispatcher<P> {
             if in_flight.is_empty()
                 && let Some((env, lane)) = marker.take()
             {
-                self.attempt(&mut in_flight, env, lane, 0, None);
+                in_flight.push(self.attempt(env, lane, 0, None));
             }
             meters.in_flight.set(in_flight.len() as f64);
             meters.held.set(held as f64);
@@ -139,14 +142,11 @@ impl<P: Publisher> Dispatcher<P> {
             }
             tokio::select! {
                 biased;
-                Some(joined) = in_flight.join_next(), if !in_flight.is_empty() => {
-                    // Nothing aborts a send while the set lives: an error is the sink's panic,
-                    // raised here as when this task polled the sends itself.
-                    let done = joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+                Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                     let lane = done.lane;
                     match self.settle(done, &mut meters) {
                         Settled::Retry(env, attempt, delay) => {
-                            self.attempt(&mut in_flight, env, lane, attempt, Some(delay));
+                            in_flight.push(self.attempt(env, lane, attempt, Some(delay)));
                             continue;
                         }
                         Settled::Fatal(e) => return Err(e),
@@ -165,7 +165,7 @@ impl<P: Publisher> Dispatcher<P> {
                         match queue.pop_front() {
                             Some(next) => {
                                 held -= 1;
-                                self.attempt(&mut in_flight, next, lane, 0, None);
+                                in_flight.push(self.attempt(next, lane, 0, None));
                             }
                             None => {
                                 lanes.remove(&lane);
@@ -191,7 +191,7 @@ impl<P: Publisher> Dispatcher<P> {
                         }
                         None => {
                             lanes.insert(lane, VecDeque::new());
-                            self.attempt(&mut in_flight, env, lane, 0, None);
+                            in_flight.push(self.attempt(env, lane, 0, None));
                         }
                     }
                 }
@@ -199,17 +199,17 @@ impl<P: Publisher> Dispatcher<P> {
         }
     }
 
-    /// Starts a send of `env` as a task of its own, after `delay` when it is a retry.
-    fn attempt(&self, in_flight: &mut JoinSet<Outcome>, env: Envelope, lane: Lane, attempt: u32, delay: Option<Duration>) {
+    /// A send of `env`, after `delay` when it is a retry: it starts when first polled.
+    fn attempt(&self, env: Envelope, lane: Lane, attempt: u32, delay: Option<Duration>) -> impl Future<Output = Outcome> + use<P> {
         let sink = self.sink.clone();
-        in_flight.spawn(async move {
+        async move {
             if let Some(d) = delay {
                 tokio::time::sleep(d).await;
             }
             let started = Instant::now();
             let result = sink.send(&env).await;
             Outcome { env, lane, result, attempt, started }
-        });
+        }
     }
 
     fn settle(&self, done: Outcome, meters: &mut Meters) -> Settled {
@@ -290,7 +290,7 @@ enum Settled {
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
-    use std::sync::{Condvar, Mutex};
+    use std::sync::Mutex;
 
     use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
@@ -437,13 +437,12 @@ mod tests {
         assert!(sink.max_concurrent.lock().unwrap().1 <= 3);
     }
 
-    /// Holds each send's thread until another send is inside too (until that has happened
-    /// once; waiting at most 10 s), so that two sends meet only when they run on two
-    /// threads at the same time; records the task each send ran on.
+    /// Holds each send until another send is inside too (until that has happened once;
+    /// waiting at most 10 s), so that two sends meet only when they are in flight at once.
     #[derive(Clone, Default)]
     struct Meeting {
-        inside: Arc<(Mutex<(usize, bool)>, Condvar)>,
-        tasks: Arc<Mutex<HashSet<tokio::task::Id>>>,
+        inside: Arc<Mutex<(usize, bool)>>,
+        met: Arc<tokio::sync::Notify>,
         acked: Arc<Mutex<Vec<String>>>,
     }
 
@@ -453,27 +452,30 @@ mod tests {
         }
 
         async fn send(&self, env: &Envelope) -> Result<(), SendError> {
-            self.tasks.lock().unwrap().insert(tokio::task::id());
-            let (state, changed) = &*self.inside;
-            let mut s = state.lock().unwrap();
-            s.0 += 1;
-            s.1 |= s.0 >= 2;
-            changed.notify_all();
-            let (mut s, _) = changed.wait_timeout_while(s, Duration::from_secs(10), |s| !s.1).unwrap();
-            s.0 -= 1;
+            let met = {
+                let mut s = self.inside.lock().unwrap();
+                s.0 += 1;
+                s.1 |= s.0 >= 2;
+                s.1
+            };
+            if met {
+                self.met.notify_waiters();
+            } else {
+                let _ = tokio::time::timeout(Duration::from_secs(10), self.met.notified()).await;
+            }
+            self.inside.lock().unwrap().0 -= 1;
             self.acked.lock().unwrap().push(env.attributes.id.clone());
             Ok(())
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sends_run_on_tasks_of_their_own_in_parallel_while_each_object_stays_in_order() {
+    #[tokio::test]
+    async fn sends_of_different_objects_are_in_flight_together_while_each_object_stays_in_order() {
         let sink = Meeting::default();
         let (tx, rx) = mpsc::channel(4);
         let retry = RetryPolicy { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
         let d = Dispatcher::new(sink.clone(), 100, OversizePolicy::Reference, retry, Health::single(0).route(0));
         let run = tokio::spawn(d.run(rx));
-        let dispatcher = run.id();
         for round in 0..5 {
             for key in ["a", "b", "c", "d"] {
                 tx.send(envelope(key, &format!("{key}{round}"), EnvelopeKind::Object(ChangeType::Updated))).await.unwrap();
@@ -481,9 +483,7 @@ mod tests {
         }
         drop(tx);
         run.await.unwrap().unwrap();
-        assert!(sink.inside.0.lock().unwrap().1, "two sends ran at the same time on two threads");
-        let tasks = sink.tasks.lock().unwrap();
-        assert!(tasks.len() > 1 && !tasks.contains(&dispatcher), "sends run on tasks of their own, not the dispatcher's: {tasks:?}");
+        assert!(sink.inside.lock().unwrap().1, "two sends were in flight at the same time");
         let acked = sink.acked.lock().unwrap();
         assert_eq!(acked.len(), 20, "{acked:?}");
         for key in ["a", "b", "c", "d"] {

@@ -21,8 +21,8 @@ pub use nats::NatsSink;
 pub use stdout::StdoutSink;
 
 /// What the dispatcher needs of a sink: publish one event, resolving on acknowledgement.
-/// The dispatcher runs each send as a task of its own, so that encoding and the client's
-/// enqueue run on every core.
+/// The dispatcher polls the sends of many objects at once; a send's work before its first
+/// wait (encoding, the client's enqueue) should be short.
 pub trait Publisher: Send + Sync + 'static {
     /// The `sink` metric label.
     fn name(&self) -> &'static str;
