@@ -15,7 +15,7 @@
 //! --benches`) it does one small run of each as a smoke test.
 //!
 //! Variants, per sink, run in turn within each repetition (the order rotates):
-//! - `pipeline`: Dispatcher + Sink, max_in_flight 1000 (the default), queue 10000.
+//! - `pipeline`: Dispatcher + Sink, max_in_flight 1000 and queue 2000 (the defaults).
 //! - `end_to_end`: the recorded watch events decoded, classified and built by a producer
 //!   task (as the watch task does) while the Dispatcher + Sink deliver them: the bridge's
 //!   whole per-event path, timed and its CPU counted from the first event to the last ack.

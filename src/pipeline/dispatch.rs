@@ -121,23 +121,54 @@ impl<P: Publisher> Dispatcher<P> {
         let mut barrier = false;
         let mut marker: Option<(Envelope, Lane)> = None; // the barrier's marker, not yet sent
         let mut input_open = true;
+        // Received and not yet taken in (behind a barrier, or beyond `max_in_flight`), in
+        // order; taken from the queue many at a time, so that the workers filling it are
+        // woken once per batch rather than once per event.
+        let mut inbox: VecDeque<Envelope> = VecDeque::new();
+        let mut batch: Vec<Envelope> = Vec::new();
         loop {
             if in_flight.is_empty()
                 && let Some((env, lane)) = marker.take()
             {
                 in_flight.push(self.attempt(env, lane, 0, None));
             }
+            while !barrier && in_flight.len() + held < self.max_in_flight {
+                let Some(env) = inbox.pop_front() else { break };
+                let lane = self.lanes.of(&env.destination, env.key());
+                if matches!(env.kind, EnvelopeKind::Marker(_)) {
+                    barrier = true;
+                    marker = Some((env, lane));
+                    break;
+                }
+                match lanes.get_mut(&lane) {
+                    Some(queue) => {
+                        queue.push_back(env);
+                        held += 1;
+                    }
+                    None => {
+                        lanes.insert(lane, VecDeque::new());
+                        in_flight.push(self.attempt(env, lane, 0, None));
+                    }
+                }
+            }
+            if marker.is_some() && in_flight.is_empty() {
+                continue;
+            }
+            let outstanding = in_flight.len() + held + inbox.len();
             meters.in_flight.set(in_flight.len() as f64);
             meters.held.set(held as f64);
-            meters.queued.set(rx.len() as f64);
-            self.health.set_outstanding(in_flight.len() + held);
-            let can_take = input_open && !barrier && in_flight.len() + held < self.max_in_flight;
+            meters.queued.set((rx.len() + inbox.len()) as f64);
+            self.health.set_outstanding(outstanding);
+            let room = self.max_in_flight.saturating_sub(outstanding);
+            let can_take = input_open && !barrier && room > 0;
             if !can_take && in_flight.is_empty() {
-                if !input_open {
+                if !input_open && inbox.is_empty() {
                     return Ok(());
                 }
-                // Unreachable in practice (a barrier is sent above when nothing is in flight);
-                // guard against a busy loop all the same.
+                // Unreachable in practice (a barrier is sent above when nothing is in flight,
+                // and what is received is taken in while there is room); guard against a
+                // busy loop all the same.
+                tokio::task::yield_now().await;
                 continue;
             }
             tokio::select! {
@@ -173,27 +204,11 @@ impl<P: Publisher> Dispatcher<P> {
                         }
                     }
                 }
-                received = rx.recv(), if can_take => {
-                    let Some(env) = received else {
+                received = rx.recv_many(&mut batch, room), if can_take => {
+                    if received == 0 {
                         input_open = false;
-                        continue;
-                    };
-                    let lane = self.lanes.of(&env.destination, env.key());
-                    if matches!(env.kind, EnvelopeKind::Marker(_)) {
-                        barrier = true;
-                        marker = Some((env, lane));
-                        continue;
                     }
-                    match lanes.get_mut(&lane) {
-                        Some(queue) => {
-                            queue.push_back(env);
-                            held += 1;
-                        }
-                        None => {
-                            lanes.insert(lane, VecDeque::new());
-                            in_flight.push(self.attempt(env, lane, 0, None));
-                        }
-                    }
+                    inbox.extend(batch.drain(..));
                 }
             }
         }
