@@ -345,6 +345,50 @@ mod tests {
         assert_eq!(retry_after(&h), None);
     }
 
+    /// A sink of `mode` with Knative's overrides `team = shop` and `cluster = edge` (as
+    /// `K_CE_OVERRIDES` sets them), and the request it makes of an object event.
+    fn request_with_overrides(mode: &str) -> Request<Full<Bytes>> {
+        let cfg: HttpSinkConfig = serde_json::from_value(serde_json::json!({"url": "http://127.0.0.1:9/events", "content_mode": mode})).unwrap();
+        let mut sink = HttpSink::new(&cfg).unwrap();
+        Arc::get_mut(&mut sink.inner).unwrap().overrides = vec![("team".into(), "shop".into()), ("cluster".into(), "edge".into())];
+        let mut attributes = crate::event::WatchAttributes::new("c".into(), &crate::model::fixtures::configmaps()).event(
+            "e1".into(),
+            "dev.deltaship.object.added",
+            chrono::Utc::now(),
+            "ns/a".into(),
+        );
+        attributes.subject = Some("ns/a".into());
+        let env = Envelope {
+            attributes,
+            data: Bytes::from_static(b"{\"kind\":\"ConfigMap\"}"),
+            destination: "t".into(),
+            kind: crate::event::EnvelopeKind::Object(crate::model::ChangeType::Added),
+            resource: "configmaps".into(),
+            completes_initial_sync: false,
+            position: None,
+            observed: None,
+        };
+        sink.request(&env).unwrap()
+    }
+
+    #[test]
+    fn knative_overrides_add_or_replace_extensions_in_both_modes() {
+        let binary = request_with_overrides("binary");
+        let h = binary.headers();
+        assert_eq!(h["ce-team"], "shop");
+        assert_eq!(h["ce-cluster"], "edge", "an override replaces deltaship's value");
+        assert_eq!(h.get_all("ce-cluster").iter().count(), 1);
+        assert_eq!(h["ce-id"], "e1");
+        assert_eq!(h["ce-subject"], "ns/a");
+        assert_eq!(h[CONTENT_TYPE], "application/json");
+        let structured = request_with_overrides("structured");
+        assert_eq!(structured.headers()[CONTENT_TYPE], STRUCTURED_CONTENT_TYPE);
+        let body = futures::executor::block_on(structured.into_body().collect()).unwrap().to_bytes();
+        let event: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((event["team"].as_str(), event["cluster"].as_str(), event["id"].as_str()), (Some("shop"), Some("edge"), Some("e1")));
+        assert_eq!(event["data"]["kind"], "ConfigMap");
+    }
+
     #[test]
     fn a_failure_names_the_status_and_the_start_of_the_answer() {
         let f = Failure::HttpStatus { status: 503, retry_after: Some(Duration::from_secs(2)), body: excerpt(b"  broker\n not ready  ") };
