@@ -42,31 +42,35 @@ impl Attributes {
     /// CloudEvents type system, `specversion` and `datacontenttype` included. Text is
     /// borrowed; only the time is written out.
     pub fn pairs(&self) -> impl Iterator<Item = (&'static str, Cow<'_, str>)> {
-        fn text(v: &str) -> Cow<'_, str> {
-            Cow::Borrowed(v)
-        }
-        let object = self.object.as_ref();
-        let pairs: [Option<(&'static str, Cow<'_, str>)>; Attributes::MOST] = [
-            Some(("specversion", text("1.0"))),
-            Some(("id", text(&self.id))),
-            Some(("type", text(self.ty))),
-            Some(("source", text(&self.source))),
-            self.subject.as_deref().map(|s| ("subject", text(s))),
+        let context: [Option<(&'static str, Cow<'_, str>)>; 8] = [
+            Some(("specversion", Cow::Borrowed("1.0"))),
+            Some(("id", Cow::Borrowed(self.id.as_str()))),
+            Some(("type", Cow::Borrowed(self.ty))),
+            Some(("source", Cow::Borrowed(&*self.source))),
+            self.subject.as_deref().map(|s| ("subject", Cow::Borrowed(s))),
             Some(("time", Cow::Owned(self.time.to_rfc3339()))),
-            Some(("datacontenttype", text(self.datacontenttype))),
-            self.dataschema.as_ref().map(|u| ("dataschema", text(u.as_str()))),
-            Some(("cluster", text(&self.cluster))),
-            Some(("apiversion", text(&self.apiversion))),
-            Some(("kind", text(&self.kind))),
-            object.map(|o| ("name", text(&o.name))),
-            object.and_then(|o| o.namespace.as_deref()).map(|ns| ("namespace", text(ns))),
-            object.map(|o| ("uid", text(&o.uid))),
-            object.map(|o| ("resourceversion", text(&o.resource_version))),
-            self.syncid.as_deref().map(|s| ("syncid", text(s))),
-            Some(("partitionkey", text(&self.partitionkey))),
-            self.truncated.then(|| ("truncated", text("true"))),
+            Some(("datacontenttype", Cow::Borrowed(self.datacontenttype))),
+            self.dataschema.as_ref().map(|u| ("dataschema", Cow::Borrowed(u.as_str()))),
         ];
-        pairs.into_iter().flatten()
+        let truncated = self.truncated.then_some(("truncated", Cow::Borrowed("true")));
+        context.into_iter().flatten().chain(self.text_extensions().map(|(name, value)| (name, Cow::Borrowed(value)))).chain(truncated)
+    }
+
+    /// The extensions whose values are text (all but `truncated`), as (name, value).
+    fn text_extensions(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let object = self.object.as_ref();
+        let extensions: [Option<(&'static str, &str)>; 9] = [
+            Some(("cluster", &*self.cluster)),
+            Some(("apiversion", &*self.apiversion)),
+            Some(("kind", &*self.kind)),
+            object.map(|o| ("name", o.name.as_str())),
+            object.and_then(|o| o.namespace.as_deref()).map(|ns| ("namespace", ns)),
+            object.map(|o| ("uid", o.uid.as_str())),
+            object.map(|o| ("resourceversion", o.resource_version.as_str())),
+            self.syncid.as_deref().map(|s| ("syncid", s)),
+            Some(("partitionkey", self.partitionkey.as_str())),
+        ];
+        extensions.into_iter().flatten()
     }
 
     /// The same attributes as the CloudEvents SDK's event (without data).
@@ -78,41 +82,13 @@ impl Attributes {
         let mut event = b.build().expect("deltaship's events have an id, a type and a source");
         event.set_datacontenttype(Some(self.datacontenttype));
         event.set_dataschema(self.dataschema.clone());
-        for (name, value) in self.pairs().filter(|(name, _)| !is_attribute(name)) {
-            if name == "truncated" {
-                event.set_extension(name, true);
-            } else {
-                event.set_extension(name, value.as_ref());
-            }
+        for (name, value) in self.text_extensions() {
+            event.set_extension(name, value);
+        }
+        if self.truncated {
+            event.set_extension("truncated", true);
         }
         event
-    }
-}
-
-/// Whether `name` is a CloudEvents context attribute rather than an extension.
-fn is_attribute(name: &str) -> bool {
-    matches!(name, "specversion" | "id" | "type" | "source" | "subject" | "time" | "datacontenttype" | "dataschema")
-}
-
-/// Attributes of an object event (`object`) or a marker, truncated or not, with a schema when
-/// truncated: every attribute deltaship sets appears in one of them.
-#[cfg(test)]
-pub(crate) fn fixture(object: bool, truncated: bool) -> Attributes {
-    Attributes {
-        id: "d1663f191e609909656ae5aca860682c".into(),
-        ty: "dev.deltaship.object.updated",
-        source: "//c/api/v1/configmaps".into(),
-        subject: object.then(|| "ns/a".into()),
-        time: DateTime::parse_from_rfc3339("2026-11-25T08:30:00.5Z").unwrap().with_timezone(&Utc),
-        datacontenttype: "application/json",
-        dataschema: truncated.then(|| url::Url::parse("https://schemas.example.com/reference.schema.json").unwrap()),
-        cluster: "c".into(),
-        apiversion: "v1".into(),
-        kind: "ConfigMap".into(),
-        object: object.then(|| ObjectRef { namespace: Some("ns".into()), name: "a".into(), uid: "u1".into(), resource_version: "2".into() }),
-        syncid: (!object).then(|| "s1".into()),
-        partitionkey: "ns/a".into(),
-        truncated,
     }
 }
 
@@ -121,8 +97,25 @@ mod tests {
     use super::*;
     use cloudevents::AttributesReader;
 
+    /// Attributes of an object event (`object`) or a marker, truncated or not, with a schema
+    /// when truncated: every attribute deltaship sets appears in one of them.
     fn attributes(object: bool, truncated: bool) -> Attributes {
-        fixture(object, truncated)
+        Attributes {
+            id: "d1663f191e609909656ae5aca860682c".into(),
+            ty: "dev.deltaship.object.updated",
+            source: "//c/api/v1/configmaps".into(),
+            subject: object.then(|| "ns/a".into()),
+            time: DateTime::parse_from_rfc3339("2026-11-25T08:30:00.5Z").unwrap().with_timezone(&Utc),
+            datacontenttype: "application/json",
+            dataschema: truncated.then(|| url::Url::parse("https://schemas.example.com/reference.schema.json").unwrap()),
+            cluster: "c".into(),
+            apiversion: "v1".into(),
+            kind: "ConfigMap".into(),
+            object: object.then(|| ObjectRef { namespace: Some("ns".into()), name: "a".into(), uid: "u1".into(), resource_version: "2".into() }),
+            syncid: (!object).then(|| "s1".into()),
+            partitionkey: "ns/a".into(),
+            truncated,
+        }
     }
 
     #[test]

@@ -20,8 +20,6 @@ use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Position, Resourc
 use crate::plan::{Output, Scope};
 
 pub use attributes::Attributes;
-#[cfg(test)]
-pub(crate) use attributes::fixture as attributes_fixture;
 pub use id::event_id;
 
 const JSON: &str = "application/json";

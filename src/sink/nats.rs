@@ -6,15 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_nats::header::IntoHeaderName;
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage, stream};
-use async_nats::{ConnectOptions, HeaderMap, HeaderName};
+use async_nats::{ConnectOptions, HeaderMap};
 use bytes::Bytes;
 
 use super::encode::{STRUCTURED_CONTENT_TYPE, percent_encode, structured_bytes};
 use super::{ErrorKind, Failure, SendError, SinkError};
 use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Secret, Storage};
-use crate::event::{Attributes, Envelope};
+use crate::event::Envelope;
 
 #[derive(Clone)]
 pub struct NatsSink {
@@ -166,7 +165,7 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, HeaderMap) {
     let payload = match mode {
         ContentMode::Binary => {
             for (name, value) in env.attributes.pairs() {
-                headers.insert(header_name(name), percent_encode(value).as_ref());
+                headers.insert(format!("ce-{name}"), percent_encode(value).as_ref());
             }
             env.data.clone()
         }
@@ -176,36 +175,6 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, HeaderMap) {
         }
     };
     (payload, headers)
-}
-
-/// The headers of the attributes deltaship sets: `ce-` and the name, built once.
-const HEADER_NAMES: [HeaderName; Attributes::MOST] = [
-    HeaderName::from_static("ce-specversion"),
-    HeaderName::from_static("ce-id"),
-    HeaderName::from_static("ce-type"),
-    HeaderName::from_static("ce-source"),
-    HeaderName::from_static("ce-subject"),
-    HeaderName::from_static("ce-time"),
-    HeaderName::from_static("ce-datacontenttype"),
-    HeaderName::from_static("ce-dataschema"),
-    HeaderName::from_static("ce-cluster"),
-    HeaderName::from_static("ce-apiversion"),
-    HeaderName::from_static("ce-kind"),
-    HeaderName::from_static("ce-name"),
-    HeaderName::from_static("ce-namespace"),
-    HeaderName::from_static("ce-uid"),
-    HeaderName::from_static("ce-resourceversion"),
-    HeaderName::from_static("ce-syncid"),
-    HeaderName::from_static("ce-partitionkey"),
-    HeaderName::from_static("ce-truncated"),
-];
-
-/// The header of attribute `name`: `ce-` and the name.
-fn header_name(name: &str) -> HeaderName {
-    match HEADER_NAMES.iter().find(|h| AsRef::<str>::as_ref(*h).strip_prefix("ce-") == Some(name)) {
-        Some(h) => h.clone(),
-        None => format!("ce-{name}").into_header_name(),
-    }
 }
 
 /// Logs the connection's state changes once each, and each kind of client or server error
@@ -260,22 +229,4 @@ fn classify(e: jetstream::context::PublishError) -> SendError {
         _ => ErrorKind::Publish,
     };
     SendError::Retryable { kind, source: Failure::JetStream(e) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::attributes_fixture;
-
-    #[test]
-    fn every_attribute_has_its_header_name_built_once() {
-        for (object, truncated) in [(true, true), (false, false)] {
-            for (name, _) in attributes_fixture(object, truncated).pairs() {
-                let built = format!("ce-{name}").into_header_name();
-                assert_eq!(header_name(name), built);
-                assert!(HEADER_NAMES.contains(&built), "{name} is built per event");
-            }
-        }
-        assert_eq!(header_name("custom"), "ce-custom".into_header_name(), "an unknown name is built");
-    }
 }
