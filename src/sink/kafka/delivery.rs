@@ -1,31 +1,30 @@
 //! The Kafka producer that deltaship's sinks and checkpoint stores send through: each record
-//! sent resolves a future with its delivery report, served by a polling thread of the
-//! producer's own.
+//! sent resolves a future with its delivery report.
 //!
-//! Why not rdkafka's FutureProducer: its thread polls in windows of 100 ms, and rdkafka
-//! hands librdkafka each window's remaining time in whole milliseconds, so the last
-//! fraction of a millisecond of every window is spent in polls of 0 ms in a busy loop. That
-//! is a hundredth of a core per producer, idle or not (measured: 19 ms of CPU a second with
-//! a sink and a checkpoint store, 60 us per update at 300 updates/s). This thread polls in
-//! windows of POLL_WINDOW, which wake on every report all the same: the same latency, a
-//! hundredth of the spin.
+//! The reports are served on the Tokio runtime, by a task woken by librdkafka itself: the
+//! client's report queue calls back (`rd_kafka_queue_cb_event_enable`) when something is
+//! put on it, and the callback only wakes the task, which then polls the queue without
+//! waiting. A report thus costs one wake-up of the runtime. (A polling thread of the
+//! producer's own, as before, cost a second wake-up per report: librdkafka woke the thread,
+//! which woke the runtime; at a few hundred updates a second each wake-up of a sleeping
+//! thread costs more CPU than the record itself.)
 
 use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use rdkafka::bindings as rd;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message as _, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
-use tokio::sync::oneshot;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
+use tokio::sync::{Notify, oneshot};
 
 use super::log::QuietContext;
 
-/// How long one poll of the reports may wait when none comes: also how long a dropped
-/// producer's thread may take to notice, and then to purge and close the client.
-const POLL_WINDOW: Duration = Duration::from_secs(1);
+/// How many reports (events of the queue) the task serves before it lets other tasks run.
+const SERVE_AT_ONCE: usize = 64;
 
 /// A record's delivery report: delivered (the brokers acknowledged it), or why not.
 pub type Delivered = Result<(), KafkaError>;
@@ -33,40 +32,111 @@ pub type Delivered = Result<(), KafkaError>;
 /// A pending report; it fails with a `RecvError` only if the client went away without one.
 pub type Delivery = oneshot::Receiver<Delivered>;
 
-/// A cheap handle: clones share the client, and its thread ends after the last is dropped.
-/// It derefs to rdkafka's producer, for metadata, purge and flush.
+/// A cheap handle: clones share the client, and its reports task ends after the last is
+/// dropped. It derefs to rdkafka's producer, for metadata, purge and flush.
 #[derive(Clone)]
 pub struct Producer {
     base: Arc<BaseProducer<QuietContext>>,
-    _poller: Arc<Poller>,
+    _stop: Arc<Stop>,
 }
 
-/// Tells the polling thread to stop when the last handle is dropped.
-struct Poller(Arc<AtomicBool>);
+/// What librdkafka's queue callback and the reports task share.
+#[derive(Default)]
+struct Signal {
+    /// Something was put on the report queue, or the last handle was dropped.
+    ready: Notify,
+    stopped: AtomicBool,
+}
 
-impl Drop for Poller {
+/// Tells the reports task to stop when the last handle is dropped.
+struct Stop(Arc<Signal>);
+
+impl Drop for Stop {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
+        self.0.stopped.store(true, Ordering::Release);
+        self.0.ready.notify_one();
+    }
+}
+
+/// The client's report queue (librdkafka's main queue), with the callback set on it.
+struct ReportQueue(*mut rd::rd_kafka_queue_t);
+
+// SAFETY: a librdkafka queue handle may be used from any thread, by several at once
+// (librdkafka locks the queue); this one is only asked its length, and destroyed once.
+#[allow(unsafe_code)]
+unsafe impl Send for ReportQueue {}
+#[allow(unsafe_code)]
+unsafe impl Sync for ReportQueue {}
+
+#[allow(unsafe_code)]
+impl ReportQueue {
+    /// Points the queue of `client` at `signal`: librdkafka calls `wake` on its own threads
+    /// each time it puts an event there. `signal` must outlive the client (`Served`).
+    fn watch(client: &BaseProducer<QuietContext>, signal: &Arc<Signal>) -> ReportQueue {
+        /// Called with the queue locked: it must not call librdkafka, only wake the task.
+        unsafe extern "C" fn wake(_rk: *mut rd::rd_kafka_t, opaque: *mut std::ffi::c_void) {
+            // SAFETY: `opaque` is the `Signal` of `watch`, alive until the client is destroyed.
+            let signal = unsafe { &*(opaque as *const Signal) };
+            signal.ready.notify_one();
+        }
+        // SAFETY: the client is valid; the handle holds a reference to its main queue until
+        // `Drop`. The opaque pointer is kept alive by `Served`, which destroys the client
+        // (and with it the callers of `wake`) before it drops its `Signal`.
+        unsafe {
+            let queue = rd::rd_kafka_queue_get_main(client.client().native_ptr());
+            rd::rd_kafka_queue_cb_event_enable(queue, Some(wake), Arc::as_ptr(signal) as *mut std::ffi::c_void);
+            ReportQueue(queue)
+        }
+    }
+
+    /// How many events wait on the queue.
+    fn len(&self) -> usize {
+        // SAFETY: the handle is valid until `Drop`.
+        unsafe { rd::rd_kafka_queue_length(self.0) }
+    }
+}
+
+#[allow(unsafe_code)]
+impl Drop for ReportQueue {
+    fn drop(&mut self) {
+        // SAFETY: the handle is valid and dropped once; the callback stays set on the queue
+        // itself until the client is destroyed.
+        unsafe { rd::rd_kafka_queue_destroy(self.0) }
+    }
+}
+
+/// What the reports task owns. Dropped (the task ended, or the runtime went away), it hands
+/// the client to a thread of its own: librdkafka purges and flushes a dropped producer, which
+/// may block, and that must not happen on the runtime.
+struct Served(Option<Closing>);
+
+/// Dropped in the order of its fields: the client's threads call back into `signal` until
+/// the client is destroyed.
+struct Closing {
+    queue: ReportQueue,
+    client: Arc<BaseProducer<QuietContext>>,
+    signal: Arc<Signal>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let closing = self.0.take();
+        // Without a thread to be had, the closure (and the client) is dropped here.
+        let _ = std::thread::Builder::new().name("kafka-close".into()).spawn(move || drop(closing));
     }
 }
 
 impl Producer {
-    /// A new client with `config`, and its polling thread. The thread holds the client
-    /// until it stops, so the client's last moments (librdkafka purges and flushes a
-    /// dropped producer) are spent there, never on an async task.
+    /// A new client with `config`, and the task that serves its reports, on the current
+    /// Tokio runtime (outside one, an error).
     pub fn create(config: &ClientConfig, context: &QuietContext) -> Result<Producer, KafkaError> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| KafkaError::ClientCreation("a Kafka producer serves its delivery reports on a Tokio runtime, and none is running".into()))?;
         let base: Arc<BaseProducer<QuietContext>> = Arc::new(config.create_with_context(context.clone())?);
-        let stop = Arc::new(AtomicBool::new(false));
-        let (client, stopped) = (base.clone(), stop.clone());
-        std::thread::Builder::new()
-            .name("kafka-deliveries".into())
-            .spawn(move || {
-                while !stopped.load(Ordering::Acquire) {
-                    client.poll(POLL_WINDOW);
-                }
-            })
-            .map_err(|e| KafkaError::ClientCreation(format!("cannot start the producer's polling thread: {e}")))?;
-        Ok(Producer { base, _poller: Arc::new(Poller(stop)) })
+        let signal = Arc::new(Signal::default());
+        let queue = ReportQueue::watch(&base, &signal);
+        runtime.spawn(serve(Served(Some(Closing { queue, client: base.clone(), signal: signal.clone() }))));
+        Ok(Producer { base, _stop: Arc::new(Stop(signal)) })
     }
 
     /// Hands one record to librdkafka: its report comes through the returned future. A
@@ -79,6 +149,26 @@ impl Producer {
         record.partition = partition;
         self.base.send(record).map_err(|(e, _)| e)?;
         Ok(delivery)
+    }
+}
+
+/// Serves the client's report queue each time librdkafka puts something there, until the last
+/// handle is dropped. Each wake-up serves the events queued at that moment: later ones wake it
+/// again (`Notify` keeps one wake-up for a task not yet waiting).
+async fn serve(served: Served) {
+    let Some(c) = &served.0 else { return };
+    loop {
+        let queued = c.queue.len();
+        for n in 1..=queued {
+            c.client.poll(Duration::ZERO);
+            if n % SERVE_AT_ONCE == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        if c.signal.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        c.signal.ready.notified().await;
     }
 }
 
@@ -125,17 +215,24 @@ mod tests {
         assert_eq!(report.unwrap_err().rdkafka_error_code(), Some(rdkafka::types::RDKafkaErrorCode::MessageTimedOut));
     }
 
-    #[test]
-    fn the_polling_thread_stops_after_the_last_handle_is_dropped() {
+    #[tokio::test]
+    async fn the_reports_task_lets_the_client_go_after_the_last_handle_is_dropped() {
         let producer = Producer::create(&ClientConfig::new(), &QuietContext::default()).unwrap();
         let client = Arc::downgrade(&producer.base);
         drop(producer.clone());
+        tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(client.upgrade().is_some(), "a clone keeps it");
         drop(producer);
-        let deadline = std::time::Instant::now() + POLL_WINDOW * 5;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while client.upgrade().is_some() {
-            assert!(std::time::Instant::now() < deadline, "the thread still holds the client");
-            std::thread::sleep(Duration::from_millis(20));
+            assert!(std::time::Instant::now() < deadline, "the task still holds the client");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    #[test]
+    fn a_producer_outside_a_runtime_is_refused_with_the_reason() {
+        let e = Producer::create(&ClientConfig::new(), &QuietContext::default()).err().expect("refused");
+        assert!(e.to_string().contains("Tokio runtime"), "{e}");
     }
 }
