@@ -3,8 +3,8 @@
 //!
 //! The reports are served on the Tokio runtime, by a task woken by librdkafka itself: the
 //! client's report queue calls back (`rd_kafka_queue_cb_event_enable`) when something is
-//! put on it, and the callback only wakes the task, which then polls the queue without
-//! waiting. A report thus costs one wake-up of the runtime. (A polling thread of the
+//! put on it while empty, and the callback only wakes the task, which then polls the queue
+//! without waiting until it is empty. A report thus costs one wake-up of the runtime. (A polling thread of the
 //! producer's own, as before, cost a second wake-up per report: librdkafka woke the thread,
 //! which woke the runtime; at a few hundred updates a second each wake-up of a sleeping
 //! thread costs more CPU than the record itself.)
@@ -23,7 +23,8 @@ use tokio::sync::{Notify, oneshot};
 
 use super::log::QuietContext;
 
-/// How many reports (events of the queue) the task serves before it lets other tasks run.
+/// How many polls of the report queue the task makes before it lets other tasks run (a poll
+/// takes at most one event, and returns at once when there is none).
 const SERVE_AT_ONCE: usize = 64;
 
 /// A record's delivery report: delivered (the brokers acknowledged it), or why not.
@@ -153,15 +154,24 @@ impl Producer {
 }
 
 /// Serves the client's report queue each time librdkafka puts something there, until the last
-/// handle is dropped. Each wake-up serves the events queued at that moment: later ones wake it
-/// again (`Notify` keeps one wake-up for a task not yet waiting).
+/// handle is dropped. librdkafka calls back only when the queue goes from empty to not empty,
+/// so each wake-up serves until the queue is empty; `Notify` keeps a wake-up that comes while
+/// the task is not waiting.
 async fn serve(served: Served) {
     let Some(c) = &served.0 else { return };
     loop {
-        let queued = c.queue.len();
-        for n in 1..=queued {
-            c.client.poll(Duration::ZERO);
-            if n % SERVE_AT_ONCE == 0 {
+        let mut served = 0;
+        loop {
+            let queued = c.queue.len().min(SERVE_AT_ONCE);
+            if queued == 0 {
+                break;
+            }
+            for _ in 0..queued {
+                c.client.poll(Duration::ZERO);
+            }
+            served += queued;
+            if served >= SERVE_AT_ONCE {
+                served = 0;
                 tokio::task::yield_now().await;
             }
         }
@@ -213,6 +223,22 @@ mod tests {
         let delivery = producer.send("t", "k", Some(b"v"), None, None).unwrap();
         let report = tokio::time::timeout(Duration::from_secs(10), delivery).await.expect("reported in time").expect("a report");
         assert_eq!(report.unwrap_err().rdkafka_error_code(), Some(rdkafka::types::RDKafkaErrorCode::MessageTimedOut));
+    }
+
+    /// librdkafka calls back only when its report queue goes from empty to not empty: reports
+    /// that arrive while the task serves must be served in the same wake-up, or they wait
+    /// for ever. Thousands in flight at once make sure some do.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn every_report_resolves_with_thousands_in_flight() {
+        let mock = rdkafka::mocking::MockCluster::new(1).expect("a mock cluster");
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", mock.bootstrap_servers()).set("linger.ms", "0");
+        let producer = Producer::create(&config, &QuietContext::default()).unwrap();
+        let deliveries: Vec<Delivery> = (0..5000).map(|i| producer.send("t", &i.to_string(), Some(b"v"), None, None).unwrap()).collect();
+        for (i, d) in deliveries.into_iter().enumerate() {
+            let report = tokio::time::timeout(Duration::from_secs(30), d).await.unwrap_or_else(|_| panic!("record {i}: no report"));
+            assert!(matches!(report, Ok(Ok(()))), "record {i}: {report:?}");
+        }
     }
 
     #[tokio::test]
