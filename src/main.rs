@@ -108,10 +108,12 @@ fn main() -> ExitCode {
             let shown = serde_json::to_string_pretty(&config.masked()).expect("the config serializes");
             print_out(format!("{shown}\n").as_bytes())
         }),
-        Command::Check(arg) => with_config(&arg, |config| if runtime().block_on(check::run(&config)) { ExitCode::SUCCESS } else { ExitCode::FAILURE }),
+        Command::Check(arg) => {
+            with_config(&arg, |config| if runtime(config.runtime.worker_threads).block_on(check::run(&config)) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
         Command::Run(arg) => with_config(&arg, |config| {
             telemetry::init_logging(config.log.format, &config.log.level);
-            match runtime().block_on(pipeline::run(config, CancellationToken::new())) {
+            match runtime(config.runtime.worker_threads).block_on(pipeline::run(config, CancellationToken::new())) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "deltaship failed");
@@ -186,7 +188,7 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
         }
         (true, false) => Some(deltaship::rebuild::Follow { out: args.out.clone(), stop: CancellationToken::new() }),
     };
-    let rebuilt = runtime().block_on(async {
+    let rebuilt = runtime(config::RuntimeConfig::default().worker_threads).block_on(async {
         if let Some(f) = &follow {
             tokio::spawn(cancel_on_signals(f.stop.clone()));
         }
@@ -245,6 +247,8 @@ fn one_sink<T>(file: Option<&Path>, what: &str, pick: impl Fn(config::SinkConfig
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime starts")
+/// The runtime of a command, with `worker_threads` (`runtime.worker_threads`; the
+/// commands without a config take its default).
+fn runtime(worker_threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(worker_threads).enable_all().build().expect("a tokio runtime starts")
 }

@@ -98,7 +98,11 @@ fn numbers_out_of_range_exit_2_naming_the_key_and_its_range() {
         &format!("{CM}[sink]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n[sink.create_topics]\npartitions = 2000000000\n"),
         &["`sink.create_topics.partitions`: 2000000000 is out of range", "from 1 to 10000"],
     );
-    accepted(&format!("{CM}[delivery]\nqueue_capacity = 1000000\n[kubernetes]\nresync_secs = 31536000\n"));
+    refused(
+        &format!("{CM}[runtime]\nworker_threads = 0\n"),
+        &["`runtime.worker_threads`: 0 is out of range", "set a number of threads (e.g. 2) from 1 to 1024"],
+    );
+    accepted(&format!("{CM}[delivery]\nqueue_capacity = 1000000\n[kubernetes]\nresync_secs = 31536000\n[runtime]\nworker_threads = 4\n"));
 }
 
 #[test]

@@ -39,6 +39,9 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
+    /// The threads that run deltaship's own work.
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
     /// Leader election for several replicas: only the leader publishes.
     #[serde(default)]
     pub leader_election: LeaderElectionConfig,
@@ -438,6 +441,27 @@ impl Default for LogConfig {
 
 fn default_level() -> String {
     "info".into()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Threads that run the watches, the stages and the sends (the Kafka client has threads
+    /// of its own besides, and blocking work runs apart). One keeps up with thousands of
+    /// events a second and wakes the fewest threads per event; raise it when one core of
+    /// `deltaship` is busy all the time. 1 to 1024. Default: 1.
+    #[serde(default = "default_worker_threads")]
+    pub worker_threads: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig { worker_threads: default_worker_threads() }
+    }
+}
+
+fn default_worker_threads() -> usize {
+    1
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

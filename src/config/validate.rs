@@ -44,6 +44,8 @@ pub mod ranges {
     pub const REQUEST_TIMEOUT_SECS: RangeInclusive<u64> = 1..=3_600;
     pub const QUEUE_CAPACITY: RangeInclusive<usize> = 1..=1_000_000;
     pub const MAX_IN_FLIGHT: RangeInclusive<usize> = 1..=100_000;
+    /// Far more than any machine deltaship runs on has cores.
+    pub const WORKER_THREADS: RangeInclusive<usize> = 1..=1024;
     /// One hour: the longest delay between retries.
     pub const RETRY_MAX_MS: RangeInclusive<u64> = 1..=3_600_000;
     /// One day: Kubernetes kills a pod long before.
@@ -150,6 +152,7 @@ pub fn validate(c: &Config) -> Vec<Problem> {
     check_range(&mut out, "delivery.queue_capacity", d.queue_capacity, ranges::QUEUE_CAPACITY, "a number of events (e.g. 10000)");
     check_range(&mut out, "delivery.max_in_flight", d.max_in_flight, ranges::MAX_IN_FLIGHT, "a number of events (e.g. 1000)");
     check_range(&mut out, "delivery.retry_max_ms", d.retry_max_ms, ranges::RETRY_MAX_MS, "milliseconds (e.g. 30000)");
+    check_range(&mut out, "runtime.worker_threads", c.runtime.worker_threads, ranges::WORKER_THREADS, "a number of threads (e.g. 2)");
     check_range(&mut out, "delivery.shutdown_timeout_secs", d.shutdown_timeout_secs, ranges::SHUTDOWN_TIMEOUT_SECS, "seconds (e.g. 30)");
     check_range(&mut out, "delivery.stall_timeout_secs", d.stall_timeout_secs, ranges::STALL_TIMEOUT_SECS, "seconds (0 = off)");
     check_range(&mut out, "resume.interval_ms", c.resume.interval_ms, ranges::CHECKPOINT_INTERVAL_MS, "milliseconds (e.g. 1000)");
