@@ -94,8 +94,9 @@ fn main() {
     let sinks: String = common::env_or("DELTASHIP_TEST_BENCH_SINKS", "kafka,nats".to_string());
     let kafka = common::test_env("DELTASHIP_TEST_KAFKA");
     let nats = common::test_env("DELTASHIP_TEST_NATS");
-    // The bridge's runtime: multi-threaded, one worker per core.
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    // The bridge's runtime, with its default number of threads (`runtime.worker_threads`).
+    let threads = deltaship::config::RuntimeConfig::default().worker_threads;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build().unwrap();
     rt.block_on(async {
         // The bridge records metrics on every event: install the same recorder.
         let health = Health::single(0);
