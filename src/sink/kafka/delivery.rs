@@ -3,11 +3,11 @@
 //!
 //! The reports are served on the Tokio runtime, by a task woken by librdkafka itself: the
 //! client's report queue calls back (`rd_kafka_queue_cb_event_enable`) when something is
-//! put on it while empty, and the callback only wakes the task, which then polls the queue
-//! without waiting until it is empty. A report thus costs one wake-up of the runtime. (A polling thread of the
-//! producer's own, as before, cost a second wake-up per report: librdkafka woke the thread,
-//! which woke the runtime; at a few hundred updates a second each wake-up of a sleeping
-//! thread costs more CPU than the record itself.)
+//! put on it while empty; the callback only wakes the task, which then polls the queue
+//! without waiting until it is empty. A report thus costs one wake-up of the runtime. A
+//! polling thread would cost a second one (librdkafka wakes the thread, the thread wakes the
+//! runtime), and at a few hundred updates a second each wake-up of a sleeping thread costs
+//! more CPU than the record itself (BENCHMARKS.md).
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -37,6 +37,7 @@ pub type Delivery = oneshot::Receiver<Delivered>;
 /// dropped. It derefs to rdkafka's producer, for metadata, purge and flush.
 #[derive(Clone)]
 pub struct Producer {
+    /// Declared (so dropped) before `_stop`, which holds what the client calls back into.
     base: Arc<BaseProducer<QuietContext>>,
     _stop: Arc<Stop>,
 }
@@ -72,7 +73,8 @@ unsafe impl Sync for ReportQueue {}
 #[allow(unsafe_code)]
 impl ReportQueue {
     /// Points the queue of `client` at `signal`: librdkafka calls `wake` on its own threads
-    /// each time it puts an event there. `signal` must outlive the client (`Served`).
+    /// when it puts an event on the queue while empty. `signal` must outlive the client
+    /// (`Closing`; a `Producer` drops its client before its `Stop`).
     fn watch(client: &BaseProducer<QuietContext>, signal: &Arc<Signal>) -> ReportQueue {
         /// Called with the queue locked: it must not call librdkafka, only wake the task.
         unsafe extern "C" fn wake(_rk: *mut rd::rd_kafka_t, opaque: *mut std::ffi::c_void) {
@@ -81,8 +83,9 @@ impl ReportQueue {
             signal.ready.notify_one();
         }
         // SAFETY: the client is valid; the handle holds a reference to its main queue until
-        // `Drop`. The opaque pointer is kept alive by `Served`, which destroys the client
-        // (and with it the callers of `wake`) before it drops its `Signal`.
+        // `Drop`. Every holder of the client also holds the `Signal` and drops the client
+        // (whose destruction ends the callers of `wake`) first: `Closing` and `Producer`, by
+        // the order of their fields.
         unsafe {
             let queue = rd::rd_kafka_queue_get_main(client.client().native_ptr());
             rd::rd_kafka_queue_cb_event_enable(queue, Some(wake), Arc::as_ptr(signal) as *mut std::ffi::c_void);
