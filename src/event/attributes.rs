@@ -3,13 +3,12 @@
 //! change, nothing in a map. The bindings write them out from here; an SDK `Event` is
 //! built only where one is needed (structured content mode).
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use cloudevents::event::AttributesWriter;
 use cloudevents::{Event, EventBuilder, EventBuilderV10};
 
+use super::EventTime;
 use crate::model::ObjectRef;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -18,7 +17,7 @@ pub struct Attributes {
     pub ty: &'static str,
     pub source: Arc<str>,
     pub subject: Option<String>,
-    pub time: DateTime<Utc>,
+    pub time: EventTime,
     pub datacontenttype: &'static str,
     pub dataschema: Option<url::Url>,
     /// The extensions `cluster`, `apiversion` and `kind`: the same for a whole watch.
@@ -39,21 +38,21 @@ impl Attributes {
     pub const MOST: usize = 18;
 
     /// Every attribute and extension that is set, as (name, canonical string value) in the
-    /// CloudEvents type system, `specversion` and `datacontenttype` included. Text is
-    /// borrowed; only the time is written out.
-    pub fn pairs(&self) -> impl Iterator<Item = (&'static str, Cow<'_, str>)> {
-        let context: [Option<(&'static str, Cow<'_, str>)>; 8] = [
-            Some(("specversion", Cow::Borrowed("1.0"))),
-            Some(("id", Cow::Borrowed(self.id.as_str()))),
-            Some(("type", Cow::Borrowed(self.ty))),
-            Some(("source", Cow::Borrowed(&*self.source))),
-            self.subject.as_deref().map(|s| ("subject", Cow::Borrowed(s))),
-            Some(("time", Cow::Owned(self.time.to_rfc3339()))),
-            Some(("datacontenttype", Cow::Borrowed(self.datacontenttype))),
-            self.dataschema.as_ref().map(|u| ("dataschema", Cow::Borrowed(u.as_str()))),
+    /// CloudEvents type system, `specversion` and `datacontenttype` included, all borrowed:
+    /// nothing is written out per event.
+    pub fn pairs(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let context: [Option<(&'static str, &str)>; 8] = [
+            Some(("specversion", "1.0")),
+            Some(("id", self.id.as_str())),
+            Some(("type", self.ty)),
+            Some(("source", &*self.source)),
+            self.subject.as_deref().map(|s| ("subject", s)),
+            Some(("time", self.time.as_str())),
+            Some(("datacontenttype", self.datacontenttype)),
+            self.dataschema.as_ref().map(|u| ("dataschema", u.as_str())),
         ];
-        let truncated = self.truncated.then_some(("truncated", Cow::Borrowed("true")));
-        context.into_iter().flatten().chain(self.text_extensions().map(|(name, value)| (name, Cow::Borrowed(value)))).chain(truncated)
+        let truncated = self.truncated.then_some(("truncated", "true"));
+        context.into_iter().flatten().chain(self.text_extensions()).chain(truncated)
     }
 
     /// The extensions whose values are text (all but `truncated`), as (name, value).
@@ -75,7 +74,7 @@ impl Attributes {
 
     /// The same attributes as the CloudEvents SDK's event (without data).
     pub fn to_event(&self) -> Event {
-        let mut b = EventBuilderV10::new().id(self.id.as_str()).ty(self.ty).source(&*self.source).time(self.time);
+        let mut b = EventBuilderV10::new().id(self.id.as_str()).ty(self.ty).source(&*self.source).time(self.time.at());
         if let Some(s) = &self.subject {
             b = b.subject(s.as_str());
         }
@@ -105,7 +104,7 @@ mod tests {
             ty: "dev.deltaship.object.updated",
             source: "//c/api/v1/configmaps".into(),
             subject: object.then(|| "ns/a".into()),
-            time: DateTime::parse_from_rfc3339("2026-11-25T08:30:00.5Z").unwrap().with_timezone(&Utc),
+            time: EventTime::new(chrono::DateTime::parse_from_rfc3339("2026-11-25T08:30:00.5Z").unwrap().with_timezone(&chrono::Utc)),
             datacontenttype: "application/json",
             dataschema: truncated.then(|| url::Url::parse("https://schemas.example.com/reference.schema.json").unwrap()),
             cluster: "c".into(),
@@ -122,7 +121,7 @@ mod tests {
     fn the_pairs_are_what_the_sdk_holds_for_the_same_event() {
         for (object, truncated) in [(true, false), (true, true), (false, false)] {
             let a = attributes(object, truncated);
-            let mut ours: Vec<(String, String)> = a.pairs().map(|(n, v)| (n.to_string(), v.into_owned())).collect();
+            let mut ours: Vec<(String, String)> = a.pairs().map(|(n, v)| (n.to_string(), v.to_string())).collect();
             let mut sdk: Vec<(String, String)> = a.to_event().iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
             ours.sort();
             sdk.sort();
@@ -135,9 +134,8 @@ mod tests {
     fn times_and_flags_are_written_in_their_canonical_form() {
         let a = attributes(true, true);
         let pairs: Vec<_> = a.pairs().collect();
-        assert!(pairs.contains(&("time", "2026-11-25T08:30:00.500+00:00".into())), "{pairs:?}");
-        assert!(pairs.contains(&("truncated", "true".into())));
-        assert!(pairs.iter().filter(|(n, _)| *n != "time").all(|(_, v)| matches!(v, Cow::Borrowed(_))), "text is not copied: {pairs:?}");
+        assert!(pairs.contains(&("time", "2026-11-25T08:30:00.500+00:00")), "{pairs:?}");
+        assert!(pairs.contains(&("truncated", "true")));
         assert_eq!(a.to_event().extension("truncated"), Some(&cloudevents::event::ExtensionValue::Boolean(true)));
         assert!(!attributes(true, false).pairs().any(|(n, _)| n == "truncated"), "only a truncated event says so");
     }

@@ -3,6 +3,7 @@
 mod attributes;
 mod id;
 mod knative;
+mod time;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +22,7 @@ use crate::plan::{Output, Scope};
 
 pub use attributes::Attributes;
 pub use id::event_id;
+pub use time::EventTime;
 
 const JSON: &str = "application/json";
 /// `updated` events of resources with `payload = "patch"`: RFC 6902 from the previous event.
@@ -89,7 +91,7 @@ impl WatchAttributes {
             ty,
             source: self.source.clone(),
             subject: None,
-            time: now,
+            time: EventTime::new(now),
             datacontenttype: JSON,
             dataschema: None,
             cluster: self.cluster.clone(),

@@ -198,12 +198,12 @@ impl HttpSink {
         let body = match inner.content_mode {
             ContentMode::Binary => {
                 let ours = env.attributes.pairs().filter(|(name, _)| !overridden(name)).map(|(name, value)| (name as &str, value));
-                let overrides = inner.overrides.iter().map(|(name, value)| (name.as_str(), Cow::Borrowed(value.as_str())));
+                let overrides = inner.overrides.iter().map(|(name, value)| (name.as_str(), value.as_str()));
                 for (name, value) in ours.chain(overrides) {
                     let (name, value) = if name == "datacontenttype" {
-                        (CONTENT_TYPE, value)
+                        (CONTENT_TYPE, Cow::Borrowed(value))
                     } else {
-                        (HeaderName::try_from(format!("ce-{name}")).map_err(|e| Failure::HttpTransport(e.to_string()))?, percent_encode(value))
+                        (HeaderName::try_from(format!("ce-{name}")).map_err(|e| Failure::HttpTransport(e.to_string()))?, percent_encode(value.into()))
                     };
                     headers.insert(name, HeaderValue::try_from(value.as_ref()).map_err(|e| Failure::HttpTransport(e.to_string()))?);
                 }

@@ -1,13 +1,15 @@
 //! The NATS sink: CloudEvents over JetStream (each publish acked by the stream and
 //! deduplicated by event id) or core NATS (at most once).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use async_nats::header::IntoHeaderName;
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage, stream};
-use async_nats::{ConnectOptions, HeaderMap};
+use async_nats::{ConnectOptions, HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
 
 use super::encode::{STRUCTURED_CONTENT_TYPE, percent_encode, structured_bytes};
@@ -165,7 +167,11 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, HeaderMap) {
     let payload = match mode {
         ContentMode::Binary => {
             for (name, value) in env.attributes.pairs() {
-                headers.insert(format!("ce-{name}"), percent_encode(value).as_ref());
+                let value = match percent_encode(Cow::Borrowed(value)) {
+                    Cow::Borrowed(text) => HeaderValue::from(text),
+                    Cow::Owned(text) => HeaderValue::from(text),
+                };
+                headers.insert(header_name(name), value);
             }
             env.data.clone()
         }
@@ -176,6 +182,43 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, HeaderMap) {
     };
     (payload, headers)
 }
+
+/// The header of each attribute `Attributes::pairs` yields, without an allocation or a
+/// validation per event (`ce-` and the attribute's name).
+macro_rules! header_names {
+    ($($attribute:literal),+ $(,)?) => {
+        fn header_name(attribute: &str) -> HeaderName {
+            match attribute {
+                $($attribute => HeaderName::from_static(concat!("ce-", $attribute)),)+
+                other => format!("ce-{other}").into_header_name(),
+            }
+        }
+
+        #[cfg(test)]
+        const BUILT_IN: &[&str] = &[$($attribute),+];
+    };
+}
+
+header_names!(
+    "specversion",
+    "id",
+    "type",
+    "source",
+    "subject",
+    "time",
+    "datacontenttype",
+    "dataschema",
+    "cluster",
+    "apiversion",
+    "kind",
+    "name",
+    "namespace",
+    "uid",
+    "resourceversion",
+    "syncid",
+    "partitionkey",
+    "truncated",
+);
 
 /// Logs the connection's state changes once each, and each kind of client or server error
 /// (e.g. an authorization violation repeated on every reconnect) at most once a minute.
@@ -229,4 +272,58 @@ fn classify(e: jetstream::context::PublishError) -> SendError {
         _ => ErrorKind::Publish,
     };
     SendError::Retryable { kind, source: Failure::JetStream(e) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{EnvelopeKind, WatchAttributes};
+    use crate::model::fixtures::configmaps;
+    use crate::model::{ChangeType, ObjectRef};
+
+    /// An event that sets every attribute and extension there is, one value needing
+    /// percent-encoding.
+    fn every_attribute() -> Envelope {
+        let kind = EnvelopeKind::Object(ChangeType::Updated);
+        let mut attributes = WatchAttributes::new("c".into(), &configmaps()).event("1".into(), kind.event_type(), chrono::Utc::now(), "ns/a".into());
+        attributes.subject = Some("ns/a \u{20AC}".into());
+        attributes.dataschema = Some(url::Url::parse("https://schemas.example.com/reference.schema.json").unwrap());
+        attributes.object = Some(ObjectRef { namespace: Some("ns".into()), name: "a".into(), uid: "u1".into(), resource_version: "2".into() });
+        attributes.syncid = Some("s1".into());
+        attributes.truncated = true;
+        Envelope {
+            attributes,
+            data: Bytes::from_static(b"{}"),
+            destination: "subject".into(),
+            kind,
+            resource: "configmaps".into(),
+            completes_initial_sync: false,
+            position: None,
+            observed: None,
+        }
+    }
+
+    #[test]
+    fn binary_mode_writes_each_attribute_as_a_ce_header_with_its_value_percent_encoded() {
+        let env = every_attribute();
+        let (payload, headers) = encode(&env, ContentMode::Binary);
+        assert_eq!(payload, env.data);
+        assert_eq!(headers.len(), env.attributes.pairs().count());
+        for (name, value) in env.attributes.pairs() {
+            let header = headers.get(format!("ce-{name}").as_str()).map(HeaderValue::as_str);
+            assert_eq!(header, Some(percent_encode(value.into()).as_ref()), "{name}");
+        }
+        assert_eq!(headers.get("ce-subject").map(HeaderValue::as_str), Some("ns/a%20%E2%82%AC"));
+    }
+
+    #[test]
+    fn every_attribute_has_its_header_name_built_in() {
+        // A name missing from `header_names!` still gets its header, but pays an
+        // allocation per event: the list must name every attribute there is.
+        for (name, _) in every_attribute().attributes.pairs() {
+            assert!(BUILT_IN.contains(&name), "{name} is not in header_names!");
+            assert_eq!(header_name(name).to_string(), format!("ce-{name}"));
+        }
+        assert_eq!(header_name("other").to_string(), "ce-other");
+    }
 }

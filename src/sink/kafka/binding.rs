@@ -23,7 +23,7 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, OwnedHeaders) {
                     key.push_str(name);
                     &key
                 };
-                headers = headers.insert(Header { key: name, value: Some(value.as_ref()) });
+                headers = headers.insert(Header { key: name, value: Some(value) });
             }
             (env.data.clone(), headers)
         }
