@@ -1,20 +1,25 @@
 //! Live updates through the real API server at fixed rates, shipped to Kafka by the real
 //! bridge (`deltaship run`, Kafka sink) and, given the same load, by a client-go informer
-//! program (benches/informer/): process CPU per delivered event and latency per rate.
+//! program (benches/informer/): process CPU per delivered event and latency per rate. Beside
+//! them, the floor (benches/common/floor.rs): librdkafka alone given the records deltaship
+//! ships for the same updates at the same rate, without a watch (its latency counts from when
+//! each record was due).
 //!
 //!   tests/env/up && source tests/env/.state/env.sh
 //!   cargo build --release && cargo bench --bench live
 //!
 //! One namespace of ConfigMaps of about 1 KB (memory.rs's `deltaship-bench-<count>`). Per
-//! run, each program in turn (never both at once) is started on a fresh topic (3 partitions,
-//! `message.timestamp.type=LogAppendTime`, created here so both get the same), and once its
+//! run, each program in turn (never two at once) is started on a fresh topic (3 partitions,
+//! `message.timestamp.type=LogAppendTime`, created here so all get the same), and once its
 //! initial sync is acknowledged by Kafka (deltaship: a `sync.completed` counted by
-//! `deltaship_events_total`; the informer prints `synced` after flushing its initial adds),
+//! `deltaship_events_total`; the informer prints `synced` after flushing its initial adds;
+//! the floor has no sync: it prints `ready` once it knows the topic),
 //! each rate is one phase: a paced load generator in this process sends merge patches of
 //! `data.seq` (a tag of the phase and a sequence number), one every 1/rate s, round-robin over
 //! the ConfigMaps, at most DELTASHIP_TEST_BENCH_LIVE_CONCURRENCY in flight, until the phase's
 //! duration is over (when the API server is slower, fewer are sent, none more than 1 s late:
-//! `reached_per_sec`).
+//! `reached_per_sec`). The floor is given the phase instead (rate, duration, tag) and sends
+//! the same sequence numbers itself.
 //! Then the topic is read back from where it ended before the phase until every accepted
 //! update is there or none arrived for 5 s.
 //!
@@ -45,6 +50,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/floor.rs"]
+mod floor;
 #[path = "common/live.rs"]
 mod live;
 
@@ -55,6 +62,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use floor::Floor;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
@@ -75,13 +83,17 @@ const IDLE: Duration = Duration::from_secs(5);
 enum Program {
     Deltaship,
     Informer,
+    Floor,
 }
+
+const PROGRAMS: [Program; 3] = [Program::Deltaship, Program::Informer, Program::Floor];
 
 impl Program {
     fn as_str(self) -> &'static str {
         match self {
             Program::Deltaship => "deltaship",
             Program::Informer => "informer",
+            Program::Floor => "floor",
         }
     }
 }
@@ -117,6 +129,10 @@ struct Load<'a> {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(floor::ARG) {
+        return floor::producer(&args[2..]);
+    }
     let live::Setup { bench, counts, runs, bin, brokers, rt, client } = live::setup("10000");
     let rates: Vec<f64> = common::env_or("DELTASHIP_TEST_BENCH_RATES", if bench { "100,300,1000,3000" } else { "50" }.to_string())
         .split(',')
@@ -129,9 +145,11 @@ fn main() {
     for count in counts {
         let ns = live::namespace(count, bench);
         rt.block_on(live::prepare(&client, &ns, count, "live"));
+        let record = rt.block_on(Api::<ConfigMap>::namespaced(client.clone(), &ns).get(&live::configmap_name(0))).expect("a bench ConfigMap");
+        let record = floor::template(serde_json::to_value(record).unwrap());
         let mut results: Vec<(usize, Phase)> = Vec::new();
         for run in 0..runs {
-            for program in [Program::Deltaship, Program::Informer] {
+            for program in PROGRAMS {
                 let id = common::unique("dsbench-live");
                 let topic = live::events_topic(&id);
                 rt.block_on(create_topic(&brokers, &topic));
@@ -141,6 +159,7 @@ fn main() {
                         Running::Bridge(Bridge::spawn(&bin, &id, port, &live::kafka_config("bench", &ns, &brokers, &id, port, "warn")))
                     }
                     Program::Informer => Running::Informer(Informer::spawn(&informer, &id, &kubeconfig, &brokers, &topic, &ns)),
+                    Program::Floor => Running::Floor(Floor::spawn(&id, &brokers, &topic, &ns, &record)),
                 };
                 let synced_at = running.wait_synced();
                 eprintln!("live: {}: initial sync of {count} acknowledged after {synced_at:.1} s", program.as_str());
@@ -187,7 +206,7 @@ fn summarize(count: usize, rates: &[f64], results: &[(usize, Phase)], bench: boo
         json!({"median": median, "min": min, "max": max})
     };
     for &rate in rates {
-        for program in [Program::Deltaship, Program::Informer] {
+        for program in PROGRAMS {
             let of: Vec<&Phase> = results.iter().map(|(_, p)| p).filter(|p| p.rate == rate && p.program == program).collect();
             println!(
                 "{}",
@@ -205,8 +224,13 @@ fn summarize(count: usize, rates: &[f64], results: &[(usize, Phase)], bench: boo
             results.iter().find(|(r, p)| *r == run && p.rate == rate && p.program == program).and_then(|(_, p)| p.cpu_us_per_event())
         };
         let runs = results.iter().map(|(r, _)| *r).max().map_or(0, |r| r + 1);
-        let ratios: Vec<f64> = (0..runs).filter_map(|run| Some(of(run, Program::Deltaship)? / of(run, Program::Informer)?)).collect();
-        println!("{}", json!({"bench": "live", "ratio": true, "objects": count, "rate": rate, "cpu_deltaship_over_informer": s(ratios), "smoke": !bench}));
+        let ratios = |a: Program, b: Program| -> Vec<f64> { (0..runs).filter_map(|run| Some(of(run, a)? / of(run, b)?)).collect() };
+        println!(
+            "{}",
+            json!({"bench": "live", "ratio": true, "objects": count, "rate": rate,
+                   "cpu_deltaship_over_informer": s(ratios(Program::Deltaship, Program::Informer)),
+                   "cpu_floor_over_informer": s(ratios(Program::Floor, Program::Informer)), "smoke": !bench})
+        );
     }
 }
 
@@ -214,7 +238,10 @@ fn summarize(count: usize, rates: &[f64], results: &[(usize, Phase)], bench: boo
 fn run_phase(rt: &tokio::runtime::Runtime, load: &Load, brokers: &str, topic: &str, running: &mut Running, program: Program, tag: &str) -> Phase {
     let consumer = consumer_at_end(brokers, topic);
     let cpu_before = live::cpu_secs(running.pid());
-    let (answers, elapsed) = rt.block_on(drive(load, tag));
+    let (answers, elapsed) = match running {
+        Running::Floor(f) => f.phase(load.rate, load.secs, tag, load.count),
+        _ => rt.block_on(drive(load, tag)),
+    };
     let accepted = answers.iter().flatten().count();
     let appended = read_back(&consumer, tag, accepted, Duration::from_secs_f64(load.secs * 3.0 + 60.0));
     let cpu_secs = live::cpu_secs(running.pid()) - cpu_before;
@@ -364,6 +391,7 @@ async fn remove_seq(client: &Client, ns: &str, count: usize) {
 enum Running {
     Bridge(Bridge),
     Informer(Informer),
+    Floor(Floor),
 }
 
 impl Running {
@@ -371,6 +399,7 @@ impl Running {
         match self {
             Running::Bridge(b) => b.pid(),
             Running::Informer(i) => i.child.id(),
+            Running::Floor(f) => f.pid(),
         }
     }
 
@@ -382,6 +411,7 @@ impl Running {
                 samples.last().unwrap().secs
             }
             Running::Informer(i) => i.wait_synced(Duration::from_secs(900)),
+            Running::Floor(f) => f.wait_ready(),
         }
     }
 
@@ -395,6 +425,7 @@ impl Running {
                     panic!("the informer exited ({status}):\n{}", i.log());
                 }
             }
+            Running::Floor(f) => f.check_alive(),
         }
     }
 
@@ -407,6 +438,7 @@ impl Running {
                 }
             }
             Running::Informer(i) => i.stop(),
+            Running::Floor(f) => f.stop(),
         }
     }
 }
