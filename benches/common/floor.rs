@@ -1,7 +1,7 @@
 //! The floor of the live bench: librdkafka alone, given at a phase's rate the records
 //! deltaship ships for the same updates (a bench ConfigMap as the API server serves it, with
-//! `data.seq` set and without `metadata.managedFields`; the binary-mode CloudEvents headers
-//! of an update, built per record), with the bridge's producer settings
+//! `data.seq` set and without `metadata.managedFields`; the headers deltaship's Kafka binding
+//! writes for an update, built per record by that binding), with the bridge's producer settings
 //! (`KafkaConfig::client_config`). No watch, no stages: what any bridge built on librdkafka
 //! pays per record at that rate.
 //!
@@ -15,12 +15,15 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use deltaship::config::{ClientRole, KafkaConfig};
+use bytes::Bytes;
+use deltaship::config::{ClientRole, ContentMode, KafkaConfig};
+use deltaship::event::{Attributes, Envelope, EnvelopeKind, EventTime};
+use deltaship::model::{ChangeType, ObjectRef};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::util::Timeout;
 use serde_json::json;
@@ -129,6 +132,7 @@ pub fn producer(args: &[String]) {
     let cfg: KafkaConfig = serde_json::from_value(json!({"brokers": brokers})).unwrap();
     let producer: BaseProducer = cfg.client_config(ClientRole::Producer).unwrap().create().expect("a Kafka producer");
     producer.client().fetch_metadata(Some(topic), Timeout::After(Duration::from_secs(60))).expect("the topic's metadata");
+    let update = Update::new(ns);
     println!("ready");
     for line in std::io::stdin().lock().lines().map_while(Result::ok) {
         let parts: Vec<&str> = line.split(' ').collect();
@@ -140,9 +144,8 @@ pub fn producer(args: &[String]) {
             std::thread::sleep((start + Duration::from_secs_f64(n as f64 / rate)).saturating_duration_since(Instant::now()));
             let name = format!("cm-{:06}", n % count);
             let key = format!("{ns}/{name}");
-            let value = template.replacen(SEQ, &format!("{tag}-{n}"), 1);
-            let headers = headers(ns, &name, &key, n);
-            let mut record = BaseRecord::to(topic).key(&key).payload(&value).headers(headers);
+            let (value, headers) = update.record(&name, &key, template.replacen(SEQ, &format!("{tag}-{n}"), 1), n);
+            let mut record = BaseRecord::to(topic).key(&key).payload(&value[..]).headers(headers);
             loop {
                 match producer.send(record) {
                     Ok(()) => break,
@@ -161,27 +164,64 @@ pub fn producer(args: &[String]) {
     let _ = producer.flush(Timeout::After(Duration::from_secs(30)));
 }
 
-/// The headers deltaship's Kafka binding writes for an update of ConfigMap `name`.
-fn headers(ns: &str, name: &str, key: &str, n: usize) -> OwnedHeaders {
-    let id = format!("{:032x}", xxhash_rust::xxh3::xxh3_128(key.as_bytes()) ^ n as u128);
-    let time = deltaship::event::EventTime::new(chrono::Utc::now());
-    let rv = (1_000_000 + n).to_string();
-    let pairs = [
-        ("ce_specversion", "1.0"),
-        ("ce_id", id.as_str()),
-        ("ce_type", "dev.deltaship.object.updated"),
-        ("ce_source", "//bench/api/v1/configmaps"),
-        ("ce_subject", key),
-        ("ce_time", time.as_str()),
-        ("content-type", "application/json"),
-        ("ce_cluster", "bench"),
-        ("ce_apiversion", "v1"),
-        ("ce_kind", "ConfigMap"),
-        ("ce_name", name),
-        ("ce_namespace", ns),
-        ("ce_uid", "5f0c3a9e-2b1d-4c8e-9a7f-3e6d2c1b0a98"),
-        ("ce_resourceversion", rv.as_str()),
-        ("ce_partitionkey", key),
-    ];
-    pairs.into_iter().fold(OwnedHeaders::new_with_capacity(pairs.len()), |h, (key, value)| h.insert(Header { key, value: Some(value) }))
+/// What deltaship's Kafka binding ships for an update of a bench ConfigMap: the values the
+/// same for a whole watch made once, as the bridge makes them.
+struct Update {
+    ns: String,
+    watch: Attributes,
+    destination: Arc<str>,
+    resource: Arc<str>,
+}
+
+impl Update {
+    fn new(ns: &str) -> Update {
+        let kind = EnvelopeKind::Object(ChangeType::Updated);
+        let watch = Attributes {
+            id: String::new(),
+            ty: kind.event_type(),
+            source: "//bench/api/v1/configmaps".into(),
+            subject: None,
+            time: EventTime::new(chrono::Utc::now()),
+            datacontenttype: "application/json",
+            dataschema: None,
+            cluster: "bench".into(),
+            apiversion: "v1".into(),
+            kind: "ConfigMap".into(),
+            object: None,
+            syncid: None,
+            partitionkey: String::new(),
+            truncated: false,
+        };
+        Update { ns: ns.to_string(), watch, destination: "floor".into(), resource: "configmaps".into() }
+    }
+
+    /// The record's value and headers for the n-th update, of ConfigMap `name` (`key` =
+    /// namespace/name), `value` its JSON.
+    fn record(&self, name: &str, key: &str, value: String, n: usize) -> (Bytes, OwnedHeaders) {
+        let object = ObjectRef {
+            namespace: Some(self.ns.clone()),
+            name: name.to_string(),
+            uid: "5f0c3a9e-2b1d-4c8e-9a7f-3e6d2c1b0a98".into(),
+            resource_version: (1_000_000 + n).to_string(),
+        };
+        let attributes = Attributes {
+            id: format!("{:032x}", xxhash_rust::xxh3::xxh3_128(key.as_bytes()) ^ n as u128),
+            subject: Some(key.to_string()),
+            time: EventTime::new(chrono::Utc::now()),
+            object: Some(object),
+            partitionkey: key.to_string(),
+            ..self.watch.clone()
+        };
+        let env = Envelope {
+            attributes,
+            data: value.into(),
+            destination: self.destination.clone(),
+            kind: EnvelopeKind::Object(ChangeType::Updated),
+            resource: self.resource.clone(),
+            completes_initial_sync: false,
+            position: None,
+            observed: None,
+        };
+        deltaship::sink::kafka::encode(&env, ContentMode::Binary)
+    }
 }

@@ -203,7 +203,7 @@ impl HttpSink {
                     let (name, value) = if name == "datacontenttype" {
                         (CONTENT_TYPE, Cow::Borrowed(value))
                     } else {
-                        (HeaderName::try_from(format!("ce-{name}")).map_err(|e| Failure::HttpTransport(e.to_string()))?, percent_encode(value.into()))
+                        (HeaderName::try_from(format!("ce-{name}")).map_err(|e| Failure::HttpTransport(e.to_string()))?, percent_encode(value))
                     };
                     headers.insert(name, HeaderValue::try_from(value.as_ref()).map_err(|e| Failure::HttpTransport(e.to_string()))?);
                 }

@@ -167,7 +167,7 @@ pub fn encode(env: &Envelope, mode: ContentMode) -> (Bytes, HeaderMap) {
     let payload = match mode {
         ContentMode::Binary => {
             for (name, value) in env.attributes.pairs() {
-                let value = match percent_encode(Cow::Borrowed(value)) {
+                let value = match percent_encode(value) {
                     Cow::Borrowed(text) => HeaderValue::from(text),
                     Cow::Owned(text) => HeaderValue::from(text),
                 };
@@ -311,7 +311,7 @@ mod tests {
         assert_eq!(headers.len(), env.attributes.pairs().count());
         for (name, value) in env.attributes.pairs() {
             let header = headers.get(format!("ce-{name}").as_str()).map(HeaderValue::as_str);
-            assert_eq!(header, Some(percent_encode(value.into()).as_ref()), "{name}");
+            assert_eq!(header, Some(percent_encode(value).as_ref()), "{name}");
         }
         assert_eq!(headers.get("ce-subject").map(HeaderValue::as_str), Some("ns/a%20%E2%82%AC"));
     }
