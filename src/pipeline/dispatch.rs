@@ -386,6 +386,20 @@ mod tests {
         sink.acked.lock().unwrap().clone()
     }
 
+    /// The dispatcher allocates one future per send. glibc serves a block over 1 KB outside
+    /// its per-thread cache, after merging every freed small block (BENCHMARKS.md): the
+    /// future of a send stays under that, whichever sink the configured `Sink` is.
+    #[tokio::test]
+    async fn the_future_of_each_send_is_under_a_kilobyte() {
+        let kafka: crate::config::KafkaConfig = serde_json::from_value(serde_json::json!({"brokers": "127.0.0.1:1"})).unwrap();
+        let sink = crate::sink::Sink::Kafka(crate::sink::KafkaSink::new(&kafka).unwrap());
+        let retry = RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) };
+        let d = Dispatcher::new(sink, 10, OversizePolicy::Reference, retry, Health::single(0).route(0));
+        let send = d.attempt(envelope("a", "a1", EnvelopeKind::Object(ChangeType::Updated)), 0, 0, None);
+        let size = std::mem::size_of_val(&send);
+        assert!(size <= 960, "a send's future is {size} bytes");
+    }
+
     #[test]
     fn a_lane_is_its_topic_and_key_and_the_map_of_lanes_keys_it_as_it_is() {
         let h = LaneHash::new();
