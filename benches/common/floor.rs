@@ -20,13 +20,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use deltaship::config::{ClientRole, ContentMode, KafkaConfig};
-use deltaship::event::{Attributes, Envelope, EnvelopeKind, EventTime};
+use deltaship::event::{Envelope, EnvelopeKind, WatchAttributes};
 use deltaship::model::{ChangeType, ObjectRef};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::util::Timeout;
 use serde_json::json;
+
+use crate::common::Kind;
 
 /// The argument that makes the bench binary the floor's producer.
 pub const ARG: &str = "floor-producer";
@@ -165,59 +167,37 @@ pub fn producer(args: &[String]) {
 }
 
 /// What deltaship's Kafka binding ships for an update of a bench ConfigMap: the values the
-/// same for a whole watch made once, as the bridge makes them.
+/// same for a whole watch made once, by deltaship's own `WatchAttributes`.
 struct Update {
     ns: String,
-    watch: Attributes,
+    watch: WatchAttributes,
     destination: Arc<str>,
-    resource: Arc<str>,
 }
 
 impl Update {
     fn new(ns: &str) -> Update {
-        let kind = EnvelopeKind::Object(ChangeType::Updated);
-        let watch = Attributes {
-            id: String::new(),
-            ty: kind.event_type(),
-            source: "//bench/api/v1/configmaps".into(),
-            subject: None,
-            time: EventTime::new(chrono::Utc::now()),
-            datacontenttype: "application/json",
-            dataschema: None,
-            cluster: "bench".into(),
-            apiversion: "v1".into(),
-            kind: "ConfigMap".into(),
-            object: None,
-            syncid: None,
-            partitionkey: String::new(),
-            truncated: false,
-        };
-        Update { ns: ns.to_string(), watch, destination: "floor".into(), resource: "configmaps".into() }
+        Update { ns: ns.to_string(), watch: WatchAttributes::new("bench".into(), &Kind::ConfigMap.resource()), destination: "floor".into() }
     }
 
     /// The record's value and headers for the n-th update, of ConfigMap `name` (`key` =
     /// namespace/name), `value` its JSON.
     fn record(&self, name: &str, key: &str, value: String, n: usize) -> (Bytes, OwnedHeaders) {
-        let object = ObjectRef {
+        let kind = EnvelopeKind::Object(ChangeType::Updated);
+        let id = format!("{:032x}", xxhash_rust::xxh3::xxh3_128(key.as_bytes()) ^ n as u128);
+        let mut attributes = self.watch.event(id, kind.event_type(), chrono::Utc::now(), key.to_string());
+        attributes.subject = Some(key.to_string());
+        attributes.object = Some(ObjectRef {
             namespace: Some(self.ns.clone()),
             name: name.to_string(),
             uid: "5f0c3a9e-2b1d-4c8e-9a7f-3e6d2c1b0a98".into(),
             resource_version: (1_000_000 + n).to_string(),
-        };
-        let attributes = Attributes {
-            id: format!("{:032x}", xxhash_rust::xxh3::xxh3_128(key.as_bytes()) ^ n as u128),
-            subject: Some(key.to_string()),
-            time: EventTime::new(chrono::Utc::now()),
-            object: Some(object),
-            partitionkey: key.to_string(),
-            ..self.watch.clone()
-        };
+        });
         let env = Envelope {
             attributes,
             data: value.into(),
             destination: self.destination.clone(),
-            kind: EnvelopeKind::Object(ChangeType::Updated),
-            resource: self.resource.clone(),
+            kind,
+            resource: self.watch.resource.clone(),
             completes_initial_sync: false,
             position: None,
             observed: None,
