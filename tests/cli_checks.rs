@@ -10,7 +10,7 @@ use deltaship::config::KafkaConfig;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::bridge::{Bridge, EXIT_CONFIG, command, free_port, run_to_exit};
+use support::bridge::{Bridge, EXIT_CONFIG, command, run_to_exit};
 use support::config::{TestConfig, kafka, resource};
 use support::kube::{client, delete_namespace, eventually, namespace};
 
@@ -204,13 +204,17 @@ fn a_config_that_parses_lists_every_validation_problem_at_once() {
     assert!(stderr.contains("`queue_size`: unknown field") && !stderr.contains("default."), "{stderr}");
 }
 
-/// `run` against a closed port, with no `create_topics` (which would fail start-up).
+/// `run` against a closed port, with no `create_topics` (which would fail start-up). The
+/// port is the discard port, below the ephemeral range: a port that `free_port` found free
+/// could be taken meanwhile by another test's listener, or by the bridge's own outgoing
+/// connection to it (a TCP self-connect), and then something answers.
 async fn run_with_a_closed_broker(tag: &str) -> (Bridge, kube::Client, String) {
     support::env();
+    let closed = "127.0.0.1:9";
+    assert!(std::net::TcpStream::connect(closed).is_err(), "something listens on {closed}; these tests need it closed");
     let client = client().await;
     let ns = namespace(&client, tag).await;
-    let closed = format!("127.0.0.1:{}", free_port());
-    let sink = KafkaConfig { create_topics: None, ..kafka(&closed, &format!("{}.{{group}}.{{plural}}", support::unique("it"))) };
+    let sink = KafkaConfig { create_topics: None, ..kafka(closed, &format!("{}.{{group}}.{{plural}}", support::unique("it"))) };
     let config = configmaps_in(&ns).kafka(sink).with(|c| c.delivery.shutdown_timeout_secs = 2).toml();
     let bridge = Bridge::start(&config);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -223,7 +227,7 @@ async fn run_with_a_closed_broker(tag: &str) -> (Bridge, kube::Client, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_broker_keeps_the_bridge_alive_and_unready() {
-    let (bridge, client, ns) = run_with_a_closed_broker("it-nobroker").await;
+    let (mut bridge, client, ns) = run_with_a_closed_broker("it-nobroker").await;
     // Watch it for 10 s: alive every time, never ready, the reason naming the sink.
     let until = Instant::now() + Duration::from_secs(10);
     while Instant::now() < until {
@@ -234,8 +238,9 @@ async fn an_unreachable_broker_keeps_the_bridge_alive_and_unready() {
         assert!(body.contains("sink") && body.contains("reachable"), "the reason names the sink: {body}");
         std::thread::sleep(Duration::from_millis(500));
     }
-    let status = bridge.stop(Duration::from_secs(30));
-    assert!(status.success(), "SIGTERM exits 0 even with undelivered events, got {status}");
+    bridge.signal("TERM");
+    let status = bridge.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "SIGTERM exits 0 even with undelivered events, got {status}; log tail:\n{}", tail(&bridge.log_text()));
     delete_namespace(&client, &ns).await;
 }
 

@@ -341,14 +341,14 @@ fn locate_gaps(brokers: &str, topic: &str, a: &Audit, bridge_log: &str) {
             records.iter().filter(|(_, (k, seq, _))| k == key && near(*seq)).map(|((p, o), (_, seq, id))| format!("seq {seq:?} at {p}/{o} id {id}")).collect();
         found.sort();
         eprintln!("GAP {key}: lost {first}..={last}; its records near them: {found:?}");
-        let name = key.rsplit('/').next().unwrap_or(key);
-        for line in bridge_log.lines().filter(|l| l.contains("delivered") && l.contains(&format!("{name}\""))) {
+        let (in_topic, of_key) = (format!("topic=\"{topic}\""), format!("key=Some(\"{key}\")"));
+        for line in bridge_log.lines().filter(|l| l.contains(&in_topic) && l.contains(&of_key)) {
             let at = field(line, "partition").zip(field(line, "offset")).and_then(|(p, o)| records.get(&(p as i32, o)));
             let telling = match at {
                 None => true,
                 Some((k, seq, _)) => k != key || near(*seq),
             };
-            if line.contains("not delivered") || telling {
+            if line.contains("not delivered") || line.contains("unconfirmed") || telling {
                 eprintln!("  {line}\n    -> the record there: {at:?}");
             }
         }

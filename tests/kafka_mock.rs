@@ -191,3 +191,56 @@ async fn a_marker_goes_to_every_partition_of_the_topic() {
     assert_eq!(partitions, (0..PARTITIONS).collect::<HashSet<_>>(), "{records:?}");
     assert!(records.iter().all(|(_, k, id)| k == "/deltaship/sync/configmaps" && id == "marker-1"), "{records:?}");
 }
+
+/// librdkafka's idempotent producer takes the success of a batch as proof that an earlier
+/// batch of the same partition, which failed and waits to be retried, was written after
+/// all, and reports its records delivered without an offset (an "implicit ack"). A broker
+/// with no state for the producer on that partition accepts the later batch without the
+/// earlier one: a Kafka broker just restarted does, and so does this mock, always. Those
+/// records were never written. The sink reports them `Unconfirmed` (retryable), so the
+/// dispatcher sends them again instead of counting them delivered.
+#[tokio::test]
+async fn a_record_acknowledged_only_by_a_later_batch_is_unconfirmed_and_sent_again() {
+    let mock = mock();
+    let sink = sink(&mock);
+    // Warm up the key's partition: its leader's connection and the producer id.
+    send(&sink, &added("ns/a", "warm-0")).await.expect("the warm-up record is delivered");
+    // Answers come late, so that several batches of one partition are in flight when the
+    // first one fails.
+    for broker in 1..=3 {
+        mock.broker_round_trip_time(broker, Duration::from_millis(300)).expect("a round trip time");
+    }
+    // A broker loading its partitions after a restart answers this. One batch per record
+    // (more than linger.ms apart), all of one key: one partition.
+    mock.request_errors(RDKafkaApiKey::Produce, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART]);
+    let mut sends = Vec::new();
+    for i in 0..5 {
+        let (sink, e) = (sink.clone(), added("ns/a", &format!("a#{i}")));
+        sends.push(tokio::spawn(async move { (e.attributes.id.clone(), send(&sink, &e).await) }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (mut delivered, mut unconfirmed) = (Vec::new(), Vec::new());
+    for s in sends {
+        match s.await.expect("the send task") {
+            (id, Ok(())) => delivered.push(id),
+            (id, Err(SendError::Retryable { kind: ErrorKind::Unconfirmed, .. })) => unconfirmed.push(id),
+            (id, Err(e)) => panic!("{id}: {e:?}"),
+        }
+    }
+    assert!(
+        !unconfirmed.is_empty(),
+        "none reported unconfirmed: either no record was acknowledged implicitly, or one was and counts as delivered without being written; delivered: {delivered:?}"
+    );
+    for broker in 1..=3 {
+        mock.broker_round_trip_time(broker, Duration::ZERO).expect("a round trip time");
+    }
+    // What the dispatcher does with them: send them again.
+    for id in &unconfirmed {
+        send(&sink, &added("ns/a", id)).await.expect("sent again");
+    }
+    let records = read_all(&mock, 1 + delivered.len() + unconfirmed.len());
+    let ids: Vec<&str> = records.iter().filter(|(_, k, _)| k == "ns/a").map(|(_, _, id)| id.as_str()).collect();
+    for id in delivered.iter().chain(&unconfirmed) {
+        assert_eq!(ids.iter().filter(|i| *i == id).count(), 1, "{id} written once: {ids:?} (unconfirmed: {unconfirmed:?})");
+    }
+}

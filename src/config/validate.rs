@@ -370,6 +370,13 @@ fn validate_kafka(out: &mut Vec<Problem>, key: &str, k: &KafkaConfig) {
     // librdkafka checks each option when it is set: an unknown name or a bad value is a
     // config error now, its value masked when the name looks secret (librdkafka echoes it).
     for (name, value) in &k.librdkafka {
+        if matches!(name.as_str(), "acks" | "request.required.acks") && value.trim() == "0" {
+            out.push(problem(
+                at(&format!("librdkafka.\"{name}\"")),
+                "0 asks the brokers for no acknowledgement, and deltaship counts an event delivered only on the brokers' acknowledgement",
+                "remove it (deltaship sets `all`)",
+            ));
+        }
         if let Err(e) = rdkafka::ClientConfig::new().set(name, value).create_native_config() {
             let reason = match e {
                 rdkafka::error::KafkaError::ClientConfig(_, description, _, _) => description,
@@ -778,6 +785,16 @@ pub(super) mod tests {
             keys(&c),
             ["sink.jetstream.replicas", "sink.jetstream.duplicate_window_secs", "sink.jetstream.max_msgs_per_subject", "sink.jetstream.ack_timeout_secs"]
         );
+    }
+
+    #[test]
+    fn acks_0_is_refused_naming_the_option() {
+        let mut c = base();
+        c.sink = serde_json::from_value(serde_json::json!({
+            "type": "kafka", "brokers": "b:1", "librdkafka": {"acks": "0", "enable.idempotence": "false", "request.required.acks": "1"},
+        }))
+        .unwrap();
+        assert_eq!(keys(&c), ["sink.librdkafka.\"acks\""]);
     }
 
     #[test]

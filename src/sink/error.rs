@@ -38,6 +38,8 @@ pub enum ErrorKind {
     Metadata,
     /// The producer dropped the delivery report.
     Canceled,
+    /// The producer reported a record delivered without proof that the broker wrote it.
+    Unconfirmed,
     /// A JetStream publish found no stream (it may still be loading after a restart).
     NoStream,
     /// Any other NATS publish error.
@@ -56,7 +58,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind: the label values a dashboard can expect.
-    pub const ALL: [ErrorKind; 19] = [
+    pub const ALL: [ErrorKind; 20] = [
         ErrorKind::TooLarge,
         ErrorKind::Authorization,
         ErrorKind::Authentication,
@@ -69,6 +71,7 @@ impl ErrorKind {
         ErrorKind::Broker,
         ErrorKind::Metadata,
         ErrorKind::Canceled,
+        ErrorKind::Unconfirmed,
         ErrorKind::NoStream,
         ErrorKind::Publish,
         ErrorKind::Flush,
@@ -92,6 +95,7 @@ impl ErrorKind {
             ErrorKind::Broker => "broker",
             ErrorKind::Metadata => "metadata",
             ErrorKind::Canceled => "canceled",
+            ErrorKind::Unconfirmed => "unconfirmed",
             ErrorKind::NoStream => "no_stream",
             ErrorKind::Publish => "publish",
             ErrorKind::Flush => "flush",
@@ -190,6 +194,9 @@ pub enum Failure {
     /// The metadata of a marker's topic lists no partition.
     #[error("the topic has no partitions yet")]
     NoPartitions,
+    /// librdkafka reported a record delivered without an offset: sent again.
+    #[error("{0}")]
+    Unconfirmed(#[source] crate::sink::kafka::Undelivered),
     /// The producer went away without reporting on a record.
     #[error("the producer dropped the delivery report")]
     DeliveryDropped(#[source] tokio::sync::oneshot::error::RecvError),

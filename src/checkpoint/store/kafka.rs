@@ -17,7 +17,7 @@ use super::StoreError;
 use super::inflight::{self, STALL, Stop};
 use crate::checkpoint::progress::Records;
 use crate::config::{ClientRole, KafkaConfig};
-use crate::sink::kafka::{Producer, QuietContext, client_refused, explain};
+use crate::sink::kafka::{Producer, QuietContext, Undelivered, client_refused, explain};
 
 /// The bound of one metadata, offsets or admin request, and of the wait for the next
 /// record while reading.
@@ -195,17 +195,18 @@ impl KafkaStore {
         let producer = self.producer();
         let producer = &producer;
         let sent = inflight::in_order(records, WINDOW, |(key, value)| async move {
-            let delivery = producer.send(&self.topic, key, value.as_deref(), None, Some(0))?;
-            Ok(async move { delivery.await.unwrap_or(Err(KafkaError::Canceled)) })
+            let delivery = producer.send(&self.topic, key, value.as_deref(), None, Some(0)).map_err(Undelivered::Kafka)?;
+            Ok(async move { delivery.await.unwrap_or(Err(Undelivered::Kafka(KafkaError::Canceled))) })
         })
         .await;
         let (reason, stuck) = match sent {
             Ok(()) => return Ok(()),
             Err(Stop::Stalled) => (format!("the brokers did not acknowledge a record within {STALL:?}"), true),
-            Err(Stop::Failed(e)) => {
+            Err(Stop::Failed(Undelivered::Kafka(e))) => {
                 let timed_out = e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut);
                 (self.explain("not written", e), timed_out)
             }
+            Err(Stop::Failed(unconfirmed)) => (format!("not written: {unconfirmed}"), false),
         };
         if stuck {
             self.replace_producer().await;

@@ -28,7 +28,23 @@ use super::log::QuietContext;
 const SERVE_AT_ONCE: usize = 64;
 
 /// A record's delivery report: delivered (the brokers acknowledged it), or why not.
-pub type Delivered = Result<(), KafkaError>;
+pub type Delivered = Result<(), Undelivered>;
+
+/// Why a record is not known to be delivered.
+#[derive(Debug, thiserror::Error)]
+pub enum Undelivered {
+    /// librdkafka failed the record.
+    #[error(transparent)]
+    Kafka(KafkaError),
+    /// librdkafka reported the record delivered without the offset the broker gives every
+    /// record it writes. The idempotent producer does so for the records of a batch that
+    /// failed when a later batch of the same producer succeeds, taking that success as
+    /// proof the earlier batch was written (an "implicit ack"). It is no proof: a broker
+    /// with no state for the producer on that partition (a new producer, a restarted
+    /// broker) accepts the later batch without the earlier one, and the records are lost.
+    #[error("reported delivered without an offset (acknowledged only by the success of a later batch, which does not prove the broker wrote it)")]
+    Unconfirmed,
+}
 
 /// A pending report; it fails with a `RecvError` only if the client went away without one.
 pub type Delivery = oneshot::Receiver<Delivered>;
@@ -200,16 +216,24 @@ impl ProducerContext for QuietContext {
     fn delivery(&self, result: &DeliveryResult<'_>, report: Self::DeliveryOpaque) {
         // Where each record went, for tracing a record through faults
         // (`RUST_LOG=deltaship::sink::kafka::delivery=trace`).
-        match result {
+        let outcome = match result {
+            // Every record the broker writes has an offset (deltaship's producers require
+            // acknowledgements: `acks` is never 0).
+            Ok(m) if m.offset() < 0 => {
+                tracing::trace!(topic = m.topic(), partition = m.partition(), offset = m.offset(), key = ?m.key().map(String::from_utf8_lossy), "unconfirmed");
+                Err(Undelivered::Unconfirmed)
+            }
             Ok(m) => {
-                tracing::trace!(topic = m.topic(), partition = m.partition(), offset = m.offset(), key = ?m.key().map(String::from_utf8_lossy), "delivered")
+                tracing::trace!(topic = m.topic(), partition = m.partition(), offset = m.offset(), key = ?m.key().map(String::from_utf8_lossy), "delivered");
+                Ok(())
             }
             Err((e, m)) => {
-                tracing::trace!(topic = m.topic(), partition = m.partition(), key = ?m.key().map(String::from_utf8_lossy), error = %e, "not delivered")
+                tracing::trace!(topic = m.topic(), partition = m.partition(), key = ?m.key().map(String::from_utf8_lossy), error = %e, "not delivered");
+                Err(Undelivered::Kafka(e.clone()))
             }
-        }
+        };
         // The sender is gone only if nobody waits for this record any more.
-        let _ = report.send(result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
+        let _ = report.send(outcome);
     }
 }
 
@@ -225,7 +249,10 @@ mod tests {
         let producer = Producer::create(&config, &QuietContext::default()).unwrap();
         let delivery = producer.send("t", "k", Some(b"v"), None, None).unwrap();
         let report = tokio::time::timeout(Duration::from_secs(10), delivery).await.expect("reported in time").expect("a report");
-        assert_eq!(report.unwrap_err().rdkafka_error_code(), Some(rdkafka::types::RDKafkaErrorCode::MessageTimedOut));
+        match report {
+            Err(Undelivered::Kafka(e)) => assert_eq!(e.rdkafka_error_code(), Some(rdkafka::types::RDKafkaErrorCode::MessageTimedOut)),
+            other => panic!("expected a timeout, got {other:?}"),
+        }
     }
 
     /// librdkafka calls back only when its report queue goes from empty to not empty: reports

@@ -10,7 +10,7 @@ mod recover;
 
 pub use admin::create_topics;
 pub use binding::encode;
-pub use delivery::Producer;
+pub use delivery::{Producer, Undelivered};
 pub use error::{client_refused, explain};
 pub use log::QuietContext;
 pub use producer::KafkaSink;

@@ -10,7 +10,7 @@ use rdkafka::producer::{Producer as _, PurgeConfig};
 use rdkafka::util::Timeout;
 
 use super::binding::encode;
-use super::delivery::{Delivery, Producer};
+use super::delivery::{Delivery, Producer, Undelivered};
 use super::error::{classify, client_refused};
 use super::log::QuietContext;
 use super::recover::{Progress, STATISTICS_INTERVAL_MS, Tracked};
@@ -133,7 +133,10 @@ fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<Prod
 async fn await_delivery(d: Tracked<Delivery>) -> Result<(), SendError> {
     match d.delivery.await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(classify(e)),
+        Ok(Err(Undelivered::Kafka(e))) => Err(classify(e)),
+        Ok(Err(unconfirmed @ Undelivered::Unconfirmed)) => {
+            Err(SendError::Retryable { kind: ErrorKind::Unconfirmed, source: Failure::Unconfirmed(unconfirmed) })
+        }
         Err(e) => Err(SendError::Retryable { kind: ErrorKind::Canceled, source: Failure::DeliveryDropped(e) }),
     }
 }
