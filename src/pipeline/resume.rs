@@ -62,11 +62,19 @@ pub async fn load(config: &Config, routes: &[RouteConfig], scopes: &[Arc<Scope>]
                 read.push(Err(Unusable::NoStore));
             }
             Err(e) => {
-                tracing::error!(route = %route.name, error = %e, "Cannot use the route's checkpoint; its watches start with full syncs and it keeps no checkpoint this run");
+                if stop.is_cancelled() {
+                    tracing::debug!(route = %route.name, error = %e, "Stopped before the route's checkpoint could be read");
+                } else {
+                    tracing::error!(route = %route.name, error = %e, "Cannot use the route's checkpoint; its watches start with full syncs and it keeps no checkpoint this run");
+                }
                 starts.routes.push(None);
                 read.push(Err(Unusable::Unreadable));
             }
         }
+    }
+    // Stopped meanwhile: no watch starts (an initial list would be thrown away).
+    if stop.is_cancelled() {
+        return starts;
     }
     for (slot, scope) in scopes.iter().enumerate() {
         let label = scope.resource.label();
