@@ -208,7 +208,9 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     // The watches hold the only senders: a route's queue closes when they end.
     drop(queues);
     let sink_names: Vec<&str> = sinks.iter().map(Publisher::name).collect();
-    tracing::info!(watches = watches.len(), routes = routes.len(), sinks = ?sink_names, "deltaship started");
+    if !stop.is_cancelled() {
+        tracing::info!(watches = watches.len(), routes = routes.len(), sinks = ?sink_names, "deltaship started");
+    }
 
     let result = tokio::select! {
         Some(r) = deliveries.join_next_with_id() => Some(names.joined(r).and_then(|r| r)),
