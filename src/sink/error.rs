@@ -195,8 +195,8 @@ pub enum Failure {
     #[error("the topic has no partitions yet")]
     NoPartitions,
     /// librdkafka reported a record delivered without an offset: sent again.
-    #[error("{0}")]
-    Unconfirmed(#[source] crate::sink::kafka::Undelivered),
+    #[error("{}", crate::sink::kafka::Undelivered::Unconfirmed)]
+    Unconfirmed,
     /// The producer went away without reporting on a record.
     #[error("the producer dropped the delivery report")]
     DeliveryDropped(#[source] tokio::sync::oneshot::error::RecvError),

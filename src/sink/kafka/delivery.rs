@@ -216,22 +216,20 @@ impl ProducerContext for QuietContext {
     fn delivery(&self, result: &DeliveryResult<'_>, report: Self::DeliveryOpaque) {
         // Where each record went, for tracing a record through faults
         // (`RUST_LOG=deltaship::sink::kafka::delivery=trace`).
-        let outcome = match result {
+        let (outcome, m) = match result {
             // Every record the broker writes has an offset (deltaship's producers require
             // acknowledgements: `acks` is never 0).
-            Ok(m) if m.offset() < 0 => {
-                tracing::trace!(topic = m.topic(), partition = m.partition(), offset = m.offset(), key = ?m.key().map(String::from_utf8_lossy), "unconfirmed");
-                Err(Undelivered::Unconfirmed)
-            }
-            Ok(m) => {
-                tracing::trace!(topic = m.topic(), partition = m.partition(), offset = m.offset(), key = ?m.key().map(String::from_utf8_lossy), "delivered");
-                Ok(())
-            }
-            Err((e, m)) => {
-                tracing::trace!(topic = m.topic(), partition = m.partition(), key = ?m.key().map(String::from_utf8_lossy), error = %e, "not delivered");
-                Err(Undelivered::Kafka(e.clone()))
-            }
+            Ok(m) if m.offset() < 0 => (Err(Undelivered::Unconfirmed), m),
+            Ok(m) => (Ok(()), m),
+            Err((e, m)) => (Err(Undelivered::Kafka(e.clone())), m),
         };
+        let what = match &outcome {
+            Ok(()) => "delivered",
+            Err(Undelivered::Unconfirmed) => "unconfirmed",
+            Err(Undelivered::Kafka(_)) => "not delivered",
+        };
+        let error = outcome.as_ref().err().map(tracing::field::display);
+        tracing::trace!(topic = m.topic(), partition = m.partition(), offset = m.offset(), key = ?m.key().map(String::from_utf8_lossy), error, "{what}");
         // The sender is gone only if nobody waits for this record any more.
         let _ = report.send(outcome);
     }

@@ -134,9 +134,7 @@ async fn await_delivery(d: Tracked<Delivery>) -> Result<(), SendError> {
     match d.delivery.await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(Undelivered::Kafka(e))) => Err(classify(e)),
-        Ok(Err(unconfirmed @ Undelivered::Unconfirmed)) => {
-            Err(SendError::Retryable { kind: ErrorKind::Unconfirmed, source: Failure::Unconfirmed(unconfirmed) })
-        }
+        Ok(Err(Undelivered::Unconfirmed)) => Err(SendError::Retryable { kind: ErrorKind::Unconfirmed, source: Failure::Unconfirmed }),
         Err(e) => Err(SendError::Retryable { kind: ErrorKind::Canceled, source: Failure::DeliveryDropped(e) }),
     }
 }
