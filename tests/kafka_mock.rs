@@ -192,6 +192,34 @@ async fn a_marker_goes_to_every_partition_of_the_topic() {
     assert!(records.iter().all(|(_, k, id)| k == "/deltaship/sync/configmaps" && id == "marker-1"), "{records:?}");
 }
 
+/// librdkafka holds a record up to `linger.ms` for more records to batch with it. Behind a
+/// barrier nothing more comes: a marker goes at once, and so do the records in flight when a
+/// barrier goes up (the dispatcher calls `expedite`). linger.ms is 5 s here, so that waiting
+/// it out cannot pass for going at once.
+#[tokio::test]
+async fn a_marker_and_expedited_records_do_not_wait_out_the_linger() {
+    let mock = mock();
+    let cfg: KafkaConfig = serde_json::from_value(json!({"brokers": mock.bootstrap_servers(), "librdkafka": {"linger.ms": "5000"}})).expect("a KafkaConfig");
+    let sink = KafkaSink::new(&cfg).expect("a Kafka sink");
+    let within = Duration::from_millis(2500);
+
+    let started = Instant::now();
+    let marker = envelope("/deltaship/sync/configmaps", "marker-1", EnvelopeKind::Marker(MarkerPhase::Started));
+    send(&sink, &marker).await.expect("the marker is delivered");
+    assert!(started.elapsed() < within, "the marker took {:?}", started.elapsed());
+
+    let started = Instant::now();
+    let sending = tokio::spawn({
+        let sink = sink.clone();
+        async move { send(&sink, &added("ns/a", "a1")).await }
+    });
+    // The record is in librdkafka's queue once the send has run up to its wait.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    sink.expedite();
+    sending.await.expect("the send ran").expect("the record is delivered");
+    assert!(started.elapsed() < within, "the expedited record took {:?}", started.elapsed());
+}
+
 /// librdkafka's idempotent producer takes the success of a batch as proof that an earlier
 /// batch of the same partition, which failed and waits to be retried, was written after
 /// all, and reports its records delivered without an offset (an "implicit ack"). A broker

@@ -138,6 +138,10 @@ impl<P: Publisher> Dispatcher<P> {
                 if matches!(env.kind, EnvelopeKind::Marker(_)) {
                     barrier = true;
                     marker = Some((env, lane));
+                    // Nothing more joins what is in flight until it is all acknowledged.
+                    if !in_flight.is_empty() {
+                        self.sink.expedite();
+                    }
                     break;
                 }
                 match lanes.get_mut(&lane) {
@@ -317,18 +321,25 @@ mod tests {
 
     /// A sink that acknowledges after a delay derived from the event id (so that events
     /// complete out of order), fails chosen events' first attempts, and records what it
-    /// acknowledged.
+    /// acknowledged, and how many events it had acknowledged each time it was asked to
+    /// expedite.
     #[derive(Clone, Default)]
     struct Scripted {
         fail_first: Arc<HashSet<String>>,
         attempts: Arc<Mutex<HashMap<String, u32>>>,
         acked: Arc<Mutex<Vec<String>>>,
         max_concurrent: Arc<Mutex<(usize, usize)>>,
+        expedited: Arc<Mutex<Vec<usize>>>,
     }
 
     impl Publisher for Scripted {
         fn name(&self) -> &'static str {
             "scripted"
+        }
+
+        fn expedite(&self) {
+            let acked = self.acked.lock().unwrap().len();
+            self.expedited.lock().unwrap().push(acked);
         }
 
         async fn send(&self, env: &Envelope) -> Result<(), SendError> {
@@ -455,6 +466,28 @@ mod tests {
         for after in ["a2", "d1"] {
             assert!(at("marker") < at(after), "{acked:?}");
         }
+    }
+
+    /// Behind a barrier nothing more comes until what is in flight is acknowledged: the sink
+    /// is asked once, when the barrier goes up, to send what it holds without batching for
+    /// more. A marker with nothing in flight before it has nothing to hurry.
+    #[tokio::test(start_paused = true)]
+    async fn a_barrier_behind_events_in_flight_asks_the_sink_to_expedite_them() {
+        let input = vec![
+            envelope("/m", "started", EnvelopeKind::Marker(MarkerPhase::Started)),
+            envelope("a", "a1", EnvelopeKind::Object(ChangeType::Synced)),
+            envelope("b", "b1", EnvelopeKind::Object(ChangeType::Synced)),
+            envelope("c", "c1", EnvelopeKind::Object(ChangeType::Synced)),
+            envelope("/m", "completed", EnvelopeKind::Marker(MarkerPhase::Completed)),
+            envelope("a", "a2", EnvelopeKind::Object(ChangeType::Added)),
+        ];
+        let sink = Scripted::default();
+        let acked = deliver(sink.clone(), input, 100).await;
+        assert_eq!(acked.len(), 6, "{acked:?}");
+        // One call, made while some of a1, b1 and c1 were still in flight: fewer than the
+        // four events before "completed" were acknowledged then.
+        let expedited = sink.expedited.lock().unwrap().clone();
+        assert!(expedited.len() == 1 && expedited[0] < 4, "expedited with {expedited:?} acknowledged; acked {acked:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -27,6 +27,9 @@ pub trait Publisher: Send + Sync + 'static {
     /// The `sink` metric label.
     fn name(&self) -> &'static str;
     fn send(&self, env: &Envelope) -> impl Future<Output = Result<(), SendError>> + Send;
+    /// Asks the sink to send what it has batched at once: a barrier is up, and nothing more
+    /// comes until what is in flight is acknowledged. Sinks that do not batch ignore it.
+    fn expedite(&self) {}
 }
 
 /// The configured sink. Cloning is cheap (shared handles).
@@ -45,6 +48,13 @@ impl Publisher for Sink {
             Sink::Kafka(_) => "kafka",
             Sink::Nats(_) => "nats",
             Sink::Http(_) => "http",
+        }
+    }
+
+    fn expedite(&self) {
+        // Only the Kafka client batches (`linger.ms`); the others send each event at once.
+        if let Sink::Kafka(k) = self {
+            k.expedite();
         }
     }
 

@@ -159,6 +159,21 @@ impl Producer {
         Ok(Producer { base, _stop: Arc::new(Stop(signal)) })
     }
 
+    /// Has librdkafka send the records it holds at once instead of after `linger.ms`, until
+    /// none is outstanding or `wait` has passed. It blocks the calling thread: call it on a
+    /// thread of the blocking pool. The reports task serves the reports meanwhile.
+    pub fn expedite(&self, wait: Duration) {
+        let wait_ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: the client is valid while `self` holds it. librdkafka's flush treats
+        // `linger.ms` as passed for as long as it waits. rdkafka's producer takes its
+        // reports as events, so flush only waits for the count of outstanding records to
+        // reach zero and serves nothing itself. Running out of time is no error here.
+        #[allow(unsafe_code)]
+        unsafe {
+            rd::rd_kafka_flush(self.base.client().native_ptr(), wait_ms);
+        }
+    }
+
     /// Hands one record to librdkafka: its report comes through the returned future. A
     /// record refused at once (a full queue, a bad topic name) is an error here.
     pub fn send(&self, topic: &str, key: &str, payload: Option<&[u8]>, headers: Option<OwnedHeaders>, partition: Option<i32>) -> Result<Delivery, KafkaError> {

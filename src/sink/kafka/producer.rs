@@ -19,6 +19,11 @@ use crate::event::{Envelope, EnvelopeKind};
 use crate::model::ChangeType;
 use crate::sink::{ErrorKind, Failure, SendError, SinkError};
 
+/// How long one `expedite` keeps librdkafka from lingering, at most: a barrier's records
+/// are acknowledged within milliseconds unless the brokers are unreachable, and then
+/// lingering does not matter.
+const EXPEDITE_WAIT: Duration = Duration::from_secs(1);
+
 #[derive(Clone)]
 pub struct KafkaSink {
     shared: Arc<Shared>,
@@ -86,6 +91,9 @@ impl KafkaSink {
                 for p in partitions {
                     pending.push(self.produce(&env.destination, env.key(), Some(&payload[..]), headers.clone(), Some(p))?);
                 }
+                // A marker is a barrier: nothing more joins its batches until it is
+                // acknowledged, so lingering for more would only delay it.
+                self.expedite();
                 for d in pending {
                     await_delivery(d).await?;
                 }
@@ -105,6 +113,15 @@ impl KafkaSink {
     fn produce(&self, topic: &str, key: &str, payload: Option<&[u8]>, headers: OwnedHeaders, partition: Option<i32>) -> Result<Tracked<Delivery>, SendError> {
         let delivery = self.producer().send(topic, key, payload, Some(headers), partition).map_err(classify)?;
         Ok(self.shared.progress.track(delivery))
+    }
+
+    /// Has librdkafka send what it holds at once rather than linger for more records to
+    /// batch (`linger.ms`), until nothing is outstanding (at most `EXPEDITE_WAIT`): for a
+    /// barrier, behind which nothing more comes until everything before it is acknowledged.
+    /// It returns at once; a thread of the blocking pool waits.
+    pub fn expedite(&self) {
+        let producer = self.producer();
+        drop(tokio::task::spawn_blocking(move || producer.expedite(EXPEDITE_WAIT)));
     }
 
     /// Drops every record librdkafka has queued or in flight.
