@@ -45,9 +45,14 @@ pub struct KafkaConfig {
     pub sasl: Option<KafkaSasl>,
     /// Raw librdkafka options (https://github.com/confluentinc/librdkafka CONFIGURATION.md),
     /// applied last: they override deltaship's producer settings and those derived from
-    /// `tls` and `sasl`. Values whose key names a password or secret are masked in
-    /// `print-config` and logs. Default: none.
+    /// `tls` and `sasl`, except that `acks` (or `request.required.acks`) cannot be 0: an
+    /// event counts as delivered only on the brokers' acknowledgement. Values whose key
+    /// names a password or secret are masked in `print-config` and logs. Default: none.
     #[serde(default)]
+    #[schemars(extend("properties" = {
+        "acks": {"not": {"pattern": "^\\s*0\\s*$"}},
+        "request.required.acks": {"not": {"pattern": "^\\s*0\\s*$"}}
+    }))]
     pub librdkafka: BTreeMap<String, String>,
 }
 
