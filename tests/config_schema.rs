@@ -111,7 +111,7 @@ fn every_example_config_and_the_charts_default_are_valid() {
 }
 
 /// A config the loader refuses, and the key the schema names for the same mistake.
-const REFUSED: [(&str, &str); 8] = [
+const REFUSED: [(&str, &str); 9] = [
     ("resorces: [{version: v1, kind: ConfigMap}]", ""),
     ("resources: [{version: v1, kind: ConfigMap}]\nkubernetes: {page_size: many}", "/kubernetes/page_size"),
     ("resources: [{version: v1, kind: ConfigMap, payload: full}]", "/resources/0/payload"),
@@ -120,6 +120,7 @@ const REFUSED: [(&str, &str); 8] = [
     ("resources: [{version: v1, kind: ConfigMap}]\nsink: {type: nats, url: 'nats://n:4222', jetstream: {storage: ram}}", "/sink"),
     ("resources: [{version: v1, kind: ConfigMap, redact_fields: [{path: spec, action: drop}]}]", "/resources/0/redact_fields/0/path"),
     ("resources: [{version: v1, kind: ConfigMap}]\nsink: {type: kafka, brokers: 'b:9092', librdkafka: {acks: '0'}}", "/sink"),
+    ("resources: [{version: v1, kind: ConfigMap}]\nsink: {type: kafka, brokers: 'b:9092', librdkafka: {acks: 1}}", "/sink"),
 ];
 
 #[test]

@@ -265,6 +265,35 @@ async fn the_same_change_gets_the_same_id_from_two_bridges() {
     delete_namespace(&client, &ns).await;
 }
 
+/// A marker is a barrier: nothing more joins the records in flight when it goes up, or the
+/// marker's own, until they are acknowledged, so they are sent without waiting out
+/// `linger.ms`. The linger here is 20 s (the checkpoint writes, bounded to 30 s, need it
+/// shorter than that), and an initial sync has three such waits (the `started` marker, the
+/// synced objects, the `completed` marker): one waited out would keep the bridge unready
+/// past 15 s.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sync_does_not_wait_out_a_long_producer_linger() {
+    let env = support::env();
+    let client = client().await;
+    let ns = namespace(&client, "it-linger").await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    for name in ["a", "b", "c"] {
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        cms.create(&pp(), &cm).await.unwrap();
+    }
+    let prefix = support::unique("it");
+    let mut sink = kafka(&env.kafka, &format!("{prefix}.{{group}}.{{plural}}"));
+    sink.librdkafka.insert("linger.ms".into(), "20000".into());
+    let mut bridge = Bridge::start(&TestConfig::new().cluster("it").configmaps(&ns).kafka(sink).toml());
+    bridge.wait_ready(Duration::from_secs(15));
+    let records = read_until(&env.kafka, &format!("{prefix}.core.configmaps"), Duration::from_secs(30), |r| has_completed_everywhere(r, 3));
+    for name in ["a", "b", "c"] {
+        assert_eq!(types(&events_of(&records, &format!("{ns}/{name}"))), ["object.synced"], "{name}");
+    }
+    drop(bridge);
+    delete_namespace(&client, &ns).await;
+}
+
 /// Markers of sync ids differ between runs, so two initial syncs never share event ids.
 /// Resume is off: with it, the second start continues from the first one's checkpoint
 /// whenever that was written before the kill (tests/resume.rs covers that).

@@ -50,8 +50,8 @@ pub struct KafkaConfig {
     /// names a password or secret are masked in `print-config` and logs. Default: none.
     #[serde(default)]
     #[schemars(extend("properties" = {
-        "acks": {"not": {"pattern": "^\\s*0\\s*$"}},
-        "request.required.acks": {"not": {"pattern": "^\\s*0\\s*$"}}
+        "acks": {"type": "string", "not": {"pattern": "^\\s*0\\s*$"}},
+        "request.required.acks": {"type": "string", "not": {"pattern": "^\\s*0\\s*$"}}
     }))]
     pub librdkafka: BTreeMap<String, String>,
 }

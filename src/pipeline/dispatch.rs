@@ -120,6 +120,9 @@ impl<P: Publisher> Dispatcher<P> {
         // it waits until it is: consumers see sync boundaries in order on every partition.
         let mut barrier = false;
         let mut marker: Option<(Envelope, Lane)> = None; // the barrier's marker, not yet sent
+        // Nothing more joins what is in flight behind a barrier: the sink is asked to send
+        // it at once, after the sends just taken in have run up to their wait.
+        let mut expedite = false;
         let mut input_open = true;
         // Received and not yet taken in (behind a barrier, or beyond `max_in_flight`), in
         // order; taken from the queue many at a time, so that the workers filling it are
@@ -138,10 +141,7 @@ impl<P: Publisher> Dispatcher<P> {
                 if matches!(env.kind, EnvelopeKind::Marker(_)) {
                     barrier = true;
                     marker = Some((env, lane));
-                    // Nothing more joins what is in flight until it is all acknowledged.
-                    if !in_flight.is_empty() {
-                        self.sink.expedite();
-                    }
+                    expedite = !in_flight.is_empty();
                     break;
                 }
                 match lanes.get_mut(&lane) {
@@ -207,6 +207,12 @@ impl<P: Publisher> Dispatcher<P> {
                             }
                         }
                     }
+                }
+                // Only once `in_flight` has nothing ready: every send has been polled, so
+                // what it hands the sink is there to be sent.
+                () = std::future::ready(()), if expedite => {
+                    self.sink.expedite();
+                    expedite = false;
                 }
                 received = rx.recv_many(&mut batch, room), if can_take => {
                     if received == 0 {
@@ -321,15 +327,15 @@ mod tests {
 
     /// A sink that acknowledges after a delay derived from the event id (so that events
     /// complete out of order), fails chosen events' first attempts, and records what it
-    /// acknowledged, and how many events it had acknowledged each time it was asked to
-    /// expedite.
+    /// acknowledged, and how many events it had acknowledged and was sending each time it
+    /// was asked to expedite.
     #[derive(Clone, Default)]
     struct Scripted {
         fail_first: Arc<HashSet<String>>,
         attempts: Arc<Mutex<HashMap<String, u32>>>,
         acked: Arc<Mutex<Vec<String>>>,
         max_concurrent: Arc<Mutex<(usize, usize)>>,
-        expedited: Arc<Mutex<Vec<usize>>>,
+        expedited: Arc<Mutex<Vec<(usize, usize)>>>,
     }
 
     impl Publisher for Scripted {
@@ -339,7 +345,8 @@ mod tests {
 
         fn expedite(&self) {
             let acked = self.acked.lock().unwrap().len();
-            self.expedited.lock().unwrap().push(acked);
+            let sending = self.max_concurrent.lock().unwrap().0;
+            self.expedited.lock().unwrap().push((acked, sending));
         }
 
         async fn send(&self, env: &Envelope) -> Result<(), SendError> {
@@ -469,8 +476,9 @@ mod tests {
     }
 
     /// Behind a barrier nothing more comes until what is in flight is acknowledged: the sink
-    /// is asked once, when the barrier goes up, to send what it holds without batching for
-    /// more. A marker with nothing in flight before it has nothing to hurry.
+    /// is asked once, when the barrier goes up and the sends before it have begun, to send
+    /// what it holds without batching for more. A marker with nothing in flight before it
+    /// has nothing to hurry.
     #[tokio::test(start_paused = true)]
     async fn a_barrier_behind_events_in_flight_asks_the_sink_to_expedite_them() {
         let input = vec![
@@ -481,13 +489,27 @@ mod tests {
             envelope("/m", "completed", EnvelopeKind::Marker(MarkerPhase::Completed)),
             envelope("a", "a2", EnvelopeKind::Object(ChangeType::Added)),
         ];
+        // All queued before the dispatcher starts: a1, b1, c1 and "completed" are taken in
+        // together once "started" is acknowledged, so the barrier goes up before any of
+        // their sends has begun.
         let sink = Scripted::default();
-        let acked = deliver(sink.clone(), input, 100).await;
+        let (tx, rx) = mpsc::channel(input.len());
+        for e in input {
+            tx.send(e).await.unwrap();
+        }
+        drop(tx);
+        let retry = RetryPolicy { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
+        Dispatcher::new(sink.clone(), 100, OversizePolicy::Reference, retry, Health::single(0).route(0)).run(rx).await.unwrap();
+        let acked = sink.acked.lock().unwrap().clone();
         assert_eq!(acked.len(), 6, "{acked:?}");
-        // One call, made while some of a1, b1 and c1 were still in flight: fewer than the
-        // four events before "completed" were acknowledged then.
+        // One call, made while some of a1, b1 and c1 were still in flight, and after every
+        // one of the four events before "completed" was handed to the sink: acknowledged or
+        // being sent.
         let expedited = sink.expedited.lock().unwrap().clone();
-        assert!(expedited.len() == 1 && expedited[0] < 4, "expedited with {expedited:?} acknowledged; acked {acked:?}");
+        assert!(
+            matches!(expedited[..], [(acked, sending)] if acked < 4 && acked + sending == 4),
+            "expedited with (acknowledged, sending) {expedited:?}; acked {acked:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

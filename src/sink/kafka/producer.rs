@@ -19,10 +19,11 @@ use crate::event::{Envelope, EnvelopeKind};
 use crate::model::ChangeType;
 use crate::sink::{ErrorKind, Failure, SendError, SinkError};
 
-/// How long one `expedite` keeps librdkafka from lingering, at most: a barrier's records
-/// are acknowledged within milliseconds unless the brokers are unreachable, and then
-/// lingering does not matter.
-const EXPEDITE_WAIT: Duration = Duration::from_secs(1);
+/// How long one `expedite` keeps librdkafka from lingering, at most. While the brokers
+/// answer, what a barrier waits for is acknowledged within milliseconds (a new producer's
+/// first connection takes longer); a thread of the blocking pool waits this long only while
+/// they do not, and then lingering does not matter.
+const EXPEDITE_WAIT: Duration = Duration::from_secs(30);
 
 #[derive(Clone)]
 pub struct KafkaSink {
