@@ -267,3 +267,33 @@ fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
+
+/// README "Commands": start-up waits end on SIGTERM. An API server that accepts connections
+/// and never answers holds the first start-up step until the client's timeouts; a SIGTERM
+/// meanwhile ends the run at once, with 0.
+#[test]
+fn sigterm_ends_a_start_up_that_waits_on_an_api_server_that_does_not_answer() {
+    // Connections queue in the listener's backlog and are never answered.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = std::env::temp_dir().join(support::unique("deltaship-silent"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let server = format!("https://{}", silent.local_addr().unwrap());
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"{server}\", insecure-skip-tls-verify: true}}}}]\nusers: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
+        ),
+    )
+    .unwrap();
+    let config = configmaps_in("default").with(|c| c.kubernetes.kubeconfig = Some(kubeconfig)).toml();
+    let mut bridge = Bridge::start(&config);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(bridge.running(), "the bridge should still wait on the API server:\n{}", bridge.log_text());
+    let signalled = Instant::now();
+    let status = bridge.stop(Duration::from_secs(30));
+    let took = signalled.elapsed();
+    assert!(status.success(), "SIGTERM during start-up exits 0, got {status}");
+    assert!(took < Duration::from_secs(5), "took {took:?} to stop after SIGTERM");
+    drop(silent);
+}

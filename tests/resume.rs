@@ -413,6 +413,41 @@ async fn a_corrupt_checkpoint_falls_back_to_a_full_sync() {
     delete_namespace(&s.kube, &s.ns).await;
 }
 
+/// A start with resume off ships a full sync and replaces the checkpoint with it: the next
+/// start with resume on continues from what that run shipped, not from the older
+/// checkpoint before it (which would replay the changes of the resume-off run: steps back
+/// in time, resurrections).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_with_resume_off_replaces_the_checkpoint() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(false, |_| {}).await;
+    let bridge = s.start();
+    let initial = s.sink.events(LISTED + 2 * s.sink.markers()).await;
+    s.wait_checkpointed(&bridge);
+    bridge.stop(Duration::from_secs(30));
+
+    let mut off = Bridge::start_with_env(&s.config, &[("DELTASHIP_RESUME__ENABLED", "false")]);
+    off.wait_ready(Duration::from_secs(90));
+    let full = s.sink.events(initial.len() + LISTED + 2 * s.sink.markers()).await;
+    assert_eq!(counted(&after(&full, &initial)).get("sync.started initial"), Some(&s.sink.markers()), "resume off: a full sync");
+    let metrics = off.get("/metrics").unwrap().1;
+    assert_eq!(series(&metrics, "deltaship_resume_fallbacks_total{resource=\"configmaps\",reason=\"disabled\"}"), Some(1.0), "{metrics}");
+    // Changes the resume-off run ships live.
+    s.cms.create(&PostParams::default(), &cm("made-while-off", "0")).await.unwrap();
+    s.cms.delete("cm-5", &DeleteParams::default()).await.unwrap();
+    let live = s.sink.events(full.len() + 2).await;
+    s.wait_checkpointed(&off);
+    off.stop(Duration::from_secs(30));
+
+    let bridge = s.start();
+    let events = s.sink.events(live.len() + 2 * s.sink.markers()).await;
+    let want = BTreeMap::from([("sync.started resume".to_string(), s.sink.markers()), ("sync.completed resume".to_string(), s.sink.markers())]);
+    assert_eq!(counted(&after(&events, &live)), want, "resumed from what the resume-off run shipped: markers only");
+    s.assert_rebuilt().await;
+    bridge.stop(Duration::from_secs(30));
+    delete_namespace(&s.kube, &s.ns).await;
+}
+
 /// A rolling handover between two replicas: the leader drains, writes its checkpoint and
 /// releases the lease; the standby resumes from it and ships nothing the leader delivered.
 #[tokio::test(flavor = "multi_thread")]

@@ -18,6 +18,10 @@ pub struct Classifier {
     syncs: Counters<SyncReason>,
     relists: Counters<()>,
     skips: Counters<&'static str>,
+    /// Events older than what was shipped for their object (a lagging API server), counted;
+    /// logged on the first only.
+    stale: Counters<()>,
+    stale_logged: bool,
     index: Index,
     relist_mode: SyncMode,
     /// Keep each object's shipped content in the index (for resyncs and patch payloads).
@@ -51,6 +55,8 @@ impl Classifier {
             syncs: Counters::default(),
             relists: Counters::default(),
             skips: Counters::default(),
+            stale: Counters::default(),
+            stale_logged: false,
             index: Index::default(),
             relist_mode,
             keep_content,
@@ -71,6 +77,16 @@ impl Classifier {
     fn count_skip(&mut self, reason: &'static str) {
         let resource = &self.resource;
         self.skips.increment(reason, |r| metrics::counter!(m::DEDUPE_SKIPS, "resource" => resource.clone(), "reason" => r));
+    }
+
+    /// Counts (and logs, the first time) an event not shipped because it is older than the
+    /// indexed state of its object.
+    fn count_stale(&mut self, key: &str, version: &str, indexed: &str) {
+        let resource = &self.resource;
+        self.stale.increment((), |()| metrics::counter!(m::STALE_EVENTS, "resource" => resource.clone()));
+        if !std::mem::replace(&mut self.stale_logged, true) {
+            tracing::warn!(resource = %self.resource, key, resource_version = version, shipped = indexed, "Not shipped: an event older than the object's state already shipped (an API server behind the others?); further ones are counted in deltaship_stale_events_total");
+        }
     }
 
     /// Starts from a checkpoint instead of an empty index: `entries` is what was
@@ -215,6 +231,15 @@ impl Classifier {
         {
             self.keep_as_shipped(&key, obj);
             self.count_skip("resource_version");
+            return;
+        }
+        // Older than what consumers hold of the same object: history, never shipped (the
+        // contract's versions never go backwards within a key).
+        if let Some(prev) = &previous
+            && prev.uid.is(&obj.reference.uid)
+            && prev.resource_version.is_newer_than(&obj.reference.resource_version)
+        {
+            self.count_stale(&key, &obj.reference.resource_version, &prev.resource_version.to_string());
             return;
         }
         let fingerprint = obj.fingerprint;
@@ -425,6 +450,32 @@ mod tests {
         );
         assert_eq!(summary(&out), ["added:ns/a@1", "updated:ns/a@2", "deleted:ns/a@4"]);
         assert!(out.iter().all(|c| matches!(c, Change::Object(o) if o.sync_id.is_none())));
+    }
+
+    /// A lagging API server's watch or diff list replays history: an event older than the
+    /// object's state already shipped is not shipped (a newer object of another uid, or an
+    /// opaque version, still is).
+    #[test]
+    fn an_event_older_than_the_shipped_state_of_its_object_is_not_shipped() {
+        let mut c = classifier();
+        run(&mut c, vec![Observed::Init, Observed::InitDone]);
+        let recreated = configmap("a", "uid-new", "5", json!({"v": "z"}));
+        let out = run(
+            &mut c,
+            vec![
+                Observed::Apply(cm("a", "10", "x")),
+                Observed::Apply(cm("a", "9", "old")),
+                Observed::Init,
+                Observed::InitApply(cm("a", "8", "older")),
+                Observed::InitDone,
+                Observed::Apply(recreated),
+            ],
+        );
+        assert_eq!(summary(&out), ["added:ns/a@10", "started:Relist", "completed:Relist:0/0/0/0", "deleted:ns/a@10", "added:ns/a@5"]);
+        let mut c = classifier();
+        run(&mut c, vec![Observed::Init, Observed::InitDone]);
+        let out = run(&mut c, vec![Observed::Apply(cm("b", "x9", "x")), Observed::Apply(cm("b", "x10", "y"))]);
+        assert_eq!(summary(&out), ["added:ns/b@x9", "updated:ns/b@x10"], "opaque versions are not ordered");
     }
 
     /// A classifier whose index holds what a checkpoint recorded of `a`, `b` and `gone`

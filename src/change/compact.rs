@@ -29,6 +29,12 @@ impl Compact {
         }
     }
 
+    /// Whether `text` is an etcd-backed resourceVersion older than this one (both decimal
+    /// numbers); false whenever either is not a number (opaque versions are not ordered).
+    pub fn is_newer_than(&self, text: &str) -> bool {
+        matches!((self, decimal(text)), (Compact::Decimal(mine), Some(theirs)) if theirs < *mine)
+    }
+
     /// Whether this is `text`, without writing it out.
     pub fn is(&self, text: &str) -> bool {
         match self {

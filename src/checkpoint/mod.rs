@@ -11,7 +11,7 @@ mod writer;
 use sha2::{Digest, Sha256};
 
 pub use progress::{Effect, Progress, Records, Start, key_hash};
-pub use record::{Loaded, Parsed, Refused, Saved, Unusable, WatchRecord, object_key, parse, route_prefix, watch_prefix};
+pub use record::{Loaded, Now, Parsed, Refused, Saved, Unusable, WatchRecord, object_key, parse, route_prefix, watch_prefix};
 pub use store::{Store, StoreError};
 pub use writer::Writer;
 

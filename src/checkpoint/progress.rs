@@ -76,6 +76,8 @@ pub struct Start {
     pub resource_version: Option<String>,
     /// Records of an unusable checkpoint, deleted by the first write.
     pub clear: Vec<String>,
+    /// The cluster's identity, written in the watch record.
+    pub cluster_uid: Option<String>,
 }
 
 /// One route's progress, shared by its watches' workers (which register changes) and its
@@ -102,6 +104,7 @@ struct Watch {
     dirty: HashMap<String, Option<Saved>>,
     clear: Vec<String>,
     watch_dirty: bool,
+    cluster_uid: Option<String>,
 }
 
 /// Records to write: key and value, `None` deletes the key. Objects come before the watch
@@ -123,6 +126,7 @@ impl Progress {
             dirty: HashMap::new(),
             clear: start.clear,
             watch_dirty: !resumed,
+            cluster_uid: start.cluster_uid,
         };
         self.lock().insert(slot, watch);
     }
@@ -169,6 +173,7 @@ impl Progress {
                     digest: watch.digest.clone(),
                     resource_version: watch.resource_version.clone(),
                     objects: watch.keys.len() as u64,
+                    cluster_uid: watch.cluster_uid.clone(),
                 };
                 out.push((record::watch_key(&watch.prefix), Some(serde_json::to_vec(&r).expect("a record serializes"))));
             }

@@ -65,6 +65,49 @@ pub struct WatchRecord {
     pub resource_version: Option<String>,
     /// How many object records belong to it (a check that none was lost).
     pub objects: u64,
+    /// The identity of the cluster it was written for (the `kube-system` namespace's uid),
+    /// when this identity could read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_uid: Option<String>,
+}
+
+/// Where the API server stands when a checkpoint is about to be resumed from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Now {
+    /// Its current resourceVersion for the watch's scope (a consistent read); `None` when it
+    /// could not be read.
+    pub version: Option<String>,
+    /// The cluster's identity, when this identity may read it.
+    pub cluster_uid: Option<String>,
+}
+
+impl WatchRecord {
+    /// Whether the checkpoint belongs to the timeline of the cluster as it stands `now`: its
+    /// version is one the API server issues (a decimal number) and not ahead of the API
+    /// server's (an etcd restored from a backup, a cluster re-created under the same name),
+    /// and it was written for this cluster.
+    pub fn belongs_to(&self, now: &Now) -> Result<(), Unusable> {
+        let Some(at) = self.resource_version.as_deref() else { return Err(Unusable::Incomplete) };
+        let at = version_number(at).ok_or(Unusable::BadVersion)?;
+        if let (Some(written), Some(current)) = (&self.cluster_uid, &now.cluster_uid)
+            && written != current
+        {
+            return Err(Unusable::OtherCluster);
+        }
+        let current = now.version.as_deref().and_then(version_number).ok_or(Unusable::Unverified)?;
+        if at > current {
+            return Err(Unusable::Ahead);
+        }
+        Ok(())
+    }
+}
+
+/// A resourceVersion as the number etcd issues it; `None` for anything else.
+fn version_number(v: &str) -> Option<u64> {
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse().ok()
 }
 
 /// An object's record: what the consumers of the route hold of it.
@@ -115,6 +158,17 @@ pub enum Unusable {
     Unreadable,
     /// The route keeps no checkpoint (stdout without `resume.directory`).
     NoStore,
+    /// The checkpoint's version is not one the API server issues (empty, or not a number).
+    BadVersion,
+    /// The checkpoint is ahead of the API server's current version.
+    Ahead,
+    /// Written for another cluster (another `kube-system` namespace uid).
+    OtherCluster,
+    /// The API server's current version could not be read to check the checkpoint against.
+    Unverified,
+    /// Resume is off for the watch (`resume.enabled` or `resources[].resume`): its
+    /// checkpoint is replaced by what this start ships.
+    Disabled,
 }
 
 impl Unusable {
@@ -126,7 +180,18 @@ impl Unusable {
             Unusable::Incomplete => "incomplete",
             Unusable::Unreadable => "unreadable",
             Unusable::NoStore => "no_store",
+            Unusable::BadVersion => "bad_version",
+            Unusable::Ahead => "ahead",
+            Unusable::OtherCluster => "other_cluster",
+            Unusable::Unverified => "unverified",
+            Unusable::Disabled => "disabled",
         }
+    }
+
+    /// Whether the reason points at something an operator should look into (a restored
+    /// etcd, another cluster, a tampered or unreadable position), not an ordinary first start.
+    pub fn is_alarming(self) -> bool {
+        matches!(self, Unusable::BadVersion | Unusable::Ahead | Unusable::OtherCluster | Unusable::Unverified | Unusable::Corrupt)
     }
 
     pub fn describe(self) -> &'static str {
@@ -137,6 +202,13 @@ impl Unusable {
             Unusable::Incomplete => "the checkpoint was written before the first sync was acknowledged whole",
             Unusable::Unreadable => "the checkpoint store could not be read",
             Unusable::NoStore => "the route keeps no checkpoint",
+            Unusable::BadVersion => "the checkpoint's resourceVersion is not one the API server issues (empty or not a number)",
+            Unusable::Ahead => {
+                "the checkpoint is ahead of the API server (etcd restored from a backup, or a cluster re-created under the same name); continuing from it would ship nothing until the API server caught up"
+            }
+            Unusable::OtherCluster => "the checkpoint was written for another cluster (its kube-system namespace has another uid)",
+            Unusable::Unverified => "the API server's current resourceVersion could not be read to check the checkpoint against",
+            Unusable::Disabled => "resume is off for this watch; the checkpoint is replaced by what this start ships",
         }
     }
 }
@@ -248,7 +320,7 @@ mod tests {
 
     #[test]
     fn a_watch_and_its_objects_read_back() {
-        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2 };
+        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2, cluster_uid: None };
         let parsed = parse(records(&watch, &[("ns/a", saved("1")), ("system:admin", saved("2"))]));
         let loaded = parsed.into_values().next().unwrap().unwrap();
         assert_eq!(loaded.watch, watch);
@@ -258,7 +330,7 @@ mod tests {
 
     #[test]
     fn lost_or_unparsable_records_make_the_checkpoint_corrupt() {
-        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2 };
+        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2, cluster_uid: None };
         let parsed = parse(records(&watch, &[("ns/a", saved("1"))]));
         let refused = parsed.into_values().next().unwrap().unwrap_err();
         assert_eq!((refused.why, refused.keys.len()), (Unusable::Corrupt, 1), "one object record lost");
@@ -276,6 +348,31 @@ mod tests {
         let key = object_key(&prefix, "ns/system:controller:x.y");
         assert!(key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_/=.".contains(&b)), "{key}");
         assert_eq!(key, "prod=2Eeu.all=20routes.deployments=2Eapps.ns.o.ns/system=3Acontroller=3Ax=2Ey");
+    }
+
+    #[test]
+    fn a_checkpoint_belongs_only_to_its_clusters_timeline_up_to_now() {
+        let record = |rv: Option<&str>, uid: Option<&str>| WatchRecord {
+            format: FORMAT,
+            digest: "d".into(),
+            resource_version: rv.map(str::to_string),
+            objects: 0,
+            cluster_uid: uid.map(str::to_string),
+        };
+        let now = |v: Option<&str>, uid: Option<&str>| Now { version: v.map(str::to_string), cluster_uid: uid.map(str::to_string) };
+        let here = now(Some("100"), Some("k"));
+        assert_eq!(record(Some("100"), Some("k")).belongs_to(&here), Ok(()), "at the API server's version");
+        assert_eq!(record(Some("99"), None).belongs_to(&here), Ok(()), "written without the identity (it could not be read)");
+        assert_eq!(record(Some("99"), Some("k")).belongs_to(&now(Some("100"), None)), Ok(()), "the identity cannot be read now");
+        assert_eq!(record(Some("101"), Some("k")).belongs_to(&here), Err(Unusable::Ahead), "101 > 100 as numbers");
+        assert_eq!(record(Some("99999999999"), Some("k")).belongs_to(&now(Some("100000000000"), None)), Ok(()), "not compared as text");
+        assert_eq!(record(Some("5"), Some("other")).belongs_to(&here), Err(Unusable::OtherCluster));
+        for bad in ["", "abc", "-1", "1e3", " 7", "18446744073709551616"] {
+            assert_eq!(record(Some(bad), Some("k")).belongs_to(&here), Err(Unusable::BadVersion), "{bad:?}");
+        }
+        assert_eq!(record(None, Some("k")).belongs_to(&here), Err(Unusable::Incomplete));
+        assert_eq!(record(Some("5"), Some("k")).belongs_to(&now(None, Some("k"))), Err(Unusable::Unverified));
+        assert_eq!(record(Some("5"), Some("k")).belongs_to(&now(Some("abc"), Some("k"))), Err(Unusable::Unverified));
     }
 
     proptest! {

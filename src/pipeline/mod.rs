@@ -111,12 +111,21 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     // not up yet) end on SIGTERM too.
     forward_signals(stop.clone())?;
     let metrics = telemetry::install_recorder()?;
-    let Started { client, scopes } = start(&config, &mut |step| {
+    let mut report = |step: Result<&str, &RunError>| {
         if let Ok(passed) = step {
             tracing::debug!("{passed}");
         }
-    })
-    .await?;
+    };
+    let started = start(&config, &mut report);
+    // An API server that does not answer holds each start-up step up to the client's
+    // timeouts: a SIGTERM meanwhile ends the start-up at once (nothing is watched yet).
+    let Started { client, scopes } = tokio::select! {
+        started = started => started?,
+        () = stop.cancelled() => {
+            tracing::info!("Stopped during start-up, before anything was watched");
+            return Ok(());
+        }
+    };
     let routes = config.effective_routes();
     let mut sinks = Vec::new();
     for (i, route) in routes.iter().enumerate() {
@@ -156,7 +165,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
 
     // Where each watch starts: the routes' checkpoints, read once leading.
     let retry = RetryPolicy { initial: Duration::from_millis(config.delivery.retry_initial_ms), max: Duration::from_millis(config.delivery.retry_max_ms) };
-    let starts = resume::load(&config, &routes, &scopes, retry, &stop).await;
+    let starts = resume::load(&config, &client, &routes, &scopes, retry, &stop).await;
     let checkpoint_stop = CancellationToken::new();
     let mut writers = JoinSet::new();
     for (route, tracked) in routes.iter().zip(&starts.routes) {

@@ -10,10 +10,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::RetryPolicy;
 use crate::change::Entry;
-use crate::checkpoint::{self, Loaded, Parsed, Progress, Refused, Resume, Start, Store, StoreError, Unusable};
+use kube::Client;
+
+use crate::checkpoint::{self, Loaded, Now, Parsed, Progress, Refused, Resume, Start, Store, StoreError, Unusable};
 use crate::config::{Config, RouteConfig};
 use crate::plan::Scope;
 use crate::telemetry::metrics as m;
+use crate::watch::position;
 
 /// How long start-up keeps trying to read a route's checkpoint store before starting its
 /// watches with full syncs.
@@ -45,8 +48,9 @@ enum Found {
     Usable(Loaded),
 }
 
-/// Reads the checkpoints of every route and decides each watch's start.
-pub async fn load(config: &Config, routes: &[RouteConfig], scopes: &[Arc<Scope>], retry: RetryPolicy, stop: &CancellationToken) -> Starts {
+/// Reads the checkpoints of every route and decides each watch's start: a checkpoint is
+/// resumed from only once it is shown to belong to this cluster's timeline (`WatchRecord::belongs_to`).
+pub async fn load(config: &Config, client: &Client, routes: &[RouteConfig], scopes: &[Arc<Scope>], retry: RetryPolicy, stop: &CancellationToken) -> Starts {
     let mut starts = Starts::default();
     // Each route's checkpoints, or why it keeps none.
     let mut read: Vec<Result<Parsed, Unusable>> = Vec::new();
@@ -64,6 +68,8 @@ pub async fn load(config: &Config, routes: &[RouteConfig], scopes: &[Arc<Scope>]
             Err(e) => {
                 if stop.is_cancelled() {
                     tracing::debug!(route = %route.name, error = %e, "Stopped before the route's checkpoint could be read");
+                } else if !config.resume.enabled {
+                    tracing::warn!(route = %route.name, error = %e, "Resume is off and the route's checkpoint cannot be read to replace it; a later start with resume on may continue from it");
                 } else {
                     tracing::error!(route = %route.name, error = %e, "Cannot use the route's checkpoint; its watches start with full syncs and it keeps no checkpoint this run");
                 }
@@ -76,9 +82,11 @@ pub async fn load(config: &Config, routes: &[RouteConfig], scopes: &[Arc<Scope>]
     if stop.is_cancelled() {
         return starts;
     }
+    let cluster_uid = if starts.routes.iter().any(Option::is_some) { identity(client, retry).await } else { None };
     for (slot, scope) in scopes.iter().enumerate() {
         let label = scope.resource.label();
         let enabled = config.resume.enabled && config.resources[scope.index].resume;
+        let now = if enabled { Now { version: current_version(client, scope, retry).await, cluster_uid: cluster_uid.clone() } } else { Now::default() };
         // Each route of the watch: what its checkpoint holds.
         let mut found = Vec::new();
         for output in &scope.outputs {
@@ -91,10 +99,13 @@ pub async fn load(config: &Config, routes: &[RouteConfig], scopes: &[Arc<Scope>]
             };
             let prefix = checkpoint::watch_prefix(&checkpoint::route_prefix(&config.cluster, &output.route_name), &label, scope.namespace.as_deref());
             let digest = checkpoint::digest(&config.cluster, scope, output);
-            let f = classify(records.remove(&prefix), &prefix, &digest);
+            let f = classify(records.remove(&prefix), &prefix, &digest, &now);
             found.push((output.route, prefix, digest, f));
         }
-        let oldest = if enabled { decide(&found) } else { Err(None) };
+        // Resume off: the checkpoint is read all the same, and replaced by this start's
+        // full sync, so that a later start with resume on never continues from knowledge
+        // older than what this run shipped.
+        let oldest = if enabled { decide(&found) } else { Err(found.first().map(|(route, ..)| (*route, Unusable::Disabled))) };
         // Where each route's checkpoint of the watch starts: as read when the watch
         // resumes, else cleared (the initial sync records what exists now).
         for (route, prefix, digest, f) in &found {
@@ -106,8 +117,9 @@ pub async fn load(config: &Config, routes: &[RouteConfig], scopes: &[Arc<Scope>]
                     objects: loaded.objects.keys().map(|k| checkpoint::key_hash(k)).collect(),
                     resource_version: loaded.watch.resource_version.clone(),
                     clear: Vec::new(),
+                    cluster_uid: cluster_uid.clone(),
                 },
-                _ => Start { prefix: prefix.clone(), digest: digest.clone(), clear: clearing(f, prefix), ..Start::default() },
+                _ => Start { prefix: prefix.clone(), digest: digest.clone(), clear: clearing(f, prefix), cluster_uid: cluster_uid.clone(), ..Start::default() },
             };
             progress.track(slot, start);
         }
@@ -121,7 +133,12 @@ pub async fn load(config: &Config, routes: &[RouteConfig], scopes: &[Arc<Scope>]
             Err(why) => {
                 if let Some((route, why)) = why {
                     metrics::counter!(m::RESUME_FALLBACKS, "resource" => label.clone(), "reason" => why.as_str()).increment(1);
-                    tracing::info!(watch = %scope.describe(), route = %routes[route].name, reason = why.as_str(), "Starting with a full initial sync: {}", why.describe());
+                    let (watch, route, reason) = (scope.describe(), &routes[route].name, why.as_str());
+                    if why.is_alarming() {
+                        tracing::warn!(%watch, %route, reason, version = ?now.version, "Starting with a full initial sync: {}", why.describe());
+                    } else {
+                        tracing::info!(%watch, %route, reason, "Starting with a full initial sync: {}", why.describe());
+                    }
                 }
                 (None, None)
             }
@@ -130,17 +147,17 @@ pub async fn load(config: &Config, routes: &[RouteConfig], scopes: &[Arc<Scope>]
     starts
 }
 
-/// The route's checkpoint of a watch: usable when its digest is the watch's and its first
-/// sync was acknowledged whole.
-fn classify(records: Option<Result<Loaded, Refused>>, prefix: &str, digest: &str) -> Found {
+/// The route's checkpoint of a watch: usable when its digest is the watch's, its first
+/// sync was acknowledged whole, and it belongs to the cluster's timeline as it stands `now`.
+fn classify(records: Option<Result<Loaded, Refused>>, prefix: &str, digest: &str, now: &Now) -> Found {
     match records {
         None => Found::Unusable(Unusable::Missing, Vec::new()),
         Some(Err(Refused { why, keys })) => Found::Unusable(why, keys),
         Some(Ok(loaded)) => {
             let why = if loaded.watch.digest != digest {
                 Unusable::Foreign
-            } else if loaded.watch.resource_version.is_none() {
-                Unusable::Incomplete
+            } else if let Err(why) = loaded.watch.belongs_to(now) {
+                why
             } else {
                 return Found::Usable(loaded);
             };
@@ -196,8 +213,42 @@ fn resume_from(found: &mut Found) -> Option<Resume> {
     Some(Resume { entries, resource_version: loaded.watch.resource_version.clone().unwrap_or_default() })
 }
 
+/// How many times start-up asks the API server where it stands before it gives up on
+/// checking (and resuming from) a checkpoint.
+const ASK: u32 = 3;
+
+/// The API server's current resourceVersion for `scope`, asked a few times; `None` when it
+/// does not answer (the watch's checkpoint is then not resumed from: `unverified`).
+async fn current_version(client: &Client, scope: &Scope, retry: RetryPolicy) -> Option<String> {
+    for attempt in 0..ASK {
+        match position::current_version(client, scope).await {
+            Ok(v) => return Some(v),
+            Err(e) if attempt + 1 == ASK => tracing::warn!(watch = %scope.describe(), error = %e, "Cannot read the API server's current resourceVersion"),
+            Err(_) => tokio::time::sleep(retry.delay(attempt)).await,
+        }
+    }
+    None
+}
+
+/// The cluster's identity, asked a few times; `None` when it cannot be read (RBAC, or the
+/// API server does not answer): checkpoints are then not checked against it.
+async fn identity(client: &Client, retry: RetryPolicy) -> Option<String> {
+    for attempt in 0..ASK {
+        match position::cluster_uid(client).await {
+            Ok(None) => {
+                tracing::info!("Cannot read the kube-system namespace (allow `get` on it to check checkpoints against the cluster's identity)");
+                return None;
+            }
+            Ok(uid) => return uid,
+            Err(e) if attempt + 1 == ASK => tracing::warn!(error = %e, "Cannot read the cluster's identity (the kube-system namespace's uid)"),
+            Err(_) => tokio::time::sleep(retry.delay(attempt)).await,
+        }
+    }
+    None
+}
+
 /// The route's store and its records, read with retries for a while; `None` when the
-/// route keeps no checkpoint.
+/// route keeps no checkpoint. Read with resume off too: that start replaces them.
 async fn open(
     config: &Config,
     route: &RouteConfig,
@@ -205,9 +256,6 @@ async fn open(
     retry: RetryPolicy,
     stop: &CancellationToken,
 ) -> Result<Option<(Store, HashMap<String, Vec<u8>>)>, StoreError> {
-    if !config.resume.enabled {
-        return Ok(None);
-    }
     let started = Instant::now();
     let mut attempt = 0;
     loop {
@@ -243,7 +291,10 @@ mod tests {
     fn loaded(digest: &str, rv: Option<&str>, objects: &[&str]) -> Loaded {
         let objects: HashMap<String, Saved> =
             objects.iter().map(|k| (k.to_string(), Saved { uid: format!("uid-{k}"), resource_version: "1".into(), fingerprint: 1 })).collect();
-        Loaded { watch: WatchRecord { format: 1, digest: digest.into(), resource_version: rv.map(str::to_string), objects: objects.len() as u64 }, objects }
+        Loaded {
+            watch: WatchRecord { format: 1, digest: digest.into(), resource_version: rv.map(str::to_string), objects: objects.len() as u64, cluster_uid: None },
+            objects,
+        }
     }
 
     fn found(route: usize, f: Found) -> (usize, String, String, Found) {
@@ -251,12 +302,15 @@ mod tests {
     }
 
     #[test]
-    fn a_checkpoint_is_usable_only_under_the_same_digest_and_once_synced() {
-        assert!(matches!(classify(None, "p", "d"), Found::Unusable(Unusable::Missing, _)));
-        let Found::Unusable(why, clear) = classify(Some(Ok(loaded("other", Some("5"), &["ns/a"]))), "p", "d") else { panic!("foreign") };
+    fn a_checkpoint_is_usable_only_under_the_same_digest_once_synced_and_not_ahead() {
+        let now = Now { version: Some("7".into()), cluster_uid: None };
+        assert!(matches!(classify(None, "p", "d", &now), Found::Unusable(Unusable::Missing, _)));
+        let Found::Unusable(why, clear) = classify(Some(Ok(loaded("other", Some("5"), &["ns/a"]))), "p", "d", &now) else { panic!("foreign") };
         assert_eq!((why, clear), (Unusable::Foreign, vec!["p.o.ns/a".to_string()]), "a foreign checkpoint is cleared");
-        assert!(matches!(classify(Some(Ok(loaded("d", None, &[]))), "p", "d"), Found::Unusable(Unusable::Incomplete, _)));
-        assert!(matches!(classify(Some(Ok(loaded("d", Some("5"), &[]))), "p", "d"), Found::Usable(_)));
+        assert!(matches!(classify(Some(Ok(loaded("d", None, &[]))), "p", "d", &now), Found::Unusable(Unusable::Incomplete, _)));
+        assert!(matches!(classify(Some(Ok(loaded("d", Some("5"), &[]))), "p", "d", &now), Found::Usable(_)));
+        let Found::Unusable(why, clear) = classify(Some(Ok(loaded("d", Some("8"), &["ns/a"]))), "p", "d", &now) else { panic!("ahead") };
+        assert_eq!((why, clear), (Unusable::Ahead, vec!["p.o.ns/a".to_string()]), "a checkpoint ahead of the API server is cleared");
     }
 
     #[test]

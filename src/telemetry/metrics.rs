@@ -5,6 +5,7 @@ use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
 pub const EVENTS: &str = "deltaship_events_total";
 pub const DEDUPE_SKIPS: &str = "deltaship_dedupe_skips_total";
+pub const STALE_EVENTS: &str = "deltaship_stale_events_total";
 pub const FILTERED: &str = "deltaship_filtered_events_total";
 pub const SYNCS: &str = "deltaship_syncs_total";
 pub const RELISTS: &str = "deltaship_relists_total";
@@ -65,11 +66,15 @@ pub fn describe() {
     );
     describe_counter!(EVENTS, "Events acknowledged by the sink, by resource, type and route.");
     describe_counter!(DEDUPE_SKIPS, "Updates not shipped because nothing visible changed, by resource and reason (resource_version, fingerprint).");
+    describe_counter!(
+        STALE_EVENTS,
+        "Object events not shipped because they are older than the object's state already shipped (a lagging API server), by resource."
+    );
     describe_counter!(FILTERED, "Object events not shipped because of a filter (the resource's or the route's), by resource, type and route.");
     describe_counter!(SYNCS, "Completed syncs, by resource and reason (initial, relist, resync, resume).");
     describe_counter!(
         RESUME_FALLBACKS,
-        "Watches that started with a full initial sync instead of resuming from their routes' checkpoints, by resource and reason (missing, corrupt, foreign, incomplete, unreadable, no_store)."
+        "Watches that started with a full initial sync instead of resuming from their routes' checkpoints, by resource and reason (missing, corrupt, foreign, incomplete, unreadable, no_store, bad_version, ahead, other_cluster, unverified, disabled)."
     );
     describe_counter!(CHECKPOINT_WRITES, "Writes of acknowledged progress to the route's checkpoint store, by route and outcome (ok, failed).");
     describe_counter!(CHECKPOINT_RECORDS, "Checkpoint records written, by route.");

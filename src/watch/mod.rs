@@ -7,6 +7,7 @@ pub mod client;
 mod decode;
 pub mod discovery;
 pub mod lines;
+pub mod position;
 mod requests;
 mod stream;
 mod watched;

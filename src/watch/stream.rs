@@ -13,7 +13,7 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube::Client;
-use kube::api::{ListParams, VersionMatch, WatchEvent, WatchParams};
+use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::core::Request;
 use kube::runtime::watcher::Error;
 use rand::Rng;
@@ -39,6 +39,12 @@ const SETTLE: Duration = Duration::from_millis(300);
 /// How long one watch request lasts; the API server ends it then and it is renewed from
 /// the last version seen.
 const WATCH_TIMEOUT_SECS: u32 = 290;
+
+/// The version a streaming list asks for: none, so the API server answers with its state
+/// as of now (a consistent read, waiting until its cache has caught up, or refusing with
+/// 504 when it cannot), as client-go's reflector asks for it. `0` would take the cache as it
+/// stands, which on a lagging API server is history.
+const CONSISTENT: &str = "";
 
 /// The annotation of the bookmark that ends a streaming list's initial events.
 const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
@@ -148,7 +154,7 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
         match std::mem::replace(&mut self.state, State::List) {
             State::List if self.settings.streaming => {
                 let params = self.watch_params().initial_events();
-                let events = watch(&self.client, &self.request, &params, "0").await?;
+                let events = watch(&self.client, &self.request, &params, CONSISTENT).await?;
                 self.state = State::Streaming(events);
                 Ok(Some(Observed::Init))
             }
@@ -280,12 +286,12 @@ async fn watch(client: &Client, request: &Request, params: &WatchParams, version
 async fn page(client: &Client, request: &Request, settings: &Settings, token: Option<String>) -> Result<State, Error> {
     let mut params = ListParams { label_selector: settings.label_selector.clone(), field_selector: settings.field_selector.clone(), ..ListParams::default() }
         .limit(settings.page_size);
-    params = match &token {
-        Some(t) => params.continue_token(t),
-        // Served from the API server's watch cache: cheap for it, and the watch then
-        // continues from the list's version, so nothing is missed.
-        None => params.at("0").matching(VersionMatch::NotOlderThan),
-    };
+    // The first page names no version: a consistent read (client-go's relist after its
+    // version is gone). A version of "0" would be served from a watch cache as it stands,
+    // which on a lagging API server is older than what was already shipped.
+    if let Some(t) = &token {
+        params = params.continue_token(t);
+    }
     let mut req = request.list(&params).map_err(|e| Error::InitialListFailed(kube::Error::BuildRequest(e)))?;
     req.extensions_mut().insert("list");
     let page: Page = client.request(req).await.map_err(Error::InitialListFailed)?;
@@ -417,6 +423,68 @@ mod tests {
             watch(scripted(vec![json!({"metadata": {"resourceVersion": "9"}, "items": [cm("n", "8")]})], vec![vec![gone]]), settings(), Some("7".into()));
         let items = first(stream, 4).await;
         assert_eq!(items, ["init", "listed n", "at 9", "listed"], "the version is gone: a list, and no `resumed`");
+    }
+
+    /// A request's query parameters (URL-decoded), sorted by name.
+    fn query(uri: &str) -> Vec<(String, String)> {
+        let uri: http::Uri = uri.parse().unwrap();
+        let mut pairs: Vec<(String, String)> = url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()).into_owned().collect();
+        pairs.sort();
+        pairs
+    }
+
+    fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut pairs: Vec<(String, String)> = expected.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        pairs.sort();
+        pairs
+    }
+
+    fn gone() -> serde_json::Value {
+        json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "too old", "reason": "Expired", "code": 410}})
+    }
+
+    /// Pins what every start and relist path sends, whatever the client library makes of
+    /// its parameters: each list is a consistent read (no `resourceVersion`, or an empty one
+    /// on a streaming list), never `resourceVersion=0`, which a lagging API server answers
+    /// from a stale cache.
+    #[tokio::test]
+    async fn every_list_on_every_path_is_a_consistent_read() {
+        let watch_from = |v: &str| pairs(&[("watch", "true"), ("timeoutSeconds", "290"), ("allowWatchBookmarks", "true"), ("resourceVersion", v)]);
+        let first_page = pairs(&[("limit", "1")]);
+        // Paged: the first start, a second page, the watch, a relist after 410 Gone.
+        let lists = vec![
+            json!({"metadata": {"resourceVersion": "10", "continue": "next"}, "items": [cm("a", "3")]}),
+            json!({"metadata": {"resourceVersion": "10"}, "items": [cm("b", "5")]}),
+            json!({"metadata": {"resourceVersion": "20"}, "items": []}),
+        ];
+        let (stream, seen) = watch(scripted(lists, vec![vec![gone()]]), settings(), None);
+        first(stream, 8).await;
+        let seen: Vec<_> = seen.lock().unwrap().iter().map(|u| query(u)).collect();
+        assert_eq!(seen[0], first_page, "the first list");
+        assert_eq!(seen[1], pairs(&[("limit", "1"), ("continue", "next")]), "its next page");
+        assert_eq!(seen[2], watch_from("10"), "the watch from the list's version");
+        assert_eq!(seen[3], first_page, "the relist after 410 Gone");
+        // A resume: the watch from the checkpoint's version; once that is gone, a consistent list.
+        let (stream, seen) =
+            watch(scripted(vec![json!({"metadata": {"resourceVersion": "9"}, "items": []})], vec![vec![gone()]]), settings(), Some("7".into()));
+        first(stream, 3).await;
+        let seen: Vec<_> = seen.lock().unwrap().iter().map(|u| query(u)).collect();
+        assert_eq!(seen[..2], [watch_from("7"), first_page.clone()], "a resume, then the list after its version is gone");
+        // Streaming: the first start and the relist after 410 Gone.
+        let end = |v: &str| json!({"type": "BOOKMARK", "object": {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"resourceVersion": v, "annotations": {INITIAL_EVENTS_END: "true"}}}});
+        let watches = vec![vec![end("12"), gone()], vec![end("30")]];
+        let (stream, seen) = watch(scripted(Vec::new(), watches), Settings { streaming: true, ..settings() }, None);
+        first(stream, 6).await;
+        let streaming = pairs(&[
+            ("watch", "true"),
+            ("timeoutSeconds", "290"),
+            ("allowWatchBookmarks", "true"),
+            ("sendInitialEvents", "true"),
+            ("resourceVersionMatch", "NotOlderThan"),
+            ("resourceVersion", ""),
+        ]);
+        let seen: Vec<_> = seen.lock().unwrap().iter().map(|u| query(u)).collect();
+        assert_eq!(seen, [streaming.clone(), streaming], "the streaming list, and again after 410 Gone");
     }
 
     #[tokio::test]

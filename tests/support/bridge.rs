@@ -143,6 +143,11 @@ impl Bridge {
         Bridge { child, http: format!("127.0.0.1:{port}"), config, stdout, log, reader: Some(reader) }
     }
 
+    /// Whether the process has not exited yet.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
     /// The process id of the running bridge (for /proc/<pid>/status).
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -1,0 +1,42 @@
+//! Where the API server stands: its current resourceVersion for a watch scope and the
+//! cluster's identity, the facts a checkpoint is checked against before it is resumed from.
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use serde::Deserialize;
+
+use crate::plan::Scope;
+
+/// A list response read for its metadata alone: the items are skipped unparsed (without a
+/// depth limit), so that no object, however deeply nested, can fail the read.
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default)]
+    metadata: ListMeta,
+}
+
+/// The API server's current resourceVersion for `scope`: a consistent list of at most one
+/// object with the scope's selectors (the API server rejects a bad selector here, with 400).
+pub async fn current_version(client: &Client, scope: &Scope) -> kube::Result<String> {
+    let mut params = ListParams::default().limit(1);
+    params.label_selector = scope.label_selector.clone();
+    params.field_selector = scope.field_selector.clone();
+    let url = super::api(client.clone(), scope).resource_url().to_string();
+    let mut req = kube::core::Request::new(url).list(&params).map_err(kube::Error::BuildRequest)?;
+    req.extensions_mut().insert("list");
+    let head: Head = client.request(req).await?;
+    Ok(head.metadata.resource_version.unwrap_or_default())
+}
+
+/// The cluster's identity: the uid of its `kube-system` namespace, which lives as long as
+/// the cluster. `None` when this identity may not read it (RBAC) or it does not exist.
+pub async fn cluster_uid(client: &Client) -> kube::Result<Option<String>> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    match namespaces.get_opt("kube-system").await {
+        Ok(ns) => Ok(ns.and_then(|ns| ns.metadata.uid)),
+        Err(kube::Error::Api(e)) if e.code == 403 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
