@@ -235,3 +235,16 @@ fn a_secret_librdkafka_value_never_appears_in_the_output() {
         assert!(!out.contains(secret), "{command}: {out}");
     }
 }
+
+#[test]
+fn knative_overrides_of_core_attributes_or_with_control_characters_are_refused_naming_the_extension() {
+    let file = write("c.toml", &format!("{CM}[sink]\ntype = \"http\"\nurl = \"http://127.0.0.1:9/events\"\n"));
+    for name in ["id", "type", "source", "specversion", "subject", "time", "cluster", "partitionkey"] {
+        let overrides = format!(r#"{{"extensions": {{"team": "shop", "{name}": "x"}}}}"#);
+        refused_with_env(&file, &[("K_CE_OVERRIDES", &overrides)], &["`K_CE_OVERRIDES`", &format!("sets `{name}`"), &format!("remove `{name}`")]);
+    }
+    refused_with_env(&file, &[("K_CE_OVERRIDES", r#"{"extensions": {"team": "shop\r\nx-evil: 1"}}"#)], &["`K_CE_OVERRIDES`", "`team`", "control character"]);
+    refused_with_env(&file, &[("K_CE_OVERRIDES", r#"{"extensions": {"Team": "shop"}}"#)], &["`K_CE_OVERRIDES`", "`Team`", "lowercase"]);
+    let (code, out) = deltaship("print-config", &file, &[("K_CE_OVERRIDES", r#"{"extensions": {"team": "shop"}}"#)]);
+    assert_eq!(code, Some(0), "{out}");
+}

@@ -101,19 +101,123 @@ impl HttpSinkConfig {
     }
 }
 
+/// The CloudEvents context attributes (`data` and `data_base64` too, the members of a
+/// structured event's body) and the extensions of the event contract that deltaship sets:
+/// names `K_CE_OVERRIDES` may not use. Overriding `id` would give every event one id (and a
+/// consumer that skips repeats by id would keep only the first); the others identify the
+/// object and its resource. `event::attributes` tests that every attribute deltaship writes
+/// is listed here.
+pub const RESERVED_ATTRIBUTES: [&str; 20] = [
+    "specversion",
+    "id",
+    "source",
+    "type",
+    "subject",
+    "time",
+    "datacontenttype",
+    "dataschema",
+    "data",
+    "data_base64",
+    "cluster",
+    "apiversion",
+    "kind",
+    "namespace",
+    "name",
+    "uid",
+    "resourceversion",
+    "partitionkey",
+    "syncid",
+    "truncated",
+];
+
 /// The extensions of `$K_CE_OVERRIDES` (none when unset), set on every event as Knative's
-/// sources do; an error says what is wrong with the variable's JSON.
-pub fn ce_overrides() -> Result<BTreeMap<String, String>, String> {
-    let Ok(text) = std::env::var(K_CE_OVERRIDES) else { return Ok(BTreeMap::new()) };
+/// sources do; an error is (what is wrong, the fix).
+pub fn ce_overrides() -> Result<BTreeMap<String, String>, (String, String)> {
+    match std::env::var(K_CE_OVERRIDES) {
+        Ok(text) => parse_ce_overrides(&text),
+        Err(_) => Ok(BTreeMap::new()),
+    }
+}
+
+/// The overrides in `text`: JSON `{"extensions": {"name": "value"}}` whose names are
+/// CloudEvents extension names (1 to 20 lowercase letters or digits) that deltaship does not
+/// set itself, and whose values hold no control character (a CR or LF would end a header of
+/// the HTTP binding). The problem names the extension, never more of the value than needed.
+fn parse_ce_overrides(text: &str) -> Result<BTreeMap<String, String>, (String, String)> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Overrides {
         #[serde(default)]
         extensions: BTreeMap<String, String>,
     }
-    let parsed: Overrides = serde_json::from_str(&text).map_err(|e| format!("is not JSON of the form {{\"extensions\": {{\"name\": \"value\"}}}}: {e}"))?;
-    if let Some(bad) = parsed.extensions.keys().find(|k| k.is_empty() || k.len() > 20 || !k.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())) {
-        return Err(format!("names the extension `{bad}`; CloudEvents extension names are 1 to 20 lowercase letters or digits"));
+    let example = "set it as Knative does, e.g. {\"extensions\": {\"team\": \"shop\"}}, or unset it";
+    let parsed: Overrides =
+        serde_json::from_str(text).map_err(|e| (format!("is not JSON of the form {{\"extensions\": {{\"name\": \"value\"}}}}: {e}"), example.to_string()))?;
+    for (name, value) in &parsed.extensions {
+        if name.is_empty() || name.len() > 20 || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+            return Err((
+                format!("names the extension `{name}`; CloudEvents extension names are 1 to 20 lowercase letters or digits"),
+                format!("rename `{name}` to lowercase letters and digits only, e.g. `team`"),
+            ));
+        }
+        if RESERVED_ATTRIBUTES.contains(&name.as_str()) {
+            return Err((
+                format!("sets `{name}`, which deltaship sets on every event (a CloudEvents attribute or an extension of its event contract)"),
+                format!("remove `{name}` from the extensions, or give the value another name, e.g. `x{name}`; reserved: {}", RESERVED_ATTRIBUTES.join(", ")),
+            ));
+        }
+        if value.chars().any(char::is_control) {
+            return Err((
+                format!("gives the extension `{name}` a value with a control character (CR, LF, tab or another)"),
+                format!("remove the control characters from the value of `{name}`"),
+            ));
+        }
     }
     Ok(parsed.extensions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(text: &str) -> (String, String) {
+        parse_ce_overrides(text).expect_err(text)
+    }
+
+    #[test]
+    fn overrides_add_extensions_of_valid_names() {
+        let o = parse_ce_overrides(r#"{"extensions": {"team": "shop", "tier2": "a b/c"}}"#).unwrap();
+        assert_eq!(o.into_iter().collect::<Vec<_>>(), [("team".to_string(), "shop".to_string()), ("tier2".into(), "a b/c".into())]);
+        assert!(parse_ce_overrides("{}").unwrap().is_empty());
+    }
+
+    #[test]
+    fn overrides_of_core_attributes_and_contract_extensions_are_refused_naming_them() {
+        for name in RESERVED_ATTRIBUTES.iter().filter(|n| !n.contains('_')) {
+            let (problem, fix) = refused(&format!(r#"{{"extensions": {{"{name}": "x"}}}}"#));
+            assert!(problem.contains(&format!("sets `{name}`")), "{problem}");
+            assert!(fix.contains(&format!("remove `{name}`")), "{fix}");
+        }
+        let (problem, _) = refused(r#"{"extensions": {"team": "shop", "id": "x"}}"#);
+        assert!(problem.contains("`id`"), "{problem}");
+    }
+
+    #[test]
+    fn override_values_with_control_characters_are_refused() {
+        for value in [r"a\r\nx-injected: 1", r"line\n", r"tab\there", r"nul\u0000"] {
+            let (problem, fix) = refused(&format!(r#"{{"extensions": {{"team": "{value}"}}}}"#));
+            assert!(problem.contains("`team`") && problem.contains("control character"), "{problem}");
+            assert!(fix.contains("`team`"), "{fix}");
+        }
+    }
+
+    #[test]
+    fn override_names_that_are_not_cloudevents_names_are_refused() {
+        for name in ["Team", "team-a", "", "a_b", "abcdefghijklmnopqrstu"] {
+            let (problem, _) = refused(&format!(r#"{{"extensions": {{"{name}": "x"}}}}"#));
+            assert!(problem.contains("lowercase letters or digits"), "{name}: {problem}");
+        }
+        assert!(refused(r#"{"extensions": {"team": 1}}"#).0.contains("is not JSON of the form"));
+        assert!(refused(r#"{"extension": {}}"#).0.contains("is not JSON of the form"));
+    }
 }

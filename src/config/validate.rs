@@ -301,8 +301,8 @@ fn validate_http(out: &mut Vec<Problem>, key: &str, h: &HttpSinkConfig) {
             _ => out.push(problem(at("url"), format!("`{url}` is not an http:// or https:// URL"), "give a URL such as `https://events.example.com/hook`")),
         },
     }
-    if let Err(e) = ce_overrides() {
-        out.push(problem(K_CE_OVERRIDES.to_string(), e, "set it as Knative does, e.g. {\"extensions\": {\"team\": \"shop\"}}, or unset it"));
+    if let Err((what, fix)) = ce_overrides() {
+        out.push(problem(K_CE_OVERRIDES, what, fix));
     }
     check_range(out, at("timeout_ms"), h.timeout_ms, ranges::HTTP_TIMEOUT_MS, "milliseconds (e.g. 10000)");
     check_range(out, at("max_requests"), h.max_requests, ranges::HTTP_MAX_REQUESTS, "requests (e.g. 64)");

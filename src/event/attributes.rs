@@ -118,6 +118,15 @@ mod tests {
     }
 
     #[test]
+    fn every_attribute_deltaship_writes_is_reserved_from_knative_overrides() {
+        for (object, truncated) in [(true, true), (false, false)] {
+            for (name, _) in attributes(object, truncated).pairs() {
+                assert!(crate::config::RESERVED_ATTRIBUTES.contains(&name), "`{name}` can be replaced by K_CE_OVERRIDES: add it to RESERVED_ATTRIBUTES");
+            }
+        }
+    }
+
+    #[test]
     fn the_pairs_are_what_the_sdk_holds_for_the_same_event() {
         for (object, truncated) in [(true, false), (true, true), (false, false)] {
             let a = attributes(object, truncated);

@@ -307,6 +307,9 @@ pub enum SinkError {
     /// The HTTP sink's URL is missing or invalid (checked at start-up already).
     #[error("config: sink.url: {0}")]
     HttpUrl(String),
+    /// `K_CE_OVERRIDES` is refused (checked at start-up already).
+    #[error("config: K_CE_OVERRIDES: {0}")]
+    CeOverrides(String),
     /// The HTTP server cannot be reached.
     #[error("the HTTP server at {address} is unreachable: {reason}")]
     HttpUnreachable { address: String, reason: String },
@@ -336,7 +339,8 @@ impl SinkError {
             | SinkError::StreamNotFound { .. }
             | SinkError::StreamRefused { .. }
             | SinkError::HttpTls { .. }
-            | SinkError::HttpUrl(_) => false,
+            | SinkError::HttpUrl(_)
+            | SinkError::CeOverrides(_) => false,
         }
     }
 }

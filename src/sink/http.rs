@@ -45,7 +45,7 @@ struct Inner {
     requests: Semaphore,
     on_client_error: ClientErrorPolicy,
     auth: Option<Auth>,
-    /// `K_CE_OVERRIDES`: extensions set on every event.
+    /// `K_CE_OVERRIDES`: extensions added to every event, never one deltaship sets.
     overrides: Vec<(String, String)>,
 }
 
@@ -130,7 +130,7 @@ impl HttpSink {
             }
             (None, None) => None,
         };
-        let overrides = ce_overrides().map_err(|e| SinkError::HttpUrl(format!("{}: {e}", crate::config::K_CE_OVERRIDES)))?.into_iter().collect();
+        let overrides = ce_overrides().map_err(|(what, fix)| SinkError::CeOverrides(format!("{what}; fix: {fix}")))?.into_iter().collect();
         Ok(HttpSink {
             inner: Arc::new(Inner {
                 client,
@@ -192,12 +192,12 @@ impl HttpSink {
 
     fn request(&self, env: &Envelope) -> Result<Request<Full<Bytes>>, Failure> {
         let inner = &self.inner;
-        let overridden = |name: &str| inner.overrides.iter().any(|(n, _)| n == name);
         let mut builder = Request::builder().method(Method::POST).uri(inner.uri.clone());
         let headers = builder.headers_mut().expect("a new request builder has headers");
         let body = match inner.content_mode {
             ContentMode::Binary => {
-                let ours = env.attributes.pairs().filter(|(name, _)| !overridden(name)).map(|(name, value)| (name as &str, value));
+                // The overrides never name an attribute of ours (config::RESERVED_ATTRIBUTES).
+                let ours = env.attributes.pairs().map(|(name, value)| (name as &str, value));
                 let overrides = inner.overrides.iter().map(|(name, value)| (name.as_str(), value.as_str()));
                 for (name, value) in ours.chain(overrides) {
                     let (name, value) = if name == "datacontenttype" {
@@ -345,12 +345,12 @@ mod tests {
         assert_eq!(retry_after(&h), None);
     }
 
-    /// A sink of `mode` with Knative's overrides `team = shop` and `cluster = edge` (as
+    /// A sink of `mode` with Knative's overrides `team = shop` and `tier = gold` (as
     /// `K_CE_OVERRIDES` sets them), and the request it makes of an object event.
     fn request_with_overrides(mode: &str) -> Request<Full<Bytes>> {
         let cfg: HttpSinkConfig = serde_json::from_value(serde_json::json!({"url": "http://127.0.0.1:9/events", "content_mode": mode})).unwrap();
         let mut sink = HttpSink::new(&cfg).unwrap();
-        Arc::get_mut(&mut sink.inner).unwrap().overrides = vec![("team".into(), "shop".into()), ("cluster".into(), "edge".into())];
+        Arc::get_mut(&mut sink.inner).unwrap().overrides = vec![("team".into(), "shop".into()), ("tier".into(), "gold".into())];
         let mut attributes = crate::event::WatchAttributes::new("c".into(), &crate::model::fixtures::configmaps()).event(
             "e1".into(),
             "dev.deltaship.object.added",
@@ -372,11 +372,11 @@ mod tests {
     }
 
     #[test]
-    fn knative_overrides_add_or_replace_extensions_in_both_modes() {
+    fn knative_overrides_add_extensions_in_both_modes() {
         let binary = request_with_overrides("binary");
         let h = binary.headers();
-        assert_eq!(h["ce-team"], "shop");
-        assert_eq!(h["ce-cluster"], "edge", "an override replaces deltaship's value");
+        assert_eq!((&h["ce-team"], &h["ce-tier"]), (&"shop".parse::<HeaderValue>().unwrap(), &"gold".parse::<HeaderValue>().unwrap()));
+        assert_eq!(h["ce-cluster"], "c");
         assert_eq!(h.get_all("ce-cluster").iter().count(), 1);
         assert_eq!(h["ce-id"], "e1");
         assert_eq!(h["ce-subject"], "ns/a");
@@ -385,7 +385,7 @@ mod tests {
         assert_eq!(structured.headers()[CONTENT_TYPE], STRUCTURED_CONTENT_TYPE);
         let body = futures::executor::block_on(structured.into_body().collect()).unwrap().to_bytes();
         let event: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!((event["team"].as_str(), event["cluster"].as_str(), event["id"].as_str()), (Some("shop"), Some("edge"), Some("e1")));
+        assert_eq!((event["team"].as_str(), event["tier"].as_str(), event["id"].as_str()), (Some("shop"), Some("gold"), Some("e1")));
         assert_eq!(event["data"]["kind"], "ConfigMap");
     }
 
