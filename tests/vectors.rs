@@ -59,6 +59,47 @@ fn the_rust_consumer_rebuilds_every_vector() {
     assert!(checked.len() >= 15, "vectors checked: {checked:?}");
 }
 
+/// `deltaship rebuild --records FILE --cluster C` (bad records skipped): the rebuilt
+/// resources and the skip counts by reason.
+fn rebuild_skipping(file: &Path, cluster: &str) -> (Value, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_deltaship")).args(["rebuild", "--cluster", cluster, "--records"]).arg(file).output().unwrap();
+    assert!(out.status.success(), "rebuild {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (doc["resources"].clone(), doc["summary"]["skipped"].clone())
+}
+
+/// The hostile vectors (vectors/hostile/, vectors/README.md): streams of records no bridge
+/// ships, each rebuilt to its expected state with its expected records skipped.
+#[test]
+fn the_rust_consumer_rebuilds_every_hostile_vector_skipping_what_it_expects() {
+    let mut checked = 0;
+    for (name, file, expected) in hostile_vectors() {
+        for (cluster, state) in expected["clusters"].as_object().unwrap() {
+            let (resources, skipped) = rebuild_skipping(&file, cluster);
+            assert_eq!(&resources, state, "{name}: state of cluster {cluster}");
+            assert_eq!(&skipped, &expected["skipped"][cluster], "{name}: records skipped for cluster {cluster}");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 30, "hostile vectors checked: {checked}");
+}
+
+/// Every hostile vector: its name, its one recorded stream, its expected.json.
+pub fn hostile_vectors() -> Vec<(String, PathBuf, Value)> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(vectors().join("hostile")).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let expected: Value = serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+        let file = ["kafka.jsonl", "nats.jsonl"].iter().map(|f| dir.join(f)).find(|f| f.is_file()).unwrap();
+        all.push((dir.file_name().unwrap().to_string_lossy().into_owned(), file, expected));
+    }
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
 mod record {
     //! Recording the vectors from real runs.
 

@@ -11,6 +11,12 @@ use super::protocol::{Body, Change, Content, Received};
 /// Parsing stops there with an error instead of recursing on.
 pub const MAX_DEPTH: usize = 127;
 
+/// The largest record value (or structured event) decoded: 16 MiB, ten times the largest
+/// object the API server stores (etcd's 1.5 MiB) and above every broker's default message
+/// limit, so every event the bridge ships fits (its oversize policy ships a reference
+/// instead). A larger record is skipped as `too_large` before it is parsed.
+pub const MAX_RECORD_BYTES: usize = 16 << 20;
+
 const PATCH: &str = "application/json-patch+json";
 const STRUCTURED: &str = "application/cloudevents+json";
 
@@ -39,13 +45,16 @@ pub enum Step {
 pub enum Reason {
     /// The value is empty.
     Empty,
+    /// The value is larger than MAX_RECORD_BYTES.
+    TooLarge,
     /// The value (or the whole structured event) is not JSON.
     NotJson,
     /// The JSON ends early.
     Truncated,
     /// The JSON nests deeper than MAX_DEPTH.
     TooDeep,
-    /// A required attribute (id, type, subject, apiversion, kind) or the data is absent.
+    /// A required attribute (id, type, subject, apiversion, kind) is absent or empty, or the
+    /// data is absent or null.
     MissingAttribute,
     /// An attribute or the data has the wrong type (a number for a string, data that is not
     /// an object, a header that is not UTF-8, a patch that is not a JSON Patch).
@@ -60,6 +69,7 @@ impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Empty => "empty",
+            Reason::TooLarge => "too_large",
             Reason::NotJson => "not_json",
             Reason::Truncated => "truncated",
             Reason::TooDeep => "too_deep",
@@ -99,6 +109,9 @@ pub fn decode(binding: Binding, headers: &[(&[u8], &[u8])], value: Option<&[u8]>
     if value.is_empty() {
         return Err(Bad::new(Reason::Empty, "the value is empty"));
     }
+    if value.len() > MAX_RECORD_BYTES {
+        return Err(Bad::new(Reason::TooLarge, format!("the value is {} bytes, more than {MAX_RECORD_BYTES}", value.len())));
+    }
     let header = |name: &str| -> Result<Option<String>, Bad> {
         let Some((_, raw)) = headers.iter().rev().find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes())) else { return Ok(None) };
         let bytes = match binding {
@@ -134,7 +147,8 @@ pub fn decode(binding: Binding, headers: &[(&[u8], &[u8])], value: Option<&[u8]>
 
 /// The event of these attributes and (parsed only for the contract's types) data.
 fn event_of(attribute: &dyn Fn(&str) -> Result<Option<String>, Bad>, data: impl FnOnce() -> Result<Option<Value>, Bad>, partition: i32) -> Result<Step, Bad> {
-    let required = |name: &str| attribute(name)?.ok_or_else(|| Bad::new(Reason::MissingAttribute, format!("no {name} attribute")));
+    // An empty id, type, subject, apiversion or kind names nothing: as good as absent.
+    let required = |name: &str| attribute(name)?.filter(|a| !a.is_empty()).ok_or_else(|| Bad::new(Reason::MissingAttribute, format!("no {name} attribute")));
     let ty = required("type")?;
     let change = match ty.strip_prefix("dev.deltaship.") {
         Some("object.added") => Some(Change::Added),
@@ -217,7 +231,7 @@ pub fn depth(v: &Value) -> usize {
     }
 }
 
-fn kind_of(v: &Value) -> &'static str {
+pub(super) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -273,6 +287,9 @@ mod tests {
     #[test]
     fn each_kind_of_bad_value_has_its_reason() {
         assert_eq!(reason(kafka(ADDED, b"")), Reason::Empty);
+        let large = format!("{{\"v\":\"{}\"}}", "x".repeat(MAX_RECORD_BYTES));
+        assert_eq!(reason(kafka(ADDED, large.as_bytes())), Reason::TooLarge);
+        assert!(matches!(kafka(ADDED, &large.as_bytes()[large.len() - MAX_RECORD_BYTES..]), Err(Bad { reason: Reason::NotJson, .. })), "at the limit: parsed");
         assert_eq!(reason(kafka(ADDED, b"\xff\x00garbage")), Reason::NotJson);
         assert_eq!(reason(kafka(ADDED, b"{\"metadata\": {\"name\": \"a")), Reason::Truncated);
         assert_eq!(reason(kafka(ADDED, &nested(1000))), Reason::TooDeep);
@@ -281,6 +298,10 @@ mod tests {
         assert_eq!(reason(kafka(ADDED, b"42")), Reason::WrongType);
         assert_eq!(reason(kafka(&ADDED[1..], b"{}")), Reason::MissingAttribute, "no ce_id");
         assert_eq!(reason(kafka(&ADDED[..4], b"{}")), Reason::MissingAttribute, "no ce_subject");
+        for empty in ["ce_id", "ce_type", "ce_subject", "ce_apiversion", "ce_kind"] {
+            let headers: Vec<(&str, &str)> = ADDED.iter().map(|&(k, v)| (k, if k == empty { "" } else { v })).collect();
+            assert_eq!(reason(kafka(&headers, b"{}")), Reason::MissingAttribute, "empty {empty}");
+        }
         let not_utf8: Vec<(&[u8], &[u8])> = vec![(b"ce_id", b"\xff"), (b"ce_type", b"dev.deltaship.object.added")];
         assert_eq!(reason(decode(Binding::Kafka, &not_utf8, Some(b"{}"), 0)), Reason::WrongType);
         let patch = [ADDED, &[("content-type", "application/json-patch+json")]].concat();
@@ -290,7 +311,7 @@ mod tests {
 
     #[test]
     fn foreign_types_are_not_bad_and_not_parsed() {
-        for ty in ["com.example.other", "dev.deltaship.object.exploded", ""] {
+        for ty in ["com.example.other", "dev.deltaship.object.exploded", "dev.deltaship."] {
             assert!(matches!(kafka(&[("ce_type", ty)], b"not json"), Ok(Step::Foreign)), "{ty}");
         }
     }

@@ -271,6 +271,11 @@ fn patched(stored: &Value, patch: &json_patch::Patch) -> Result<Value, Bad> {
         }
         json_patch::patch(&mut object, std::slice::from_ref(op)).map_err(|e| Bad::new(Reason::PatchNotApplied, e.to_string()))?;
     }
+    // Whole objects that are not JSON objects are refused (`wrong_type`); so are patches
+    // that would make one (a `replace` of the root).
+    if !object.is_object() {
+        return Err(Bad::new(Reason::PatchNotApplied, format!("the patch would make the object {}", super::decode::kind_of(&object))));
+    }
     Ok(object)
 }
 
@@ -411,6 +416,18 @@ mod tests {
         let bad = s.apply(patch("2", "ns/a", ops)).unwrap_err();
         assert!(bad.problem.contains("deeper than 127"), "{bad}");
         assert_eq!(s.resources["v1/ConfigMap"]["ns/a"], json!({"data": {}}), "all or nothing");
+    }
+
+    #[test]
+    fn a_patch_cannot_make_the_object_anything_but_an_object() {
+        let mut s = State::default();
+        s.apply(ev("1", "object.added", Some("ns/a"), json!({"data": {}}), 0)).unwrap();
+        let bad = s.apply(patch("2", "ns/a", json!([{"op": "replace", "path": "", "value": [1]}]))).unwrap_err();
+        assert_eq!(bad.reason, Reason::PatchNotApplied);
+        assert!(bad.problem.contains("an array"), "{bad}");
+        s.apply(ev("3", "object.updated", Some("ns/a"), json!({"data": {}}), 0)).unwrap();
+        s.apply(patch("4", "ns/a", json!([{"op": "replace", "path": "", "value": {"whole": true}}]))).unwrap();
+        assert_eq!(s.resources["v1/ConfigMap"]["ns/a"], json!({"whole": true}));
     }
 
     #[test]

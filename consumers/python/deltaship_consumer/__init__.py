@@ -11,10 +11,22 @@ run per Kafka partition or over a JetStream stream, with a callback API::
 
     consumer = Consumer(listener=Table(), cluster="prod")
     consumer.kafka_record(partition, key, headers, value)   # or nats_message(...)
+
+A record that cannot be applied raises BadRecord (``reason``: one of vectors/README.md's)
+and leaves the state as it was; ``consumer.skip(where, bad)`` counts and reports it.
 """
 
-from .decode import BadRecord, kafka_event, nats_event
+from .decode import BadRecord, decode
+from .jsontext import MAX_DEPTH, MAX_RECORD_BYTES, MAX_VALUES
 from .protocol import Consumer, Listener
-from .readers import read_jetstream, read_kafka
 
-__all__ = ["BadRecord", "Consumer", "Listener", "kafka_event", "nats_event", "read_jetstream", "read_kafka"]
+__all__ = ["BadRecord", "Consumer", "Listener", "MAX_DEPTH", "MAX_RECORD_BYTES", "MAX_VALUES", "decode", "read_jetstream", "read_kafka"]
+
+
+def __getattr__(name):
+    # The readers import the broker clients: only when asked for.
+    if name in ("read_jetstream", "read_kafka"):
+        from . import readers
+
+        return getattr(readers, name)
+    raise AttributeError(name)

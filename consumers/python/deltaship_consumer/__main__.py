@@ -1,6 +1,8 @@
 """``python -m deltaship_consumer``: rebuild state from a topic, a stream or a recorded
 stream (a test vector's kafka.jsonl or nats.jsonl) and print it as JSON:
-``{"<apiVersion>/<Kind>": {"<key>": object}}``."""
+``{"<apiVersion>/<Kind>": {"<key>": object}}``. Records that cannot be applied are skipped,
+each reported on stderr (``skipped record <where>: <reason>: <problem>``), and counted by
+reason in a last stderr line."""
 
 from __future__ import annotations
 
@@ -8,27 +10,37 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import TextIO
 
 from .decode import BadRecord
 from .protocol import Consumer
-from .readers import read_jetstream, read_kafka
 
 
-def read_records(path: str, consumer: Consumer) -> None:
-    """A recorded stream: Kafka records or JetStream messages as JSON lines."""
+def read_records(path: str, consumer: Consumer, report: TextIO | None = sys.stderr) -> None:
+    """A recorded stream: Kafka records or JetStream messages as JSON lines. Bad records
+    are skipped, counted in ``consumer.skipped`` and reported to ``report``; a line that
+    is not a recorded record is an error (ValueError) of the file."""
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            r = json.loads(line)
             try:
+                r = json.loads(line)
+                headers = [(k.encode(), v.encode()) for k, v in r["headers"]]
                 if "topic" in r:
+                    where = f"{r['topic']}/{r['partition']}@{r['offset']}"
                     value = None if r["value"] is None else r["value"].encode()
-                    consumer.kafka_record(r["partition"], r["key"], [(k, v.encode()) for k, v in r["headers"]], value)
+                    step = lambda: consumer.kafka_record(r["partition"], r.get("key"), headers, value)  # noqa: E731
                 else:
-                    consumer.nats_message(r["headers"], r["data"].encode())
+                    where = f"{r['stream']}#{r['sequence']}"
+                    data = r["data"].encode()
+                    step = lambda: consumer.nats_message(headers, data)  # noqa: E731
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise ValueError(f"{path}:{n}: not a recorded Kafka record or JetStream message: {e!r}") from None
+            try:
+                step()
             except BadRecord as e:
-                print(f"skipped record {path}:{n}: {e}", file=sys.stderr)
+                consumer.skip(where, e, report)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,18 +58,24 @@ def main(argv: list[str] | None = None) -> int:
         if args.records:
             read_records(args.records, consumer)
         elif args.kafka:
+            from .readers import read_kafka
+
             if not args.topic:
                 p.error("--kafka needs --topic")
             read_kafka(args.kafka, args.topic, consumer)
         else:
+            from .readers import read_jetstream
+
             if not args.stream:
                 p.error("--nats needs --stream")
             asyncio.run(read_jetstream(args.nats, args.stream, consumer))
     except (OSError, RuntimeError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    json.dump(consumer.state, sys.stdout, sort_keys=True)
+    json.dump(consumer.state, sys.stdout, sort_keys=True, allow_nan=False)
     print()
+    if consumer.skipped:
+        print(f"skipped {sum(consumer.skipped.values())} records: {json.dumps(consumer.skipped, sort_keys=True)}", file=sys.stderr)
     return 0
 
 

@@ -1,53 +1,204 @@
-"""Kafka records and JetStream messages to CloudEvents, with the official SDK.
+"""One Kafka record or JetStream message to a step of the consumer protocol, or the reason it
+is bad, by the rules every consumer of the repository shares (vectors/README.md, "Decoding a
+record"), which are those of `deltaship rebuild`.
 
-Kafka: the SDK's Kafka binding decodes binary mode (``ce_`` headers) and structured mode
-(``application/cloudevents+json``). NATS: the SDK has no NATS binding; binary mode
-(``ce-`` headers, values percent-encoded as the CloudEvents NATS binding says) is built into
-the SDK's CloudEvent from the decoded headers, structured mode is read by the SDK's JSON
-format.
+Binary mode: attributes are ``ce_`` headers (Kafka, raw UTF-8 values; the data's content
+type is ``ce_datacontenttype`` or else ``content-type``) or ``ce-`` headers (NATS,
+percent-encoded values; ``ce-datacontenttype``), names compared without case, the last of
+repeated names counting. Structured mode (``content-type: application/cloudevents+json``):
+the value is the whole event.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
-from urllib.parse import unquote
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
-from dateutil.parser import isoparse
+from .jsontext import MAX_RECORD_BYTES, JsonProblem, parse
+from .patch import NotAPatch, operations
 
-from cloudevents.core.base import BaseCloudEvent
-from cloudevents.core.bindings.kafka import KafkaMessage, from_kafka
-from cloudevents.core.formats.json import JSONFormat
-from cloudevents.core.v1.event import CloudEvent
-
+PREFIX = "dev.deltaship."
+JSON_PATCH = "application/json-patch+json"
 STRUCTURED = "application/cloudevents+json"
-_FORMAT = JSONFormat()
+CHANGES = {"object.added": "added", "object.updated": "updated", "object.synced": "synced", "object.deleted": "deleted"}
 
 
 class BadRecord(Exception):
-    """A record that is not a CloudEvent the protocol can apply."""
+    """A record the protocol cannot apply: ``reason`` is one of vectors/README.md's."""
+
+    def __init__(self, reason: str, problem: str) -> None:
+        super().__init__(f"{reason}: {problem}")
+        self.reason = reason
+        self.problem = problem
 
 
-def kafka_event(headers: Iterable[tuple[str, bytes | str | None]], key: bytes | str | None, value: bytes | None) -> BaseCloudEvent | None:
-    """The CloudEvent of a Kafka record; None for a tombstone (a null value)."""
+@dataclass
+class Marker:
+    started: bool
+    sync_id: str
+    full: bool
+    resource: str
+    namespace: str | None
+
+
+@dataclass
+class Object:
+    change: str
+    resource: str
+    key: str
+    # The whole object, a patch's operations, or None for ``deleted``.
+    content: Any
+    is_patch: bool
+
+
+@dataclass
+class Received:
+    id: str
+    cluster: str
+    partition: int
+    body: Marker | Object
+
+
+# What a record is when it is not an event of the contract.
+TOMBSTONE = "tombstone"
+FOREIGN = "foreign"
+
+
+def _bytes(v: bytes | str) -> bytes:
+    return v.encode("utf-8") if isinstance(v, str) else v
+
+
+def percent_decode(b: bytes) -> bytes:
+    """Undoes the NATS binding's percent-encoding: ``%XX`` is a byte, anything else stays."""
+    out, i = bytearray(), 0
+    while i < len(b):
+        pair = b[i + 1 : i + 3]
+        if b[i] == 0x25 and len(pair) == 2 and all(c in b"0123456789abcdefABCDEF" for c in pair):
+            out.append(int(pair, 16))
+            i += 3
+        else:
+            out.append(b[i])
+            i += 1
+    return bytes(out)
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    return "an array" if isinstance(v, list) else "an object"
+
+
+def _parse(value: bytes) -> Any:
+    try:
+        return parse(value)
+    except JsonProblem as e:
+        raise BadRecord(e.reason, str(e)) from None
+
+
+def decode(nats: bool, headers: Iterable[tuple[bytes | str, bytes | str | None]], value: bytes | None, partition: int) -> Received | str:
+    """The step of one record: a Received event, TOMBSTONE or FOREIGN; or BadRecord.
+    ``value`` is None for a Kafka tombstone; ``partition`` is 0 for NATS."""
     if value is None:
-        return None
-    table = {name: (v.encode() if isinstance(v, str) else v) for name, v in headers if v is not None}
-    try:
-        return from_kafka(KafkaMessage(headers=table, key=key, value=value), _FORMAT, CloudEvent)
-    except Exception as e:  # the SDK raises several types for a malformed event
-        raise BadRecord(f"not a CloudEvent: {e}") from e
+        return TOMBSTONE
+    if len(value) == 0:
+        raise BadRecord("empty", "the value is empty")
+    if len(value) > MAX_RECORD_BYTES:
+        raise BadRecord("too_large", f"the value is {len(value)} bytes, more than {MAX_RECORD_BYTES}")
+    table: dict[bytes, bytes] = {}
+    for name, v in headers:
+        if v is not None:
+            table[_bytes(name).lower()] = _bytes(v)
+
+    def header(name: str) -> str | None:
+        raw = table.get(name.encode())
+        if raw is None:
+            return None
+        try:
+            return (percent_decode(raw) if nats else raw).decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRecord("wrong_type", f"header {name} is not UTF-8") from None
+
+    content_type = header("content-type")
+    if content_type is not None and content_type.startswith(STRUCTURED):
+        event = _parse(value)
+        if not isinstance(event, dict):
+            raise BadRecord("wrong_type", f"the structured event is {_kind(event)}, not a JSON object")
+
+        def text(name: str) -> str | None:
+            v = event.get(name)
+            if v is None or isinstance(v, str):
+                return v
+            raise BadRecord("wrong_type", f"attribute {name} is {_kind(v)}, not a string")
+
+        return _event(text, lambda: event.get("data"), partition)
+    prefix = "ce-" if nats else "ce_"
+
+    def attribute(name: str) -> str | None:
+        found = header(prefix + name)
+        return content_type if found is None and name == "datacontenttype" else found
+
+    return _event(attribute, lambda: _parse(value), partition)
 
 
-def nats_event(headers: Iterable[tuple[str, str]], data: bytes) -> BaseCloudEvent:
-    """The CloudEvent of a JetStream message, binary or structured."""
-    table = {name.lower(): value for name, value in headers}
-    try:
-        if table.get("content-type", "").startswith(STRUCTURED):
-            return _FORMAT.read(CloudEvent, data)
-        attributes = {name[3:]: unquote(value) for name, value in table.items() if name.startswith("ce-")}
-        if "time" in attributes:
-            attributes["time"] = isoparse(attributes["time"])
-        content_type = attributes.get("datacontenttype")
-        return CloudEvent(attributes, _FORMAT.read_data(data, content_type))
-    except Exception as e:
-        raise BadRecord(f"not a CloudEvent: {e}") from e
+def _event(attribute: Callable[[str], str | None], data: Callable[[], Any], partition: int) -> Received | str:
+    def required(name: str) -> str:
+        v = attribute(name)
+        if not v:
+            raise BadRecord("missing_attribute", f"no {name} attribute")
+        return v
+
+    ty = required("type")
+    short = ty[len(PREFIX) :] if ty.startswith(PREFIX) else None
+    if short not in CHANGES and short not in ("sync.started", "sync.completed"):
+        return FOREIGN
+    id = required("id")
+    cluster = attribute("cluster") or ""
+    d = data()
+    if short not in CHANGES:
+        return Received(id, cluster, partition, _marker(short == "sync.started", d))
+    change = CHANGES[short]
+    resource = f"{required('apiversion')}/{required('kind')}"
+    key = required("subject")
+    if change == "deleted":
+        return Received(id, cluster, partition, Object(change, resource, key, None, False))
+    if d is None:
+        raise BadRecord("missing_attribute", "no data")
+    if attribute("datacontenttype") == JSON_PATCH:
+        try:
+            return Received(id, cluster, partition, Object(change, resource, key, operations(d), True))
+        except NotAPatch as e:
+            raise BadRecord("wrong_type", str(e)) from None
+    if not isinstance(d, dict):
+        raise BadRecord("wrong_type", f"the data is {_kind(d)}, not an object")
+    return Received(id, cluster, partition, Object(change, resource, key, d, False))
+
+
+def _marker(started: bool, data: Any) -> Marker:
+    if data is None:
+        raise BadRecord("missing_attribute", "a marker without data")
+
+    def field(path: tuple[str, ...], required: bool) -> str | None:
+        v = data
+        for name in path:
+            v = v.get(name) if isinstance(v, dict) else None
+        if v is None:
+            if required:
+                raise BadRecord("missing_attribute", f"a marker without /{'/'.join(path)}")
+            return None
+        if not isinstance(v, str):
+            raise BadRecord("wrong_type", f"a marker's /{'/'.join(path)} is {_kind(v)}, not a string")
+        return v
+
+    sync_id = field(("syncId",), True)
+    version = field(("resource", "version"), True)
+    kind = field(("resource", "kind"), True)
+    group = field(("resource", "group"), False)
+    apiversion = f"{group}/{version}" if group else version
+    full = field(("mode",), False) == "full"
+    return Marker(started, sync_id, full, f"{apiversion}/{kind}", field(("namespace",), False))

@@ -1,4 +1,5 @@
-"""The consumer protocol of deltaship's event contract.
+"""The consumer protocol of deltaship's event contract (vectors/README.md), as
+`deltaship rebuild` runs it.
 
 1. Skip an event whose id was already seen on this partition; apply only the events of the
    cluster being rebuilt (when one is set).
@@ -13,21 +14,19 @@
 5. Tombstones and events of other types are ignored.
 
 Kafka sends markers to every partition and each object to one, so the protocol runs per
-partition; JetStream is partition 0.
+partition; JetStream is partition 0. A record that cannot be applied raises BadRecord and
+leaves the state as it was; a patch that does not apply also marks its object stale, and
+later patches to it are refused until its next whole object or delete.
 """
 
 from __future__ import annotations
 
-import copy
+import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, TextIO
 
-import jsonpatch
-
-from .decode import BadRecord, kafka_event, nats_event
-
-PREFIX = "dev.deltaship."
-JSON_PATCH = "application/json-patch+json"
+from .decode import FOREIGN, TOMBSTONE, BadRecord, Marker, Received, decode
+from .patch import NotApplied, patched
 
 
 class Listener:
@@ -52,93 +51,95 @@ class _Sync:
 
 
 class Consumer:
-    """Runs the protocol and keeps the state: ``state[resource][key] = object``."""
+    """Runs the protocol and keeps the state: ``state[resource][key] = object``;
+    ``skipped[reason]`` counts the records skipped as bad (see ``skip``)."""
 
     def __init__(self, listener: Listener | None = None, cluster: str | None = None) -> None:
         self.listener = listener or Listener()
         self.cluster = cluster
         self.state: dict[str, dict[str, Any]] = {}
+        self.skipped: dict[str, int] = {}
         self._homes: dict[tuple[str, str], tuple[int, str]] = {}
         self._open: dict[tuple[int, str], _Sync] = {}
         self._seen: set[tuple[int, str]] = set()
+        self._stale: set[tuple[str, str]] = set()
         self.duplicates = 0
 
-    def kafka_record(self, partition: int, key: bytes | str | None, headers: Iterable[tuple[str, bytes | str | None]], value: bytes | None) -> None:
-        """Applies one Kafka record of ``partition``."""
-        event = kafka_event(headers, key, value)
-        if event is not None:
-            self.apply(event, partition)
+    def kafka_record(self, partition: int, key: bytes | str | None, headers: Iterable[tuple[bytes | str, bytes | str | None]], value: bytes | None) -> None:
+        """Applies one Kafka record of ``partition``; BadRecord when it cannot be applied."""
+        self._step(decode(False, headers, value, partition))
 
-    def nats_message(self, headers: Iterable[tuple[str, str]], data: bytes) -> None:
-        """Applies one JetStream message."""
-        self.apply(nats_event(headers, data), 0)
+    def nats_message(self, headers: Iterable[tuple[bytes | str, bytes | str]], data: bytes) -> None:
+        """Applies one JetStream message; BadRecord when it cannot be applied."""
+        self._step(decode(True, headers, data, 0))
 
-    def apply(self, event: Any, partition: int) -> None:
-        """Applies one CloudEvent (of the SDK) read from ``partition``."""
-        kind = event.get_type()
-        if not kind.startswith(PREFIX):
+    def skip(self, where: str, bad: BadRecord, report: TextIO | None = sys.stderr) -> None:
+        """Counts a record skipped as bad, and reports it (``report``: None for silence)."""
+        self.skipped[bad.reason] = self.skipped.get(bad.reason, 0) + 1
+        if report is not None:
+            print(f"skipped record {where}: {bad}", file=report)
+
+    def _step(self, step: Received | str) -> None:
+        if step in (TOMBSTONE, FOREIGN):
             return
-        cluster = _text(event, "cluster")
-        if self.cluster is not None and cluster != self.cluster:
+        assert isinstance(step, Received)
+        if self.cluster is not None and step.cluster != self.cluster:
             return
-        if (partition, event.get_id()) in self._seen:
+        if (step.partition, step.id) in self._seen:
             self.duplicates += 1
             return
-        self._seen.add((partition, event.get_id()))
-        data = event.get_data()
-        if kind in ("dev.deltaship.sync.started", "dev.deltaship.sync.completed"):
-            self._marker(kind.endswith("started"), data, cluster, partition)
+        self._seen.add((step.partition, step.id))
+        body = step.body
+        if isinstance(body, Marker):
+            self._marker(body, step.cluster, step.partition)
             return
-        resource = f"{_text(event, 'apiversion')}/{_text(event, 'kind')}"
-        key = event.get_subject()
-        if not key:
-            raise BadRecord(f"{kind} {event.get_id()} has no subject")
+        resource, key = body.resource, body.key
         for sync in self._open.values():
-            if sync.resource == resource and sync.cluster == cluster:
+            if sync.resource == resource and sync.cluster == step.cluster:
                 sync.touched.add(key)
-        if kind == "dev.deltaship.object.deleted":
+        slot = (resource, key)
+        if body.change == "deleted":
             self._remove(resource, key)
             return
-        objects = self.state.setdefault(resource, {})
-        if event.get_datacontenttype() == JSON_PATCH:
+        objects = self.state.get(resource, {})
+        obj = body.content
+        if body.is_patch:
+            if slot in self._stale:
+                raise BadRecord("patch_not_applied", "the object is stale: an earlier patch to it did not apply")
             if key not in objects:
-                raise BadRecord(f"a patch for {resource} {key}, never received")
+                raise BadRecord("patch_not_applied", "a patch for an object never received")
             try:
-                data = jsonpatch.apply_patch(copy.deepcopy(objects[key]), data)
-            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
-                raise BadRecord(f"the patch for {resource} {key} does not apply: {e}") from e
-        objects[key] = data
-        self._homes[(resource, key)] = (partition, cluster)
-        self.listener.upsert(resource, key, data)
+                obj = patched(objects[key], obj)
+            except NotApplied as e:
+                self._stale.add(slot)
+                raise BadRecord("patch_not_applied", str(e)) from None
+        else:
+            self._stale.discard(slot)
+        self.state.setdefault(resource, {})[key] = obj
+        self._homes[slot] = (step.partition, step.cluster)
+        self.listener.upsert(resource, key, obj)
 
-    def _marker(self, started: bool, data: Any, cluster: str, partition: int) -> None:
-        if not isinstance(data, dict) or "syncId" not in data:
-            raise BadRecord("a marker without its data")
-        slot = (partition, data["syncId"])
-        r = data.get("resource", {})
-        resource = f"{r['group']}/{r['version']}/{r['kind']}" if r.get("group") else f"{r.get('version')}/{r.get('kind')}"
-        if started:
-            if data.get("mode") == "full":
-                self._open[slot] = _Sync(cluster, resource, data.get("namespace"))
+    def _marker(self, m: Marker, cluster: str, partition: int) -> None:
+        slot = (partition, m.sync_id)
+        if m.started:
+            if m.full:
+                self._open[slot] = _Sync(cluster, m.resource, m.namespace)
             return
         sync = self._open.pop(slot, None)
         if sync is None:
             return
         for key in list(self.state.get(sync.resource, {})):
-            in_scope = sync.namespace is None or key.split("/", 1)[0] == sync.namespace and "/" in key
+            in_scope = sync.namespace is None or "/" in key and key.split("/", 1)[0] == sync.namespace
             if in_scope and key not in sync.touched and self._homes.get((sync.resource, key)) == (partition, sync.cluster):
                 self._remove(sync.resource, key)
         self.listener.synced(sync.resource, sync.namespace)
 
     def _remove(self, resource: str, key: str) -> None:
         objects = self.state.get(resource, {})
-        if objects.pop(key, None) is not None:
+        self._stale.discard((resource, key))
+        if key in objects:
+            del objects[key]
             self._homes.pop((resource, key), None)
             self.listener.delete(resource, key)
         if not objects:
             self.state.pop(resource, None)
-
-
-def _text(event: Any, name: str) -> str:
-    value = event.get_extension(name)
-    return "" if value is None else str(value)

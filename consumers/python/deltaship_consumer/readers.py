@@ -4,8 +4,6 @@ started, then return (a rebuild). For a consumer that keeps following, call the
 
 from __future__ import annotations
 
-import sys
-
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka import Consumer as KafkaConsumer
 
@@ -16,13 +14,9 @@ TIMEOUT = 30.0
 BATCH = 500
 
 
-def _skip(where: str, e: BadRecord) -> None:
-    print(f"skipped record {where}: {e}", file=sys.stderr)
-
-
 def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict | None = None) -> None:
     """Gives ``consumer`` every record of ``topics``, partition by partition, in offset
-    order; bad records are reported on stderr and skipped. ``config``: more librdkafka
+    order; bad records are skipped, counted and reported (``Consumer.skip``). ``config``: more librdkafka
     settings (TLS, SASL)."""
     kafka = KafkaConsumer({"bootstrap.servers": brokers, "group.id": "deltaship-consumer", "enable.auto.commit": False, **(config or {})})
     try:
@@ -44,7 +38,7 @@ def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict
                     try:
                         consumer.kafka_record(p, m.key(), m.headers() or [], m.value())
                     except BadRecord as e:
-                        _skip(f"{topic}/{p}@{m.offset()}", e)
+                        consumer.skip(f"{topic}/{p}@{m.offset()}", e)
                     if m.offset() + 1 >= high:
                         break
     finally:
@@ -53,7 +47,7 @@ def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict
 
 async def read_jetstream(url: str, stream: str, consumer: Consumer) -> None:
     """Gives ``consumer`` every message of ``stream`` in stream order, in batches through an
-    ephemeral consumer; bad messages are reported on stderr and skipped."""
+    ephemeral consumer; bad messages are skipped, counted and reported."""
     import nats
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
@@ -72,7 +66,7 @@ async def read_jetstream(url: str, stream: str, consumer: Consumer) -> None:
                 try:
                     consumer.nats_message((m.headers or {}).items(), m.data)
                 except BadRecord as e:
-                    _skip(f"{stream}#{seq}", e)
+                    consumer.skip(f"{stream}#{seq}", e)
                 if seq >= last:
                     break
         await sub.unsubscribe()

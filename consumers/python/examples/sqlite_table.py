@@ -51,7 +51,7 @@ def follow(brokers: str, topics: list[str], consumer: Consumer, idle_exit: float
             try:
                 consumer.kafka_record(m.partition(), m.key(), m.headers() or [], m.value())
             except BadRecord as e:
-                print(f"skipped {m.topic()}/{m.partition()}@{m.offset()}: {e}")
+                consumer.skip(f"{m.topic()}/{m.partition()}@{m.offset()}", e)
     finally:
         kafka.close()
 

@@ -24,3 +24,4 @@ def test_a_vector_rebuilds_to_its_expected_state(vector, stream):
         consumer = Consumer(cluster=cluster)
         read_records(str(vector / stream), consumer)
         assert consumer.state == state, f"{vector.name}/{stream}, cluster {cluster}"
+        assert consumer.skipped == {}, f"{vector.name}/{stream}: a record of a real run skipped"
