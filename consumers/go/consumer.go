@@ -1,34 +1,26 @@
 // Package consumer rebuilds Kubernetes state from deltaship's CloudEvents streams on Kafka
 // and NATS JetStream: the consumer protocol of deltaship's event contract
 // (vectors/README.md in the repository), run per Kafka partition or over a JetStream
-// stream, with a callback API.
+// stream, as deltaship rebuild runs it, with a callback API.
 //
 //	c := consumer.New(consumer.Options{Cluster: "prod", Listener: myListener})
 //	err := c.KafkaRecord(partition, key, headers, value) // per record of your Kafka consumer
 //	err = c.NatsMessage(headers, data)                   // per JetStream message
+//	if errors.Is(err, consumer.ErrBadRecord) { c.Skip(where, err) }
+//
+// A record that cannot be applied returns a *BadRecord and leaves the state as it was; a
+// patch that does not apply also marks its object stale, and later patches to it are
+// refused until its next whole object or delete.
 package consumer
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
-
-	"github.com/cloudevents/sdk-go/v2/event"
-	jsonpatch "github.com/evanphx/json-patch/v5"
 )
-
-const (
-	typePrefix = "dev.deltaship."
-	started    = "dev.deltaship.sync.started"
-	completed  = "dev.deltaship.sync.completed"
-	deleted    = "dev.deltaship.object.deleted"
-	jsonPatch  = "application/json-patch+json"
-)
-
-// ErrBadRecord marks a record the protocol cannot apply (not a CloudEvent, a marker
-// without its data, a patch that does not apply); the state is left as it was.
-var ErrBadRecord = errors.New("bad record")
 
 // Listener is told of every change of the state.
 type Listener interface {
@@ -53,6 +45,8 @@ type Options struct {
 	Cluster string
 	// Listener: told of each change; nil: none.
 	Listener Listener
+	// Report: where Skip reports skipped records; nil: stderr.
+	Report io.Writer
 }
 
 type slot struct{ resource, key string }
@@ -63,17 +57,32 @@ type home struct {
 }
 
 type openSync struct {
-	cluster, resource, namespace string
-	touched                      map[string]bool
+	cluster, resource string
+	namespace         *string
+	touched           map[string]bool
+}
+
+type syncSlot struct {
+	partition int32
+	id        string
+}
+
+type seenID struct {
+	partition int32
+	id        string
 }
 
 // Consumer runs the protocol and holds the state. Not safe for concurrent use.
 type Consumer struct {
-	opts       Options
-	state      map[string]map[string]json.RawMessage
-	homes      map[slot]home
-	open       map[string]*openSync
-	seen       map[string]bool
+	opts    Options
+	state   map[string]map[string]json.RawMessage
+	values  map[slot]any
+	homes   map[slot]home
+	open    map[syncSlot]*openSync
+	seen    map[seenID]bool
+	stale   map[slot]bool
+	Skipped map[string]int
+	// Duplicates: events skipped as repeats of an id already seen on their partition.
 	Duplicates int
 }
 
@@ -82,127 +91,139 @@ func New(opts Options) *Consumer {
 	if opts.Listener == nil {
 		opts.Listener = NopListener{}
 	}
-	return &Consumer{opts: opts, state: map[string]map[string]json.RawMessage{}, homes: map[slot]home{}, open: map[string]*openSync{}, seen: map[string]bool{}}
+	if opts.Report == nil {
+		opts.Report = os.Stderr
+	}
+	return &Consumer{opts: opts, state: map[string]map[string]json.RawMessage{}, values: map[slot]any{}, homes: map[slot]home{}, open: map[syncSlot]*openSync{}, seen: map[seenID]bool{}, stale: map[slot]bool{}, Skipped: map[string]int{}}
 }
 
 // State is the current state: resource ("<apiVersion>/<Kind>") to key to object.
 func (c *Consumer) State() map[string]map[string]json.RawMessage { return c.state }
 
-func ext(e *event.Event, name string) string {
-	v, ok := e.Extensions()[name]
-	if !ok {
-		return ""
+// Skip counts a record skipped as bad (a *BadRecord; any other error is returned) and
+// reports it: "skipped record <where>: <reason>: <problem>".
+func (c *Consumer) Skip(where string, err error) error {
+	var bad *BadRecord
+	if !errors.As(err, &bad) {
+		return err
 	}
-	return fmt.Sprint(v)
+	c.Skipped[bad.Reason]++
+	fmt.Fprintf(c.opts.Report, "skipped record %s: %v\n", where, bad)
+	return nil
 }
 
-func bad(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrBadRecord, fmt.Sprintf(format, args...))
+// KafkaRecord applies one Kafka record of partition (a nil value, a tombstone, is ignored).
+func (c *Consumer) KafkaRecord(partition int32, key []byte, headers []Header, value []byte) error {
+	r, err := decode(false, headers, value, partition)
+	if err != nil || r == nil {
+		return err
+	}
+	return c.apply(r)
 }
 
-// Apply applies one CloudEvent read from partition (0 for JetStream).
-func (c *Consumer) Apply(e *event.Event, partition int32) error {
-	kind := e.Type()
-	if !strings.HasPrefix(kind, typePrefix) {
+// NatsMessage applies one JetStream message.
+func (c *Consumer) NatsMessage(headers []Header, data []byte) error {
+	if data == nil {
+		data = []byte{}
+	}
+	r, err := decode(true, headers, data, 0)
+	if err != nil || r == nil {
+		return err
+	}
+	return c.apply(r)
+}
+
+func (c *Consumer) apply(r *received) error {
+	if c.opts.Cluster != "" && r.cluster != c.opts.Cluster {
 		return nil
 	}
-	cluster := ext(e, "cluster")
-	if c.opts.Cluster != "" && cluster != c.opts.Cluster {
-		return nil
-	}
-	id := fmt.Sprintf("%d/%s", partition, e.ID())
+	id := seenID{r.partition, r.id}
 	if c.seen[id] {
 		c.Duplicates++
 		return nil
 	}
 	c.seen[id] = true
-	if kind == started || kind == completed {
-		return c.marker(kind == started, e.Data(), cluster, partition)
-	}
-	resource := ext(e, "apiversion") + "/" + ext(e, "kind")
-	key := e.Subject()
-	if key == "" {
-		return bad("%s %s has no subject", kind, e.ID())
-	}
-	for _, s := range c.open {
-		if s.resource == resource && s.cluster == cluster {
-			s.touched[key] = true
-		}
-	}
-	if kind == deleted {
-		c.remove(resource, key)
+	if r.marker != nil {
+		c.marker(r.marker, r.cluster, r.partition)
 		return nil
 	}
-	objects := c.state[resource]
-	if objects == nil {
-		objects = map[string]json.RawMessage{}
-		c.state[resource] = objects
+	o := r.object
+	for _, s := range c.open {
+		if s.resource == o.resource && s.cluster == r.cluster {
+			s.touched[o.key] = true
+		}
 	}
-	data := json.RawMessage(e.Data())
-	if e.DataContentType() == jsonPatch {
-		stored, ok := objects[key]
+	at := slot{o.resource, o.key}
+	if o.change == "deleted" {
+		c.remove(o.resource, o.key)
+		return nil
+	}
+	value := o.whole
+	if o.ops != nil {
+		if c.stale[at] {
+			return badf("patch_not_applied", "the object is stale: an earlier patch to it did not apply")
+		}
+		stored, ok := c.values[at]
 		if !ok {
-			return bad("a patch for %s %s, never received", resource, key)
+			return badf("patch_not_applied", "a patch for an object never received")
 		}
-		patch, err := jsonpatch.DecodePatch(data)
-		if err != nil {
-			return bad("the patch for %s %s: %v", resource, key, err)
+		var err error
+		if value, err = patched(stored, o.ops); err != nil {
+			c.stale[at] = true
+			return err
 		}
-		if data, err = patch.Apply(stored); err != nil {
-			return bad("the patch for %s %s does not apply: %v", resource, key, err)
-		}
+	} else {
+		delete(c.stale, at)
 	}
-	objects[key] = data
-	c.homes[slot{resource, key}] = home{partition, cluster}
-	c.opts.Listener.Upsert(resource, key, data)
+	raw, err := json.Marshal(value)
+	if err != nil {
+		return fmt.Errorf("writing %s %s: %w", o.resource, o.key, err)
+	}
+	if c.state[o.resource] == nil {
+		c.state[o.resource] = map[string]json.RawMessage{}
+	}
+	c.state[o.resource][o.key] = raw
+	c.values[at] = value
+	c.homes[at] = home{r.partition, r.cluster}
+	c.opts.Listener.Upsert(o.resource, o.key, raw)
 	return nil
 }
 
-type markerData struct {
-	SyncID    string `json:"syncId"`
-	Mode      string `json:"mode"`
-	Namespace string `json:"namespace"`
-	Resource  struct {
-		Group, Version, Kind string
-	} `json:"resource"`
-}
-
-func (c *Consumer) marker(isStart bool, raw []byte, cluster string, partition int32) error {
-	var m markerData
-	if err := json.Unmarshal(raw, &m); err != nil || m.SyncID == "" {
-		return bad("a marker without its data")
-	}
-	resource := m.Resource.Version + "/" + m.Resource.Kind
-	if m.Resource.Group != "" {
-		resource = m.Resource.Group + "/" + resource
-	}
-	at := fmt.Sprintf("%d/%s", partition, m.SyncID)
-	if isStart {
-		if m.Mode == "full" {
-			c.open[at] = &openSync{cluster: cluster, resource: resource, namespace: m.Namespace, touched: map[string]bool{}}
+func (c *Consumer) marker(m *marker, cluster string, partition int32) {
+	at := syncSlot{partition, m.syncID}
+	if m.started {
+		if m.full {
+			c.open[at] = &openSync{cluster: cluster, resource: m.resource, namespace: m.namespace, touched: map[string]bool{}}
 		}
-		return nil
+		return
 	}
 	s, ok := c.open[at]
 	if !ok {
-		return nil
+		return
 	}
 	delete(c.open, at)
 	for key := range c.state[s.resource] {
-		inScope := s.namespace == "" || strings.HasPrefix(key, s.namespace+"/")
+		ns, _, namespaced := strings.Cut(key, "/")
+		inScope := s.namespace == nil || namespaced && ns == *s.namespace
 		if inScope && !s.touched[key] && c.homes[slot{s.resource, key}] == (home{partition, s.cluster}) {
 			c.remove(s.resource, key)
 		}
 	}
-	c.opts.Listener.Synced(s.resource, s.namespace)
-	return nil
+	namespace := ""
+	if s.namespace != nil {
+		namespace = *s.namespace
+	}
+	c.opts.Listener.Synced(s.resource, namespace)
 }
 
 func (c *Consumer) remove(resource, key string) {
+	at := slot{resource, key}
+	delete(c.stale, at)
 	objects := c.state[resource]
 	if _, ok := objects[key]; ok {
 		delete(objects, key)
-		delete(c.homes, slot{resource, key})
+		delete(c.values, at)
+		delete(c.homes, at)
 		c.opts.Listener.Delete(resource, key)
 	}
 	if len(objects) == 0 {

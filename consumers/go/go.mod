@@ -4,10 +4,6 @@ go 1.26.0
 
 require (
 	github.com/IBM/sarama v1.45.2
-	github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2 v2.16.2
-	github.com/cloudevents/sdk-go/protocol/nats/v2 v2.16.2
-	github.com/cloudevents/sdk-go/v2 v2.16.2
-	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/nats-io/nats.go v1.55.0
 )
 
@@ -25,17 +21,14 @@ require (
 	github.com/jcmturner/gofork v1.7.6 // indirect
 	github.com/jcmturner/gokrb5/v8 v8.4.4 // indirect
 	github.com/jcmturner/rpc/v2 v2.0.3 // indirect
-	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.0 // indirect
-	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
-	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.22 // indirect
 	github.com/rcrowley/go-metrics v0.0.0-20250401214520-65e299d6c5c9 // indirect
-	go.uber.org/multierr v1.11.0 // indirect
-	go.uber.org/zap v1.27.0 // indirect
+	github.com/stretchr/testify v1.11.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/net v0.58.0 // indirect
+	golang.org/x/sync v0.16.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )

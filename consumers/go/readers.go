@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -13,18 +12,22 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Skipped is told of every bad record a reader skips; nil: they are written to stderr.
+// Skipped is told of every bad record a reader skips (after it is counted in
+// Consumer.Skipped); nil: Consumer.Skip reports it.
 type Skipped func(where string, err error)
 
-func report(skipped Skipped, where string, err error) error {
-	if !errors.Is(err, ErrBadRecord) {
-		return err
+// report skips a bad record (counted, then told to skipped or reported); other errors
+// are returned.
+func report(c *Consumer, skipped Skipped, where string, err error) error {
+	var bad *BadRecord
+	if err == nil || !errors.As(err, &bad) || skipped == nil {
+		if err == nil {
+			return nil
+		}
+		return c.Skip(where, err)
 	}
-	if skipped == nil {
-		fmt.Fprintf(os.Stderr, "skipped record %s: %v\n", where, err)
-	} else {
-		skipped(where, err)
-	}
+	c.Skipped[bad.Reason]++
+	skipped(where, err)
 	return nil
 }
 
@@ -71,7 +74,7 @@ func ReadKafka(brokers []string, topics []string, c *Consumer, skipped Skipped) 
 					for _, h := range m.Headers {
 						headers = append(headers, Header{Key: string(h.Key), Value: h.Value})
 					}
-					if err := report(skipped, fmt.Sprintf("%s/%d@%d", topic, p, m.Offset), c.KafkaRecord(p, m.Key, headers, m.Value)); err != nil {
+					if err := report(c, skipped, fmt.Sprintf("%s/%d@%d", topic, p, m.Offset), c.KafkaRecord(p, m.Key, headers, m.Value)); err != nil {
 						pc.Close()
 						return err
 					}
@@ -137,7 +140,7 @@ func ReadJetStream(ctx context.Context, url, stream string, c *Consumer, skipped
 					headers = append(headers, Header{Key: name, Value: []byte(v)})
 				}
 			}
-			if err := report(skipped, fmt.Sprintf("%s#%d", stream, seq), c.NatsMessage(headers, m.Data())); err != nil {
+			if err := report(c, skipped, fmt.Sprintf("%s#%d", stream, seq), c.NatsMessage(headers, m.Data())); err != nil {
 				return err
 			}
 			if seq >= last {

@@ -4,57 +4,67 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 )
 
 // recorded is one line of a recorded stream (vectors/README.md): a Kafka record (it has a
 // topic) or a JetStream message.
 type recorded struct {
-	Topic     string      `json:"topic"`
+	Topic     *string     `json:"topic"`
 	Partition int32       `json:"partition"`
-	Key       *string     `json:"key"`
+	Offset    int64       `json:"offset"`
 	Headers   [][2]string `json:"headers"`
 	Value     *string     `json:"value"`
-	Data      string      `json:"data"`
+	Stream    string      `json:"stream"`
+	Sequence  uint64      `json:"sequence"`
+	Data      *string     `json:"data"`
 }
 
-// ReadRecords gives c every record of a recorded stream file, in the file's order.
+// ReadRecords gives c every record of a recorded stream file, in the file's order, lines
+// of any length. Bad records are skipped (counted in c.Skipped, then told to skipped, or
+// reported); a line that is not a recorded record is an error of the file.
 func ReadRecords(path string, c *Consumer, skipped Skipped) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	lines := bufio.NewScanner(f)
-	lines.Buffer(make([]byte, 1<<20), 16<<20)
-	for n := 1; lines.Scan(); n++ {
-		if len(lines.Bytes()) == 0 {
-			continue
-		}
-		var r recorded
-		if err := json.Unmarshal(lines.Bytes(), &r); err != nil {
-			return fmt.Errorf("%s:%d: not a recorded record: %w", path, n, err)
-		}
-		headers := make([]Header, 0, len(r.Headers))
-		for _, h := range r.Headers {
-			headers = append(headers, Header{Key: h[0], Value: []byte(h[1])})
-		}
-		var applied error
-		if r.Topic != "" {
-			var key, value []byte
-			if r.Key != nil {
-				key = []byte(*r.Key)
-			}
-			if r.Value != nil {
-				value = []byte(*r.Value)
-			}
-			applied = c.KafkaRecord(r.Partition, key, headers, value)
-		} else {
-			applied = c.NatsMessage(headers, []byte(r.Data))
-		}
-		if err := report(skipped, fmt.Sprintf("%s:%d", path, n), applied); err != nil {
+	lines := bufio.NewReaderSize(f, 1<<20)
+	for n := 1; ; n++ {
+		line, err := lines.ReadBytes('\n')
+		if err != nil && err != io.EOF {
 			return err
 		}
+		if strings.TrimSpace(string(line)) != "" {
+			var r recorded
+			if jerr := json.Unmarshal(line, &r); jerr != nil || r.Headers == nil || (r.Topic == nil) == (r.Data == nil) {
+				return fmt.Errorf("%s:%d: not a recorded Kafka record or JetStream message: %v", path, n, jerr)
+			}
+			headers := make([]Header, 0, len(r.Headers))
+			for _, h := range r.Headers {
+				headers = append(headers, Header{Key: h[0], Value: []byte(h[1])})
+			}
+			var where string
+			var applied error
+			if r.Topic != nil {
+				var value []byte
+				if r.Value != nil {
+					value = []byte(*r.Value)
+				}
+				where = fmt.Sprintf("%s/%d@%d", *r.Topic, r.Partition, r.Offset)
+				applied = c.KafkaRecord(r.Partition, nil, headers, value)
+			} else {
+				where = fmt.Sprintf("%s#%d", r.Stream, r.Sequence)
+				applied = c.NatsMessage(headers, []byte(*r.Data))
+			}
+			if err := report(c, skipped, where, applied); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
 	}
-	return lines.Err()
 }

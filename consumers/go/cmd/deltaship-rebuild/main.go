@@ -1,6 +1,8 @@
 // deltaship-rebuild rebuilds state from a Kafka topic, a JetStream stream or a recorded
 // stream (a test vector's kafka.jsonl or nats.jsonl) and prints it as JSON:
-// {"<apiVersion>/<Kind>": {"<key>": object}}.
+// {"<apiVersion>/<Kind>": {"<key>": object}}. Records that cannot be applied are skipped,
+// each reported on stderr ("skipped record <where>: <reason>: <problem>"), and counted by
+// reason in a last stderr line.
 package main
 
 import (
@@ -48,5 +50,13 @@ func main() {
 	if err := json.NewEncoder(os.Stdout).Encode(c.State()); err != nil {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
 		os.Exit(1)
+	}
+	if len(c.Skipped) > 0 {
+		total := 0
+		for _, n := range c.Skipped {
+			total += n
+		}
+		counts, _ := json.Marshal(c.Skipped)
+		fmt.Fprintf(os.Stderr, "skipped %d records: %s\n", total, counts)
 	}
 }
