@@ -1,40 +1,29 @@
 package dev.deltaship.consumer;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
-import com.flipkart.zjsonpatch.JsonPatch;
-import io.cloudevents.CloudEvent;
-import io.cloudevents.core.builder.CloudEventBuilder;
-import io.cloudevents.core.message.MessageReader;
-import io.cloudevents.kafka.KafkaMessageFactory;
-import java.io.IOException;
-import java.net.URI;
-import java.net.URLDecoder;
+import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
-import java.time.OffsetDateTime;
+import java.util.AbstractMap;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.Headers;
 
 /**
  * The consumer protocol of deltaship's event contract (vectors/README.md in the repository),
- * run per Kafka partition or over a JetStream stream (partition 0), with a {@link Listener}.
- * Kafka records are decoded by the official CloudEvents Java SDK (cloudevents-kafka: binary
- * and structured); JetStream messages in binary mode (percent-encoded {@code ce-} headers) are
- * built into the SDK's event with its builder, structured ones read by its JSON format. Not
- * thread-safe.
+ * run per Kafka partition or over a JetStream stream (partition 0), as {@code deltaship
+ * rebuild} runs it, with a {@link Listener}. Records are decoded by the rules the consumers
+ * share ({@link Decode}), with the shared bounds ({@link Json}). A record that cannot be
+ * applied throws {@link BadRecordException} and leaves the state as it was; a patch that does
+ * not apply also marks its object stale, and later patches to it are refused until its next
+ * whole object or delete. Not thread-safe.
  */
 public final class Consumer {
-    private static final ObjectMapper JSON = new ObjectMapper();
-    private static final String STARTED = "dev.deltaship.sync.started";
-    private static final String COMPLETED = "dev.deltaship.sync.completed";
-    private static final String DELETED = "dev.deltaship.object.deleted";
-
     private record Home(int partition, String cluster) {}
 
     private static final class OpenSync {
@@ -56,6 +45,9 @@ public final class Consumer {
     private final Map<String, Home> homes = new HashMap<>();
     private final Map<String, OpenSync> open = new HashMap<>();
     private final Set<String> seen = new HashSet<>();
+    private final Set<String> stale = new HashSet<>();
+    private final Map<String, Long> skipped = new TreeMap<>();
+    private PrintStream report = System.err;
     private long duplicates;
 
     /**
@@ -77,139 +69,93 @@ public final class Consumer {
         return duplicates;
     }
 
+    /** Records skipped as bad, by reason. */
+    public Map<String, Long> skipped() {
+        return skipped;
+    }
+
+    /** Where {@link #skip} reports (null: nowhere); stderr by default. */
+    public void reportTo(PrintStream report) {
+        this.report = report;
+    }
+
+    /** Counts a record skipped as bad and reports it: {@code skipped record <where>: <reason>: <problem>}. */
+    public void skip(String where, BadRecordException e) {
+        skipped.merge(e.reason(), 1L, Long::sum);
+        if (report != null) {
+            report.println("skipped record " + where + ": " + e.getMessage());
+        }
+    }
+
     /** Applies one Kafka record of {@code partition}; a null value (a tombstone) is ignored. */
     public void kafkaRecord(int partition, Headers headers, byte[] value) throws BadRecordException {
-        if (value == null) {
-            return;
+        List<Map.Entry<String, byte[]>> pairs = new ArrayList<>();
+        for (Header h : headers) {
+            pairs.add(new AbstractMap.SimpleEntry<>(h.key(), h.value()));
         }
-        CloudEvent event;
-        try {
-            MessageReader reader = KafkaMessageFactory.createReader(headers, value);
-            event = reader.toEvent();
-        } catch (RuntimeException e) {
-            throw new BadRecordException("not a CloudEvent: " + e.getMessage(), e);
-        }
-        apply(event, partition);
+        apply(Decode.decode(false, pairs, value, partition));
     }
 
     /** Applies one JetStream message, its headers as (name, value) pairs. */
     public void natsMessage(List<Map.Entry<String, String>> headers, byte[] data) throws BadRecordException {
-        Map<String, String> h = new HashMap<>();
-        for (Map.Entry<String, String> e : headers) {
-            h.put(e.getKey().toLowerCase(java.util.Locale.ROOT), e.getValue());
+        List<Map.Entry<String, byte[]>> pairs = new ArrayList<>();
+        for (Map.Entry<String, String> h : headers) {
+            pairs.add(new AbstractMap.SimpleEntry<>(h.getKey(), h.getValue().getBytes(StandardCharsets.UTF_8)));
         }
-        CloudEvent event;
-        try {
-            if (h.getOrDefault("content-type", "").startsWith("application/cloudevents+json")) {
-                event = io.cloudevents.core.provider.EventFormatProvider.getInstance()
-                        .resolveFormat("application/cloudevents+json")
-                        .deserialize(data);
-            } else {
-                CloudEventBuilder b = CloudEventBuilder.v1();
-                for (Map.Entry<String, String> e : h.entrySet()) {
-                    if (!e.getKey().startsWith("ce-")) {
-                        continue;
-                    }
-                    String name = e.getKey().substring(3);
-                    String value = URLDecoder.decode(e.getValue().replace("+", "%2B"), StandardCharsets.UTF_8);
-                    switch (name) {
-                        case "specversion" -> { }
-                        case "id" -> b.withId(value);
-                        case "type" -> b.withType(value);
-                        case "source" -> b.withSource(URI.create(value));
-                        case "subject" -> b.withSubject(value);
-                        case "datacontenttype" -> b.withDataContentType(value);
-                        case "dataschema" -> b.withDataSchema(URI.create(value));
-                        case "time" -> b.withTime(OffsetDateTime.parse(value));
-                        default -> b.withExtension(name, value);
-                    }
-                }
-                event = b.withData(data).build();
-            }
-        } catch (RuntimeException e) {
-            throw new BadRecordException("not a CloudEvent: " + e.getMessage(), e);
-        }
-        apply(event, 0);
+        apply(Decode.decode(true, pairs, data == null ? new byte[0] : data, 0));
     }
 
-    private static String ext(CloudEvent e, String name) {
-        Object v = e.getExtension(name);
-        return v == null ? "" : v.toString();
-    }
-
-    /** Applies one CloudEvent read from {@code partition}. */
-    public void apply(CloudEvent e, int partition) throws BadRecordException {
-        String type = e.getType();
-        if (!type.startsWith("dev.deltaship.")) {
+    private void apply(Decode.Received r) throws BadRecordException {
+        if (r == null || cluster != null && !cluster.equals(r.cluster())) {
             return;
         }
-        String eventCluster = ext(e, "cluster");
-        if (cluster != null && !cluster.equals(eventCluster)) {
-            return;
-        }
-        if (!seen.add(partition + "/" + e.getId())) {
+        if (!seen.add(r.partition() + "/" + r.id())) {
             duplicates++;
             return;
         }
-        byte[] data = e.getData() == null ? new byte[0] : e.getData().toBytes();
-        if (type.equals(STARTED) || type.equals(COMPLETED)) {
-            marker(type.equals(STARTED), data, eventCluster, partition);
+        if (r.marker() != null) {
+            marker(r.marker(), r.cluster(), r.partition());
             return;
         }
-        String resource = ext(e, "apiversion") + "/" + ext(e, "kind");
-        String key = e.getSubject();
-        if (key == null || key.isEmpty()) {
-            throw new BadRecordException(type + " " + e.getId() + " has no subject");
-        }
+        Decode.Object o = r.object();
         for (OpenSync s : open.values()) {
-            if (s.resource.equals(resource) && s.cluster.equals(eventCluster)) {
-                s.touched.add(key);
+            if (s.resource.equals(o.resource()) && s.cluster.equals(r.cluster())) {
+                s.touched.add(o.key());
             }
         }
-        if (type.equals(DELETED)) {
-            remove(resource, key);
+        String slot = o.resource() + "\u0000" + o.key();
+        if (o.change().equals("deleted")) {
+            remove(o.resource(), o.key());
             return;
         }
-        Map<String, JsonNode> objects = state.computeIfAbsent(resource, r -> new TreeMap<>());
-        JsonNode object = parse(data);
-        if ("application/json-patch+json".equals(e.getDataContentType())) {
-            JsonNode stored = objects.get(key);
+        JsonNode object = o.whole();
+        if (o.ops() != null) {
+            if (stale.contains(slot)) {
+                throw new BadRecordException("patch_not_applied", "the object is stale: an earlier patch to it did not apply");
+            }
+            JsonNode stored = state.getOrDefault(o.resource(), Map.of()).get(o.key());
             if (stored == null) {
-                throw new BadRecordException("a patch for " + resource + " " + key + ", never received");
+                throw new BadRecordException("patch_not_applied", "a patch for an object never received");
             }
             try {
-                object = JsonPatch.apply(object, stored);
-            } catch (RuntimeException ex) {
-                throw new BadRecordException("the patch for " + resource + " " + key + " does not apply: " + ex.getMessage(), ex);
+                object = Patch.patched(stored, o.ops());
+            } catch (BadRecordException e) {
+                stale.add(slot);
+                throw e;
             }
+        } else {
+            stale.remove(slot);
         }
-        objects.put(key, object);
-        homes.put(resource + "\u0000" + key, new Home(partition, eventCluster));
-        listener.upsert(resource, key, object);
+        state.computeIfAbsent(o.resource(), x -> new TreeMap<>()).put(o.key(), object);
+        homes.put(slot, new Home(r.partition(), r.cluster()));
+        listener.upsert(o.resource(), o.key(), object);
     }
 
-    private static JsonNode parse(byte[] data) throws BadRecordException {
-        try {
-            return JSON.readTree(data);
-        } catch (IOException ex) {
-            throw new BadRecordException("the data is not JSON: " + ex.getMessage(), ex);
-        }
-    }
-
-    private void marker(boolean isStart, byte[] raw, String eventCluster, int partition) throws BadRecordException {
-        JsonNode m = parse(raw);
-        String syncId = m.path("syncId").asText("");
-        if (syncId.isEmpty()) {
-            throw new BadRecordException("a marker without its data");
-        }
-        JsonNode r = m.path("resource");
-        String group = r.path("group").asText("");
-        String resource = (group.isEmpty() ? "" : group + "/") + r.path("version").asText() + "/" + r.path("kind").asText();
-        String namespace = m.hasNonNull("namespace") ? m.get("namespace").asText() : null;
-        String slot = partition + "/" + syncId;
-        if (isStart) {
-            if ("full".equals(m.path("mode").asText())) {
-                open.put(slot, new OpenSync(eventCluster, resource, namespace));
+    private void marker(Decode.Marker m, String eventCluster, int partition) {
+        String slot = partition + "/" + m.syncId();
+        if (m.started()) {
+            if (m.full()) {
+                open.put(slot, new OpenSync(eventCluster, m.resource(), m.namespace()));
             }
             return;
         }
@@ -220,9 +166,9 @@ public final class Consumer {
         Map<String, JsonNode> objects = state.get(s.resource);
         if (objects != null) {
             Home here = new Home(partition, s.cluster);
-            for (Iterator<String> keys = new java.util.ArrayList<>(objects.keySet()).iterator(); keys.hasNext(); ) {
-                String key = keys.next();
-                boolean inScope = s.namespace == null || key.startsWith(s.namespace + "/");
+            for (String key : new ArrayList<>(objects.keySet())) {
+                int cut = key.indexOf('/');
+                boolean inScope = s.namespace == null || cut >= 0 && key.substring(0, cut).equals(s.namespace);
                 if (inScope && !s.touched.contains(key) && here.equals(homes.get(s.resource + "\u0000" + key))) {
                     remove(s.resource, key);
                 }
@@ -232,6 +178,7 @@ public final class Consumer {
     }
 
     private void remove(String resource, String key) {
+        stale.remove(resource + "\u0000" + key);
         Map<String, JsonNode> objects = state.get(resource);
         if (objects != null && objects.remove(key) != null) {
             homes.remove(resource + "\u0000" + key);

@@ -1,7 +1,6 @@
 package dev.deltaship.consumer;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import io.nats.client.Connection;
 import io.nats.client.JetStreamManagement;
 import io.nats.client.Nats;
@@ -31,10 +30,6 @@ public final class Readers {
 
     private Readers() {}
 
-    private static void skipped(String where, BadRecordException e) {
-        System.err.println("skipped record " + where + ": " + e.getMessage());
-    }
-
     /** Every record of {@code topics}, partition by partition, in offset order. */
     public static void kafka(String brokers, List<String> topics, Consumer consumer) {
         Properties p = new Properties();
@@ -62,7 +57,7 @@ public final class Readers {
                             try {
                                 consumer.kafkaRecord(r.partition(), r.headers(), r.value());
                             } catch (BadRecordException e) {
-                                skipped(tp + "@" + r.offset(), e);
+                                consumer.skip(r.topic() + "/" + r.partition() + "@" + r.offset(), e);
                             }
                             next = r.offset() + 1;
                             deadline = System.nanoTime() + TIMEOUT.toNanos();
@@ -83,13 +78,13 @@ public final class Readers {
                 try {
                     m = jsm.getMessage(stream, seq);
                 } catch (io.nats.client.JetStreamApiException e) {
-                    skipped(stream + "#" + seq, new BadRecordException("no message at this sequence: " + e.getMessage(), e));
+                    consumer.skip(stream + "#" + seq, new BadRecordException("missing", "no message at this sequence: " + e.getMessage()));
                     continue;
                 }
                 try {
                     consumer.natsMessage(pairs(m.getHeaders()), m.getData());
                 } catch (BadRecordException e) {
-                    skipped(stream + "#" + seq, e);
+                    consumer.skip(stream + "#" + seq, e);
                 }
             }
         } catch (io.nats.client.JetStreamApiException e) {
@@ -109,24 +104,38 @@ public final class Readers {
         return out;
     }
 
-    /** A recorded stream: Kafka records or JetStream messages as JSON lines (vectors/README.md). */
+    /**
+     * A recorded stream: Kafka records or JetStream messages as JSON lines (vectors/README.md),
+     * lines of any length. Bad records are skipped, counted and reported ({@link Consumer#skip});
+     * a line that is not a recorded record is an error of the file.
+     */
     public static void records(Path file, Consumer consumer) throws IOException {
-        ObjectMapper json = new ObjectMapper();
         try (BufferedReader lines = Files.newBufferedReader(file, StandardCharsets.UTF_8)) {
             String line;
             for (int n = 1; (line = lines.readLine()) != null; n++) {
                 if (line.isBlank()) {
                     continue;
                 }
-                JsonNode r = json.readTree(line);
+                JsonNode r;
                 try {
-                    if (r.has("topic")) {
+                    r = Json.MAPPER.readTree(line);
+                } catch (IOException e) {
+                    throw new IllegalStateException(file + ":" + n + ": not a recorded Kafka record or JetStream message: " + e.getMessage(), e);
+                }
+                boolean kafka = r.path("topic").isTextual();
+                if (!r.path("headers").isArray() || kafka == r.path("data").isTextual() || kafka && !(r.path("value").isTextual() || r.path("value").isNull())) {
+                    throw new IllegalStateException(file + ":" + n + ": not a recorded Kafka record or JetStream message");
+                }
+                String where = kafka ? r.get("topic").asText() + "/" + r.path("partition").asInt() + "@" + r.path("offset").asLong()
+                        : r.path("stream").asText() + "#" + r.path("sequence").asLong();
+                try {
+                    if (kafka) {
                         RecordHeaders headers = new RecordHeaders();
                         for (JsonNode h : r.get("headers")) {
                             headers.add(h.get(0).asText(), h.get(1).asText().getBytes(StandardCharsets.UTF_8));
                         }
                         byte[] value = r.get("value").isNull() ? null : r.get("value").asText().getBytes(StandardCharsets.UTF_8);
-                        consumer.kafkaRecord(r.get("partition").asInt(), headers, value);
+                        consumer.kafkaRecord(r.path("partition").asInt(), headers, value);
                     } else {
                         List<Map.Entry<String, String>> headers = new ArrayList<>();
                         for (JsonNode h : r.get("headers")) {
@@ -135,7 +144,7 @@ public final class Readers {
                         consumer.natsMessage(headers, r.get("data").asText().getBytes(StandardCharsets.UTF_8));
                     }
                 } catch (BadRecordException e) {
-                    skipped(file + ":" + n, e);
+                    consumer.skip(where, e);
                 }
             }
         }

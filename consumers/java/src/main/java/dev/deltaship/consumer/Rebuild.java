@@ -1,13 +1,14 @@
 package dev.deltaship.consumer;
 
-import com.fasterxml.jackson.databind.ObjectMapper;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 
 /**
  * Rebuilds state into a map from a Kafka topic, a JetStream stream or a recorded stream, and
- * prints it as JSON: {@code {"<apiVersion>/<Kind>": {"<key>": object}}}.
+ * prints it as JSON: {@code {"<apiVersion>/<Kind>": {"<key>": object}}}. Records that cannot be
+ * applied are skipped, each reported on stderr ({@code skipped record <where>: <reason>:
+ * <problem>}), and counted by reason in a last stderr line.
  *
  * <pre>java -jar deltaship-consumer-0.1.0-all.jar --kafka B --topic T | --nats URL --stream S | --records FILE [--cluster C]</pre>
  */
@@ -45,7 +46,11 @@ public final class Rebuild {
             System.err.println("error: " + e.getMessage());
             System.exit(1);
         }
-        System.out.println(new ObjectMapper().writeValueAsString(consumer.state()));
+        System.out.println(Json.MAPPER.writeValueAsString(consumer.state()));
+        if (!consumer.skipped().isEmpty()) {
+            long total = consumer.skipped().values().stream().mapToLong(Long::longValue).sum();
+            System.err.println("skipped " + total + " records: " + Json.MAPPER.writeValueAsString(consumer.skipped()));
+        }
     }
 
     private static void usage(String problem) {

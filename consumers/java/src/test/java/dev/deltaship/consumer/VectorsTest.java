@@ -40,6 +40,7 @@ class VectorsTest {
                         Consumer consumer = new Consumer(null, c.getKey());
                         Readers.records(file, consumer);
                         assertEquals(c.getValue(), JSON.valueToTree(consumer.state()), file + ", cluster " + c.getKey());
+                        assertEquals(Map.of(), consumer.skipped(), file + ": a record of a real run skipped");
                     }
                     checked.add(dir.getFileName() + "/" + stream);
                 }
