@@ -5,7 +5,7 @@ use std::fmt::Display;
 
 use std::time::Duration;
 
-use crate::config::{Config, DEFAULT_ROUTE, NatsConfig, SinkConfig};
+use crate::config::{Config, DEFAULT_ROUTE, NatsConfig, SinkConfig, mask_urls};
 use crate::pipeline::{self, Started};
 use crate::plan;
 use crate::sink::{HttpSink, KafkaSink, NatsSink};
@@ -43,7 +43,7 @@ async fn check_http(report: &mut Report, h: &crate::config::HttpSinkConfig) {
             report.fail(e);
         }
         Ok(sink) => match sink.probe().await {
-            Ok(()) => report.ok(format!("HTTP server reachable at {} (events go to {})", sink.address(), h.target_url().unwrap_or_default())),
+            Ok(()) => report.ok(format!("HTTP server reachable at {} (events go to {})", sink.address(), mask_urls(&h.target_url().unwrap_or_default()))),
             Err(e) => {
                 report.fail(e);
             }
@@ -61,7 +61,7 @@ async fn check_kafka(report: &mut Report, k: &crate::config::KafkaConfig, topics
     };
     match sink.topic_partitions(topics).await {
         Ok(found) => {
-            report.ok(format!("Kafka brokers reachable at {}", k.brokers));
+            report.ok(format!("Kafka brokers reachable at {}", mask_urls(&k.brokers)));
             for (topic, partitions) in found {
                 match (partitions, &k.create_topics) {
                     (Some(n), _) => report.ok(format!("topic {topic} exists with {n} partition(s)")),
@@ -72,7 +72,7 @@ async fn check_kafka(report: &mut Report, k: &crate::config::KafkaConfig, topics
             }
         }
         Err(e) => {
-            report.fail(format!("Kafka brokers at {} unreachable: {e}", k.brokers));
+            report.fail(format!("Kafka brokers at {} unreachable: {e}", mask_urls(&k.brokers)));
         }
     }
 }
@@ -91,10 +91,10 @@ async fn check_nats(report: &mut Report, n: &NatsConfig) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     if let Err(e) = sink.probe() {
-        report.fail(format!("NATS at {} unreachable: {e}", n.url));
+        report.fail(format!("NATS at {} unreachable: {e}", mask_urls(&n.url)));
         return;
     }
-    report.ok(format!("NATS reachable at {}", n.url));
+    report.ok(format!("NATS reachable at {}", mask_urls(&n.url)));
     let stream = &n.jetstream.stream;
     match (sink.stream_exists().await, n.jetstream.create) {
         (Ok(None), _) => report.ok("core NATS mode: at most once, no stream"),

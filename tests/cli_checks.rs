@@ -297,3 +297,62 @@ fn sigterm_ends_a_start_up_that_waits_on_an_api_server_that_does_not_answer() {
     assert!(took < Duration::from_secs(5), "took {took:?} to stop after SIGTERM");
     drop(silent);
 }
+
+/// Credentials inside URLs: query parameters that hold secrets are masked in
+/// `print-config`; credentials before the host (which neither the NATS nor the HTTP client
+/// sends) are refused, the refusal showing the URL masked.
+#[test]
+fn print_config_masks_credentials_inside_urls_and_refuses_them_before_the_host() {
+    let cm = "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n";
+    let http = format!("{cm}[sink]\ntype = \"http\"\nurl = \"http://127.0.0.1:9/events?token=TOK-never-shown&team=shop&sig=SIG-never-shown\"\n");
+    let (status, stdout, stderr) = command(&["print-config"], &http, &[]);
+    assert!(status.success(), "{stderr}");
+    let shown: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(shown["sink"]["url"], "http://127.0.0.1:9/events?token=***&team=shop&sig=***");
+    let urls = [
+        ("nats", "nats://deltaship:PW-never-shown@127.0.0.1:1,nats://TOK-never-shown@127.0.0.1:2", "nats://deltaship:***@127.0.0.1:1,nats://***@127.0.0.1:2"),
+        ("http", "http://deltaship:PW-never-shown@127.0.0.1:9/events?access_token=TOK-never-shown", "http://deltaship:***@127.0.0.1:9/events?access_token=***"),
+    ];
+    for (kind, url, masked) in urls {
+        let config = format!("{cm}[sink]\ntype = \"{kind}\"\nurl = \"{url}\"\n");
+        for args in [&["print-config"][..], &["check"], &["run"]] {
+            let (status, stdout, stderr) = command(args, &config, &[]);
+            assert_eq!(status.code(), Some(EXIT_CONFIG), "{args:?} {stdout}{stderr}");
+            assert!(!format!("{stdout}{stderr}").contains("never-shown"), "{args:?}: a credential is shown:\n{stdout}{stderr}");
+            assert!(stderr.contains(&format!("`sink.url`: `{masked}` holds credentials before")) && stderr.contains("set `auth`"), "{args:?}: {stderr}");
+        }
+    }
+}
+
+/// `check`'s lines and the bridge's log at trace level show the sink's URL with its token
+/// masked, though the token is sent (the server sees the whole URL).
+#[tokio::test(flavor = "multi_thread")]
+async fn check_and_trace_logs_never_show_a_token_inside_the_sink_url() {
+    support::env();
+    let client = client().await;
+    let ns = namespace(&client, "it-url-token").await;
+    let receiver = support::receiver::Receiver::start(&[]);
+    let url = format!("{}?access_token=TOK-never-shown&team=shop", receiver.url("http"));
+    let config = configmaps_in(&ns).http(support::config::http(&url)).toml();
+    let (code, out) = check(config.clone()).await;
+    assert_eq!(code, Some(0), "{out}");
+    let want = format!("[ok]   HTTP server reachable at {} (events go to {}?access_token=***&team=shop)", receiver.addr, receiver.url("http"));
+    assert!(out.lines().any(|l| l == want), "missing {want:?} in:\n{out}");
+    assert!(!out.contains("never-shown"), "{out}");
+
+    let mut bridge = Bridge::start_with_env(&config, &[("RUST_LOG", "trace")]);
+    bridge.wait_ready(Duration::from_secs(60));
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let cm = serde_json::from_value(json!({"metadata": {"name": "web"}, "data": {"k": "v"}})).unwrap();
+    api.create(&PostParams::default(), &cm).await.unwrap();
+    eventually(Duration::from_secs(30), "the ConfigMap's event at the receiver", || {
+        let got = receiver.events().iter().any(|e| e["event"]["subject"] == format!("{ns}/web").as_str());
+        async move { got.then_some(()) }
+    })
+    .await;
+    let log = bridge.log_text();
+    drop(bridge);
+    assert!(log.len() > 10_000 && log.contains("TRACE"), "a trace log: {}", log.len());
+    assert!(!log.contains("never-shown"), "the token is in the log");
+    delete_namespace(&client, &ns).await;
+}

@@ -31,7 +31,7 @@ pub use redact::{DigestKeyError, FieldPath, KEY_FIX, RedactAction, RedactField, 
 pub use resume::ResumeConfig;
 pub use route::*;
 pub use schema::schema;
-pub use secret::{Secret, SecretFileError};
+pub use secret::{Secret, SecretFileError, has_userinfo, mask_urls};
 pub use template::{Part, Template, TemplateError, check_topic_name};
 pub use validate::Problem;
 
@@ -255,6 +255,7 @@ impl SinkConfig {
     fn mask(&mut self) {
         match self {
             SinkConfig::Kafka(k) => {
+                k.brokers = mask_urls(&k.brokers).into_owned();
                 for (key, value) in k.librdkafka.iter_mut() {
                     *value = mask_value(key, value);
                 }
@@ -264,11 +265,13 @@ impl SinkConfig {
                 }
             }
             SinkConfig::Nats(n) => {
+                n.url = mask_urls(&n.url).into_owned();
                 for secret in [&mut n.auth.password, &mut n.auth.token].into_iter().flatten() {
                     *secret = Secret::masked();
                 }
             }
             SinkConfig::Http(h) => {
+                h.url = h.url.as_deref().map(|u| mask_urls(u).into_owned());
                 for secret in [&mut h.auth.password, &mut h.auth.token].into_iter().flatten() {
                     *secret = Secret::masked();
                 }

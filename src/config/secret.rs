@@ -83,6 +83,84 @@ impl<'de> Deserialize<'de> for Secret {
 
 struct SecretVisitor;
 
+/// Parts of query parameter names whose values are secrets (`token`, `access_token`,
+/// `password`, `sig` of a shared access signature, `api_key`, ...): wider than the client
+/// options' list (`mask_value`), as a URL's parameters follow no one's naming.
+const SECRET_PARAM_PARTS: [&str; 10] = ["pass", "pwd", "secret", "token", "sig", "key", "auth", "credential", "session", "jwt"];
+
+/// `text` (a URL, a comma-separated list of them, or a message that quotes them) with the
+/// credentials of every `scheme://` URL in it replaced by `***`: the password of
+/// `user:password@` (the user stays), a lone `token@`, and the values of query parameters
+/// whose names say they are secrets. The one masking of URLs: `print-config`, `check`, error
+/// messages and logs all show URLs through it.
+pub fn mask_urls(text: &str) -> Cow<'_, str> {
+    if !text.contains("://") {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (before, after) = rest.split_at(at + 3);
+        out.push_str(before);
+        let end = after.find(|c: char| c.is_whitespace() || matches!(c, ',' | '`' | '"' | '\'' | '<' | '>')).unwrap_or(after.len());
+        let (url, tail) = after.split_at(end);
+        mask_url(url, &mut out);
+        rest = tail;
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
+/// Whether a `scheme://` URL in `text` carries credentials before its host.
+pub fn has_userinfo(text: &str) -> bool {
+    text.split("://").skip(1).any(|url| userinfo_end(url).is_some())
+}
+
+/// Where the userinfo of `url` (the part after `scheme://`) ends: its `@`, the last one
+/// of the authority (a password may hold an unescaped `@`).
+fn userinfo_end(url: &str) -> Option<usize> {
+    let authority = &url[..url.find(['/', '?', '#', ',']).unwrap_or(url.len())];
+    authority.rfind('@')
+}
+
+/// Writes `url` (after `scheme://`) to `out` with its credentials masked.
+fn mask_url(url: &str, out: &mut String) {
+    let url = match userinfo_end(url) {
+        Some(at) => {
+            if let Some((user, _)) = url[..at].split_once(':') {
+                out.push_str(user);
+                out.push(':');
+            }
+            out.push_str("***");
+            &url[at..]
+        }
+        None => url,
+    };
+    let Some((path, query)) = url.split_once('?') else {
+        out.push_str(url);
+        return;
+    };
+    out.push_str(path);
+    out.push('?');
+    let (query, fragment) = query.split_once('#').map_or((query, None), |(q, f)| (q, Some(f)));
+    for (i, pair) in query.split('&').enumerate() {
+        if i > 0 {
+            out.push('&');
+        }
+        match pair.split_once('=') {
+            Some((name, _)) if SECRET_PARAM_PARTS.iter().any(|p| name.to_ascii_lowercase().contains(p)) => {
+                out.push_str(name);
+                out.push_str("=***");
+            }
+            _ => out.push_str(pair),
+        }
+    }
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+}
+
 /// figment reads `DELTASHIP_..._PASSWORD=123456` as a number: refused, without the value
 /// (serde's own message would print it). Inside a sink the key path is lost (its `type`
 /// tag buffers the table), so the message says what kind of key it is.
@@ -141,6 +219,29 @@ mod tests {
         assert_eq!(format!("{s:?}"), "***");
         let e = serde_json::from_value::<Secret>(serde_json::json!(271828)).unwrap_err().to_string();
         assert!(e.contains("a number") && !e.contains("271828"), "{e}");
+    }
+
+    #[test]
+    fn credentials_in_urls_are_masked_and_the_rest_is_kept() {
+        let cases = [
+            ("nats://user:PASSWORD@nats-0:4222", "nats://user:***@nats-0:4222"),
+            ("nats://TOKEN@nats-0:4222", "nats://***@nats-0:4222"),
+            ("http://user:p@ss@hooks.example.com/x?a=1", "http://user:***@hooks.example.com/x?a=1"),
+            (
+                "https://h.example.com/hook?token=T1&team=shop&access_token=T2&sig=S3&Password=P4&api_key=K5#frag",
+                "https://h.example.com/hook?token=***&team=shop&access_token=***&sig=***&Password=***&api_key=***#frag",
+            ),
+            ("nats://a:PW1@n-0:4222, nats://TOK@n-1:4222,nats://n-2:4222", "nats://a:***@n-0:4222, nats://***@n-1:4222,nats://n-2:4222"),
+            ("cannot connect to `nats://u:PW@h:1`: refused", "cannot connect to `nats://u:***@h:1`: refused"),
+            ("http://hooks.example.com/a@b?x=1", "http://hooks.example.com/a@b?x=1"),
+            ("kafka-0:9092,kafka-1:9092", "kafka-0:9092,kafka-1:9092"),
+        ];
+        for (url, masked) in cases {
+            assert_eq!(mask_urls(url), masked, "{url}");
+        }
+        assert!(matches!(mask_urls("kafka-0:9092"), Cow::Borrowed(_)));
+        assert!(has_userinfo("nats://n-0:4222,nats://t@n-1:4222") && has_userinfo("http://u:p@h/"));
+        assert!(!has_userinfo("nats://n-0:4222") && !has_userinfo("http://h/a@b?token=x"));
     }
 
     #[test]

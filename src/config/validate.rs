@@ -5,7 +5,9 @@ use std::fmt;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
-use super::{Config, HttpSinkConfig, K_CE_OVERRIDES, K_SINK, KafkaConfig, NatsConfig, SinkConfig, Template, ce_overrides, selector_matches};
+use super::{
+    Config, HttpSinkConfig, K_CE_OVERRIDES, K_SINK, KafkaConfig, NatsConfig, SinkConfig, Template, ce_overrides, has_userinfo, mask_urls, selector_matches,
+};
 
 /// One thing wrong with the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -292,13 +294,22 @@ fn validate_http(out: &mut Vec<Problem>, key: &str, h: &HttpSinkConfig) {
             "set the URL events are POSTed to, e.g. `http://broker-ingress.knative-eventing.svc/default/default`",
         )),
         Some(url) => match url.parse::<http::Uri>() {
+            _ if has_userinfo(&url) => out.push(problem(
+                at("url"),
+                format!("`{}` holds credentials before the host, which the HTTP client never sends", mask_urls(&url)),
+                "remove them from the URL and set `auth` (`user` with `password_file`, or `token_file`)",
+            )),
             Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some_and(|h| !h.is_empty()) => {
                 let tls_set = h.tls.ca_file.is_some() || h.tls.cert_file.is_some();
                 if tls_set && uri.scheme_str() == Some("http") {
-                    out.push(problem(at("tls"), format!("is set but `{url}` is not https"), "use an https:// URL, or remove `tls`"));
+                    out.push(problem(at("tls"), format!("is set but `{}` is not https", mask_urls(&url)), "use an https:// URL, or remove `tls`"));
                 }
             }
-            _ => out.push(problem(at("url"), format!("`{url}` is not an http:// or https:// URL"), "give a URL such as `https://events.example.com/hook`")),
+            _ => out.push(problem(
+                at("url"),
+                format!("`{}` is not an http:// or https:// URL", mask_urls(&url)),
+                "give a URL such as `https://events.example.com/hook`",
+            )),
         },
     }
     if let Err((what, fix)) = ce_overrides() {
@@ -475,6 +486,13 @@ fn validate_nats(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
     let at = |field: &str| format!("{key}.{field}");
     if n.url.trim().is_empty() {
         out.push(problem(at("url"), "is empty", "list server URLs, e.g. `nats://nats-0:4222,nats://nats-1:4222`"));
+    }
+    if has_userinfo(&n.url) {
+        out.push(problem(
+            at("url"),
+            format!("`{}` holds credentials before a host, which the NATS client never sends", mask_urls(&n.url)),
+            "remove them from the URL and set `auth` (`user` with `password_file`, or `token_file`)",
+        ));
     }
     check_per_resource(out, at("marker_subject_template"), &n.marker_subject_template);
     let js = &n.jetstream;

@@ -13,7 +13,7 @@ use futures::StreamExt;
 use super::decode::{Bad, Binding, Reason, decode};
 use super::follow::{Follow, PERIOD, Writer};
 use super::{Consumer, Position, RebuildError};
-use crate::config::NatsConfig;
+use crate::config::{NatsConfig, has_userinfo, mask_urls};
 use crate::sink::NatsSink;
 
 /// How long a read is retried through a server restart or a network cut before the
@@ -43,7 +43,13 @@ enum Failed {
 /// sink's credentials and TLS. With `follow`, then reads on as the stream grows until
 /// stopped.
 pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, follow: Option<&Follow>, consumer: &mut Consumer) -> Result<(), RebuildError> {
-    let refused = |e: &dyn std::fmt::Display| RebuildError::Source(format!("cannot connect to {url}: {e}"));
+    let shown = mask_urls(url);
+    if has_userinfo(url) {
+        return Err(RebuildError::Source(format!(
+            "--nats `{shown}` holds credentials before a host, which the NATS client never sends; give them with --config (a NATS sink's `auth`)"
+        )));
+    }
+    let refused = |e: &dyn std::fmt::Display| RebuildError::Source(format!("cannot connect to {shown}: {e}"));
     let client = match connection {
         Some(sink) => NatsSink::client(&NatsConfig { url: url.to_string(), ..sink.clone() }).await.map_err(|e| refused(&e))?,
         None => async_nats::connect(url).await.map_err(|e| refused(&e))?,

@@ -24,7 +24,7 @@ use tokio::sync::Semaphore;
 
 use super::encode::{STRUCTURED_CONTENT_TYPE, percent_encode, structured_bytes};
 use super::{ErrorKind, Failure, SendError, SinkError};
-use crate::config::{ClientErrorPolicy, ContentMode, HttpSinkConfig, HttpTls, Secret, ce_overrides};
+use crate::config::{ClientErrorPolicy, ContentMode, HttpSinkConfig, HttpTls, Secret, ce_overrides, mask_urls};
 use crate::event::Envelope;
 
 /// The most of an answer's body kept for the log (the rest is read and dropped).
@@ -114,7 +114,7 @@ impl HttpSink {
     /// send (an unreachable server is retried, never a start-up failure).
     pub fn new(cfg: &HttpSinkConfig) -> Result<HttpSink, SinkError> {
         let url = cfg.target_url().ok_or_else(|| SinkError::HttpUrl("not set, nor is K_SINK".into()))?;
-        let uri: Uri = url.parse().map_err(|e| SinkError::HttpUrl(format!("`{url}`: {e}")))?;
+        let uri: Uri = url.parse().map_err(|e| SinkError::HttpUrl(format!("`{}`: {e}", mask_urls(&url))))?;
         let timeout = Duration::from_millis(cfg.timeout_ms);
         let mut http = HttpConnector::new();
         http.enforce_http(false);
