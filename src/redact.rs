@@ -6,14 +6,15 @@ use std::sync::Arc;
 use hmac::{Hmac, Mac};
 use metrics::Counter;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use crate::config::{Config, DigestKeyError, FieldPath, KEY_FIX, RedactAction, ResourceConfig, Segment, read_digest_key};
 use crate::telemetry::metrics as m;
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// What a `mask` rule puts in place of a value: the mask `print-config` shows for secrets.
+/// What a `mask` rule puts in place of a value, and what a Secret's values become without a
+/// digest key: the mask `print-config` shows for secrets.
 const MASK: &str = "***";
 
 #[derive(Debug, thiserror::Error)]
@@ -56,23 +57,25 @@ pub struct Redaction {
 }
 
 impl Default for Redaction {
-    /// The built-in redaction only, with unkeyed digests.
+    /// The built-in redaction only, without a key: Secret values masked.
     fn default() -> Redaction {
         Redaction { builtin: true, rules: Vec::new(), key: None }
     }
 }
 
-/// The redaction of each of `config.resources`, in order: the digest key read once. Without a key, digests are unkeyed: a warning says so when any would be
-/// made.
+/// The redaction of each of `config.resources`, in order: the digest key read once. Without
+/// a key, Secret values are masked, never digested (an unkeyed digest of a short value is
+/// recovered by hashing guesses): a warning says so once when a Secret is watched. `hash`
+/// rules need a key (the configuration is refused without one).
 pub fn for_resources(config: &Config) -> Result<Vec<Arc<Redaction>>, RedactError> {
     let key = config.redaction.digest_key_file.as_deref().map(DigestKey::from_file).transpose()?;
     let mut out = Vec::new();
     for rc in &config.resources {
         out.push(Arc::new(Redaction::new(rc, key.clone())));
     }
-    if key.is_none() && config.resources.iter().any(makes_digests) {
+    if key.is_none() && config.resources.iter().any(redacts_secrets) {
         tracing::warn!(
-            "Digests of redacted values are unkeyed (sha256): short values such as PINs can be recovered by brute force; set redaction.digest_key_file"
+            "Secret values are shipped as \"***\" (no digest key): a change of a Secret's values alone ships no event; set redaction.digest_key_file for keyed digests that show when a value changes"
         );
     }
     Ok(out)
@@ -99,7 +102,7 @@ impl Redaction {
 
 #[cfg(test)]
 impl Redaction {
-    /// The built-in redaction and these field rules, unkeyed.
+    /// The built-in redaction and these field rules, without a key.
     pub(crate) fn with_rules(rules: Vec<(FieldPath, RedactAction)>) -> Redaction {
         Redaction { builtin: true, rules, key: None }
     }
@@ -110,9 +113,9 @@ impl Redaction {
     }
 }
 
-/// Whether `rc`'s redaction makes digests: of Secret values, or by `hash` rules.
-fn makes_digests(rc: &ResourceConfig) -> bool {
-    rc.redact && rc.group.is_empty() && rc.kind == "Secret" || rc.redact_fields.iter().any(|r| r.action == RedactAction::Hash)
+/// Whether `rc`'s built-in redaction covers Secret values.
+fn redacts_secrets(rc: &ResourceConfig) -> bool {
+    rc.redact && rc.group.is_empty() && rc.kind == "Secret"
 }
 
 /// A resource's redaction with its counters, for one watch.
@@ -123,7 +126,7 @@ pub struct Redactor {
 }
 
 impl Default for Redactor {
-    /// The built-in redaction with unkeyed digests.
+    /// The built-in redaction without a key.
     fn default() -> Redactor {
         Redactor { redaction: Arc::default(), counted: Vec::new() }
     }
@@ -160,8 +163,8 @@ impl Redactor {
 }
 
 /// Removes `metadata.managedFields`; for a core Secret, replaces every value of `data` and
-/// `stringData`, and the last-applied annotation, by its digest, so that consumers see that
-/// a value changed, never the value.
+/// `stringData`, and the last-applied annotation, by its keyed digest (consumers see that a
+/// value changed, and cannot guess it without the key), or by the mask without a key.
 fn redact(value: &mut Value, key: Option<&DigestKey>) {
     let secret = is_secret(value.get("kind").and_then(Value::as_str).unwrap_or(""), value.get("apiVersion").and_then(Value::as_str).unwrap_or(""));
     let Some(obj) = value.as_object_mut() else { return };
@@ -171,7 +174,7 @@ fn redact(value: &mut Value, key: Option<&DigestKey>) {
             && let Some(Value::Object(annotations)) = meta.get_mut("annotations")
             && let Some(v) = annotations.get_mut(LAST_APPLIED)
         {
-            *v = Value::String(digest(v, key));
+            *v = Value::String(hidden(v, key));
         }
     }
     if secret {
@@ -189,7 +192,7 @@ fn is_secret(kind: &str, api_version: &str) -> bool {
 
 fn digest_values(values: &mut Map<String, Value>, key: Option<&DigestKey>) {
     for v in values.values_mut() {
-        *v = Value::String(digest(v, key));
+        *v = Value::String(hidden(v, key));
     }
 }
 
@@ -210,7 +213,7 @@ fn apply(value: &mut Value, path: &[Segment], action: RedactAction, key: Option<
     let replace = |v: &mut Value| {
         *v = Value::String(match action {
             RedactAction::Mask => MASK.to_string(),
-            _ => digest(v, key),
+            _ => hidden(v, key),
         });
         1
     };
@@ -230,9 +233,16 @@ fn apply(value: &mut Value, path: &[Segment], action: RedactAction, key: Option<
     }
 }
 
-/// The digest of a value: of a string's bytes, of any other value's JSON text.
-/// `hmac-sha256:<hex>` with a key, `sha256:<hex>` without.
-fn digest(v: &Value, key: Option<&DigestKey>) -> String {
+/// What a Secret's value, or a `hash` rule's, becomes: its keyed digest, or without a key
+/// the mask. Never an unkeyed digest: anyone can hash guesses of a short value (a PIN, a
+/// password from a dictionary) until one matches.
+fn hidden(v: &Value, key: Option<&DigestKey>) -> String {
+    key.map_or_else(|| MASK.to_string(), |key| digest(v, key))
+}
+
+/// The keyed digest of a value, `hmac-sha256:<hex>`: of a string's bytes, of any other
+/// value's JSON text.
+fn digest(v: &Value, DigestKey(mac): &DigestKey) -> String {
     let text;
     let bytes = match v {
         Value::String(s) => s.as_bytes(),
@@ -241,14 +251,9 @@ fn digest(v: &Value, key: Option<&DigestKey>) -> String {
             text.as_bytes()
         }
     };
-    match key {
-        Some(DigestKey(mac)) => {
-            let mut mac = mac.clone();
-            mac.update(bytes);
-            crate::hex::encode("hmac-sha256:", &mac.finalize().into_bytes())
-        }
-        None => crate::hex::encode("sha256:", &Sha256::digest(bytes)),
-    }
+    let mut mac = mac.clone();
+    mac.update(bytes);
+    crate::hex::encode("hmac-sha256:", &mac.finalize().into_bytes())
 }
 
 #[cfg(test)]
@@ -261,13 +266,31 @@ mod tests {
         Arc::new(Redaction { builtin: true, rules, key: key.map(DigestKey::new) }).redactor("test")
     }
 
-    /// How many fields `path` redacts in `value` with `action`, unkeyed.
+    const KEY: &[u8] = b"0123456789abcdef";
+
+    /// How many fields `path` redacts in `value` with `action` (a `hash` with `KEY`).
     fn count(value: &mut Value, path: &str, action: RedactAction) -> u64 {
-        apply(value, FieldPath::parse(path).unwrap().segments(), action, None)
+        apply(value, FieldPath::parse(path).unwrap().segments(), action, Some(&DigestKey::new(KEY)))
     }
 
     #[test]
-    fn secret_values_and_last_applied_become_digests() {
+    fn without_a_key_secret_values_and_last_applied_are_masked_never_digested() {
+        let mut s = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "pin", "annotations": {LAST_APPLIED: "{\"data\":{\"pin\":\"MTIzNA==\"}}"}},
+            "data": {"pin": "MTIzNA=="},
+            "stringData": {"word": "hunter2"},
+        });
+        Redactor::default().redact(&mut s);
+        // Before, "sha256:<hex of MTIzNA==>": a 4-digit PIN was found by hashing the 10,000 guesses.
+        assert_eq!(s["data"], json!({"pin": MASK}));
+        assert_eq!(s["stringData"], json!({"word": MASK}));
+        assert_eq!(s["metadata"]["annotations"][LAST_APPLIED], MASK);
+        assert!(!s.to_string().contains("sha256"), "{s}");
+    }
+
+    #[test]
+    fn secret_values_and_last_applied_become_keyed_digests() {
         let mut s = json!({
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "db", "managedFields": [{"manager": "kubectl"}],
@@ -275,16 +298,17 @@ mod tests {
             "data": {"password": "aHVudGVyMg=="},
             "stringData": {"token": "plain-secret"},
         });
-        Redactor::default().redact(&mut s);
+        redaction(&[], Some(KEY)).redact(&mut s);
         let text = s.to_string();
         assert!(!text.contains("aHVudGVyMg") && !text.contains("plain-secret"), "{text}");
         assert!(s["metadata"].get("managedFields").is_none());
         assert_eq!(s["metadata"]["annotations"]["keep"], "me");
         let d = s["data"]["password"].as_str().unwrap();
-        assert!(d.starts_with("sha256:") && d.len() == 71, "{d}");
+        assert!(d.starts_with("hmac-sha256:") && d.len() == 76, "{d}");
+        assert!(s["metadata"]["annotations"][LAST_APPLIED].as_str().unwrap().starts_with("hmac-sha256:"));
         // Same value, same digest: consumers can see whether a value changed.
         let mut again = json!({"apiVersion": "v1", "kind": "Secret", "data": {"password": "aHVudGVyMg=="}});
-        Redactor::default().redact(&mut again);
+        redaction(&[], Some(KEY)).redact(&mut again);
         assert_eq!(again["data"]["password"], s["data"]["password"]);
     }
 
@@ -301,14 +325,13 @@ mod tests {
     }
 
     #[test]
-    fn digests_are_hex_of_sha256_or_of_hmac_sha256_with_the_key() {
-        // FIPS 180-2 and RFC 4231 (test case 2) vectors.
-        assert_eq!(digest(&json!("abc"), None), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    fn digests_are_hex_of_hmac_sha256_with_the_key() {
+        // RFC 4231 (test case 2) vector.
         let jefe = DigestKey::new(b"Jefe");
-        assert_eq!(digest(&json!("what do ya want for nothing?"), Some(&jefe)), "hmac-sha256:5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        assert_eq!(digest(&json!("what do ya want for nothing?"), &jefe), "hmac-sha256:5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
         // Other values are digested as their JSON text, so that different values differ.
-        assert_ne!(digest(&json!(1), None), digest(&json!(2), None));
-        assert_eq!(digest(&json!({"a": 1}), None), digest(&json!("{\"a\":1}"), None));
+        assert_ne!(digest(&json!(1), &jefe), digest(&json!(2), &jefe));
+        assert_eq!(digest(&json!({"a": 1}), &jefe), digest(&json!("{\"a\":1}"), &jefe));
         assert_eq!(format!("{jefe:?}"), "DigestKey(***)");
     }
 
@@ -320,9 +343,9 @@ mod tests {
             redaction(&[], Some(key)).redact(&mut s);
             s["data"]["pin"].as_str().unwrap().to_string()
         };
-        let a = digest_with(b"0123456789abcdef");
+        let a = digest_with(KEY);
         assert!(a.starts_with("hmac-sha256:") && a.len() == 12 + 64, "{a}");
-        assert_eq!(a, digest_with(b"0123456789abcdef"), "same key, same value: same digest (restarts, replicas)");
+        assert_eq!(a, digest_with(KEY), "same key, same value: same digest (restarts, replicas)");
         assert_ne!(a, digest_with(b"fedcba9876543210"));
     }
 
@@ -341,7 +364,7 @@ mod tests {
 
         let mut cm = json!({"data": {"a": "1", "b": "2"}, "binaryData": {}});
         assert_eq!(count(&mut cm, "/data/*", RedactAction::Hash), 2);
-        assert!(cm["data"]["a"].as_str().unwrap().starts_with("sha256:"));
+        assert!(cm["data"]["a"].as_str().unwrap().starts_with("hmac-sha256:"));
         assert_eq!(count(&mut cm, "/binaryData/*", RedactAction::Drop), 0);
         assert_eq!(count(&mut cm, "/data/*", RedactAction::Drop), 2);
         assert_eq!(cm, json!({"data": {}, "binaryData": {}}));
@@ -391,7 +414,7 @@ mod tests {
     fn rules_apply_after_the_built_in_redaction_even_when_it_is_off() {
         let rules = [("/data/password", RedactAction::Hash), ("/metadata/annotations/token", RedactAction::Drop)];
         let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "managedFields": [], "annotations": {"token": "t"}}, "data": {"password": "p"}});
-        let mut r = redaction(&rules, Some(b"0123456789abcdef"));
+        let mut r = redaction(&rules, Some(KEY));
         r.redact(&mut cm);
         assert!(cm["data"]["password"].as_str().unwrap().starts_with("hmac-sha256:"), "{cm}");
         assert_eq!(cm["metadata"], json!({"name": "c", "annotations": {}}));

@@ -222,7 +222,7 @@ async fn redact_rules_keep_credentials_out_of_every_byte_of_the_topics() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn without_a_key_digests_are_unkeyed_and_a_warning_says_so_once() {
+async fn without_a_key_secret_values_are_shipped_masked_never_as_a_digest_and_a_warning_says_so_once() {
     support::env();
     let kube = client().await;
     let ns = namespace(&kube, "it-redact-unkeyed").await;
@@ -237,10 +237,12 @@ async fn without_a_key_digests_are_unkeyed_and_a_warning_says_so_once() {
         async move { found }
     })
     .await;
-    // The digest of "MTIzNA==" (the base64 of "1234") that anyone can recompute.
-    assert_eq!(event["data"]["data"]["pin"], format!("sha256:{:x}", Sha256::digest(b"MTIzNA==")), "{event}");
+    // Before, the digest of "MTIzNA==" (the base64 of "1234") that anyone could recompute
+    // from the 10,000 PINs: now nothing derived from the value.
+    assert_eq!(event["data"]["data"]["pin"], "***", "{event}");
+    assert!(!event.to_string().contains(&format!("{:x}", Sha256::digest(b"MTIzNA=="))), "{event}");
     let log = bridge.log_text();
-    assert_eq!(log.matches("Digests of redacted values are unkeyed").count(), 1, "{log}");
+    assert_eq!(log.matches("Secret values are shipped as \"***\" (no digest key)").count(), 1, "{log}");
     delete_namespace(&kube, &ns).await;
 }
 
@@ -296,6 +298,11 @@ fn bad_rules_and_key_files_are_refused_as_an_invalid_config_naming_the_key_and_t
     assert_eq!(status.code(), Some(EXIT_CONFIG), "{stderr}");
     assert!(stderr.contains("`redaction.digest_key_file`: ") && stderr.contains("holds 11 bytes, fewer than 16"), "{stderr}");
     assert!(!stderr.contains("tiny-secret"), "{stderr}");
+    // A `hash` rule needs a key: without one its digest could be guessed.
+    let (status, _, stderr) = command(&["check"], &config(r#"{ path = "/data/x", action = "drop" }"#), &[]);
+    assert_eq!(status.code(), Some(EXIT_CONFIG), "{stderr}");
+    assert!(stderr.contains("`resources[0].redact_fields[0].action`: is `hash` without a digest key"), "{stderr}");
+    assert!(stderr.contains("fix: set redaction.digest_key_file"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

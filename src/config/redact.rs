@@ -16,8 +16,10 @@ pub struct RedactionConfig {
     /// A file holding the key of the digests (HMAC-SHA256, shown as `hmac-sha256:<hex>`),
     /// e.g. mounted from a Kubernetes Secret; read once at start-up, at least 16 bytes, a
     /// trailing newline trimmed. Every replica and restart must use the same key for equal
-    /// values to keep equal digests. Default: none: unkeyed `sha256:<hex>` digests, which
-    /// anyone can brute-force for short values (a warning is logged at start-up).
+    /// values to keep equal digests. Required by `hash` rules. Default: none: Secret values
+    /// are shipped as `***`, no digest (an unkeyed digest of a short value is recovered by
+    /// hashing guesses), so a change of a Secret's values alone ships no event (a warning
+    /// is logged at start-up).
     pub digest_key_file: Option<PathBuf>,
 }
 
@@ -29,7 +31,7 @@ pub struct RedactField {
     /// that is exactly `*` stands for every item of an array or member of an object.
     pub path: FieldPath,
     /// `drop` (remove the field), `mask` (replace its value by `"***"`) or `hash` (replace
-    /// it by its digest, as Secret values).
+    /// it by its keyed digest, as Secret values; needs `redaction.digest_key_file`).
     pub action: RedactAction,
 }
 
@@ -192,6 +194,17 @@ pub(super) fn validate(c: &Config) -> Vec<Problem> {
     {
         out.push(Problem { key: "redaction.digest_key_file".into(), problem: e.to_string(), fix: KEY_FIX.into() });
     }
+    if c.redaction.digest_key_file.is_none() {
+        for (i, rc) in c.resources.iter().enumerate() {
+            for (j, _) in rc.redact_fields.iter().enumerate().filter(|(_, r)| r.action == RedactAction::Hash) {
+                out.push(Problem {
+                    key: format!("resources[{i}].redact_fields[{j}].action"),
+                    problem: "is `hash` without a digest key: an unkeyed digest of a short value (a PIN, a password) is recovered by hashing guesses".into(),
+                    fix: format!("set redaction.digest_key_file ({KEY_FIX}), or use `mask`"),
+                });
+            }
+        }
+    }
     out
 }
 
@@ -301,6 +314,27 @@ mod tests {
         let r = rule("/data/*", "hash").unwrap();
         assert_eq!(r.action, RedactAction::Hash);
         assert_eq!(serde_json::to_value(&r).unwrap(), serde_json::json!({"path": "/data/*", "action": "hash"}));
+    }
+
+    #[test]
+    fn hash_rules_without_a_digest_key_are_refused_naming_the_rule() {
+        let mut c: Config = serde_json::from_value(serde_json::json!({
+            "resources": [
+                {"version": "v1", "kind": "ConfigMap", "redact_fields": [{"path": "/data/a", "action": "mask"}, {"path": "/data/*", "action": "hash"}]},
+                {"version": "v1", "kind": "Secret"},
+            ],
+        }))
+        .unwrap();
+        let problems = validate(&c);
+        let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["resources[0].redact_fields[1].action"]);
+        assert!(problems[0].problem.contains("without a digest key") && problems[0].fix.contains("redaction.digest_key_file"), "{:?}", problems[0]);
+        let dir = scratch("redact-hash");
+        let key = dir.join("key");
+        std::fs::write(&key, "0123456789abcdef\n").unwrap();
+        c.redaction.digest_key_file = Some(key);
+        assert_eq!(validate(&c), []);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
