@@ -112,7 +112,7 @@ fn main() -> ExitCode {
             with_config(&arg, |config| if runtime(config.runtime.worker_threads).block_on(check::run(&config)) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Run(arg) => with_config(&arg, |config| {
-            telemetry::init_logging(config.log.format, &config.log.level);
+            telemetry::init_logging(config.log.format, &config.log.filter().expect("validated at load"));
             match runtime(config.runtime.worker_threads).block_on(pipeline::run(config, CancellationToken::new())) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

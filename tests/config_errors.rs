@@ -248,3 +248,31 @@ fn knative_overrides_of_core_attributes_or_with_control_characters_are_refused_n
     let (code, out) = deltaship("print-config", &file, &[("K_CE_OVERRIDES", r#"{"extensions": {"team": "shop"}}"#)]);
     assert_eq!(code, Some(0), "{out}");
 }
+
+#[test]
+fn an_empty_namespace_list_is_refused_saying_to_omit_the_key() {
+    refused(&format!("{CM}namespaces = []\n"), &["`resources.0.namespaces`", "is an empty list", "omit the key to watch every namespace"]);
+    accepted(CM);
+}
+
+#[test]
+fn a_log_level_that_is_not_a_level_is_refused_listing_the_levels_and_warning_is_warn() {
+    for level in ["inf", "info,deltaship", "verbose"] {
+        refused(
+            &format!("{CM}[log]\nlevel = \"{level}\"\n"),
+            &["`log.level`", "is not a level or `target=level` (valid levels: off, error, warn, info, debug, trace)"],
+        );
+    }
+    accepted(&format!("{CM}[log]\nlevel = \"warning\"\n"));
+    accepted(&format!("{CM}[log]\nlevel = \"deltaship=Warning,kube=info\"\n"));
+}
+
+#[test]
+fn a_default_holding_a_reference_is_resolved() {
+    let file = write("c.toml", &format!("{CM}namespaces = [\"${{APP_NS:-${{FALLBACK_NS}}}}\"]\n"));
+    let (code, out) = deltaship("print-config", &file, &[("FALLBACK_NS", "shop")]);
+    assert_eq!(code, Some(0), "{out}");
+    let shown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["resources"][0]["namespaces"], serde_json::json!(["shop"]), "{out}");
+    refused_with_env(&file, &[], &["the environment variable FALLBACK_NS is not set"]);
+}

@@ -1,6 +1,7 @@
 //! `${VAR}` and `${VAR:-default}` in the string values of the config file, replaced by the
-//! environment's values before the file is deserialized. Only values: keys, and the
-//! `DELTASHIP_` overrides, are taken as they are. `$${` stands for a literal `${`.
+//! environment's values before the file is deserialized; a default may hold references
+//! itself (`${A:-${B}}`). Only values: keys, and the `DELTASHIP_` overrides, are taken as
+//! they are. `$${` stands for a literal `${`.
 
 use figment::value::{Dict, Map, Value};
 use figment::{Error, Metadata, Profile, Provider};
@@ -41,7 +42,7 @@ impl Interpolated {
 /// Replaces the references in `value` (at `path`) and below it.
 fn replace(value: &mut Value, path: &str, lookup: &impl Fn(&str) -> Option<String>, problems: &mut Vec<String>) {
     match value {
-        Value::String(_, text) if text.contains('$') => match interpolate(text, lookup) {
+        Value::String(_, text) if text.contains('$') => match interpolate(text, lookup, 0) {
             Ok(replaced) => *text = replaced,
             Err(problem) => problems.push(format!("`{path}`: {problem}")),
         },
@@ -59,10 +60,15 @@ fn replace(value: &mut Value, path: &str, lookup: &impl Fn(&str) -> Option<Strin
     }
 }
 
+/// How deep defaults may nest references (`${A:-${B:-${C}}}` is 3): deeper is a mistake,
+/// and each level is a call on the stack.
+const MAX_NESTING: usize = 8;
+
 /// `text` with each `${NAME}` replaced by the variable's value, `${NAME:-default}` by the
-/// default when the variable is unset or empty, `$${` by `${`. A `$` before anything else
-/// stays. The problem never shows a value, only names.
-fn interpolate(text: &str, lookup: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+/// default (its own references replaced, `nesting` levels deep already) when the variable
+/// is unset or empty, `$${` by `${`. A `$` before anything else stays. The problem never
+/// shows a value, only names.
+fn interpolate(text: &str, lookup: &impl Fn(&str) -> Option<String>, nesting: usize) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('$') {
@@ -72,8 +78,8 @@ fn interpolate(text: &str, lookup: &impl Fn(&str) -> Option<String>) -> Result<S
             out.push_str("${");
             rest = escaped;
         } else if let Some(reference) = after.strip_prefix('{') {
-            let end =
-                reference.find('}').ok_or_else(|| "`${` without its closing `}`; fix: close the reference, or write `$${` for a literal `${`".to_string())?;
+            let end = closing_brace(reference)
+                .ok_or_else(|| "`${` without its closing `}`; fix: close the reference, or write `$${` for a literal `${`".to_string())?;
             let (name, default) = match reference[..end].split_once(":-") {
                 Some((name, default)) => (name, Some(default)),
                 None => (&reference[..end], None),
@@ -86,6 +92,12 @@ fn interpolate(text: &str, lookup: &impl Fn(&str) -> Option<String>) -> Result<S
             }
             match (lookup(name).filter(|v| !v.is_empty()), default) {
                 (Some(value), _) => out.push_str(&value),
+                (None, Some(default)) if default.contains('$') => {
+                    if nesting + 1 >= MAX_NESTING {
+                        return Err(format!("the default of `${{{name}:-...}}` nests references more than {MAX_NESTING} deep; fix: nest fewer defaults"));
+                    }
+                    out.push_str(&interpolate(default, lookup, nesting + 1)?)
+                }
                 (None, Some(default)) => out.push_str(default),
                 (None, None) => return Err(format!("the environment variable {name} is not set; fix: set it, or give a default: `${{{name}:-default}}`")),
             }
@@ -99,6 +111,30 @@ fn interpolate(text: &str, lookup: &impl Fn(&str) -> Option<String>) -> Result<S
     Ok(out)
 }
 
+/// Where the reference that starts `text` (just after its `${`) ends: its `}`, past the
+/// `${...}` references its default holds and the `$${` escapes in it.
+fn closing_brace(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let (mut depth, mut i) = (0usize, 0);
+    while i < bytes.len() {
+        if text[i..].starts_with("$${") {
+            i += 3;
+        } else if text[i..].starts_with("${") {
+            depth += 1;
+            i += 2;
+        } else if bytes[i] == b'}' {
+            if depth == 0 {
+                return Some(i);
+            }
+            depth -= 1;
+            i += 1;
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 // figment::Jail's closures return figment's (large) error type; not ours to shrink.
 #[allow(clippy::result_large_err)]
@@ -107,6 +143,10 @@ mod tests {
     use figment::{Figment, Jail};
 
     use super::*;
+
+    fn interpolate_(text: &str, lookup: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+        interpolate(text, lookup, 0)
+    }
 
     fn env(name: &str) -> Option<String> {
         match name {
@@ -119,24 +159,39 @@ mod tests {
 
     #[test]
     fn references_defaults_and_escapes_are_replaced() {
-        assert_eq!(interpolate("${BROKERS}", &env).unwrap(), "kafka-0:9092,kafka-1:9092");
-        assert_eq!(interpolate("nats://${HOST:-nats}:4222", &env).unwrap(), "nats://nats:4222");
-        assert_eq!(interpolate("${EMPTY:-fallback}", &env).unwrap(), "fallback", "an empty variable takes the default");
+        assert_eq!(interpolate_("${BROKERS}", &env).unwrap(), "kafka-0:9092,kafka-1:9092");
+        assert_eq!(interpolate_("nats://${HOST:-nats}:4222", &env).unwrap(), "nats://nats:4222");
+        assert_eq!(interpolate_("${EMPTY:-fallback}", &env).unwrap(), "fallback", "an empty variable takes the default");
         assert_eq!(
-            interpolate("${EMPTY}", &env).unwrap_err(),
+            interpolate_("${EMPTY}", &env).unwrap_err(),
             "the environment variable EMPTY is not set; fix: set it, or give a default: `${EMPTY:-default}`"
         );
-        assert_eq!(interpolate("$${BROKERS} costs $5", &env).unwrap(), "${BROKERS} costs $5");
-        assert_eq!(interpolate("${HOST:-}", &env).unwrap(), "", "an empty default");
-        assert_eq!(interpolate("a ${TOKEN} b ${TOKEN}", &env).unwrap(), "a s3cret-token b s3cret-token");
+        assert_eq!(interpolate_("$${BROKERS} costs $5", &env).unwrap(), "${BROKERS} costs $5");
+        assert_eq!(interpolate_("${HOST:-}", &env).unwrap(), "", "an empty default");
+        assert_eq!(interpolate_("a ${TOKEN} b ${TOKEN}", &env).unwrap(), "a s3cret-token b s3cret-token");
+    }
+
+    #[test]
+    fn a_default_may_hold_references_of_its_own() {
+        // Before, `${A:-${B}}` gave the text `${B}`.
+        assert_eq!(interpolate_("${UNSET:-${BROKERS}}", &env).unwrap(), "kafka-0:9092,kafka-1:9092");
+        assert_eq!(interpolate_("${UNSET:-${NOPE:-x}}/${EMPTY:-y}", &env).unwrap(), "x/y");
+        assert_eq!(interpolate_("${BROKERS:-${NOPE}}", &env).unwrap(), "kafka-0:9092,kafka-1:9092", "an unused default is not resolved");
+        assert_eq!(interpolate_("${UNSET:-$${B}}", &env).unwrap(), "${B}", "an escape in a default");
+        assert!(interpolate_("${UNSET:-${NOPE}}", &env).unwrap_err().contains("NOPE is not set"));
+        assert!(interpolate_("${UNSET:-${NOPE}", &env).unwrap_err().contains("without its closing"));
+        let deep = format!("{}x{}", "${UNSET:-".repeat(9), "}".repeat(9));
+        assert!(interpolate_(&deep, &env).unwrap_err().contains("more than 8 deep"), "{deep}");
+        let eight = format!("{}x{}", "${UNSET:-".repeat(8), "}".repeat(8));
+        assert_eq!(interpolate_(&eight, &env).unwrap(), "x");
     }
 
     #[test]
     fn a_bad_reference_names_what_is_wrong_and_never_a_value() {
-        assert!(interpolate("${UNSET}", &env).unwrap_err().contains("UNSET is not set"));
-        assert!(interpolate("${BROKERS", &env).unwrap_err().contains("without its closing"));
-        assert!(interpolate("${1X}", &env).unwrap_err().contains("`${1X}` is not a variable name"));
-        assert!(interpolate("${}", &env).unwrap_err().contains("is not a variable name"));
+        assert!(interpolate_("${UNSET}", &env).unwrap_err().contains("UNSET is not set"));
+        assert!(interpolate_("${BROKERS", &env).unwrap_err().contains("without its closing"));
+        assert!(interpolate_("${1X}", &env).unwrap_err().contains("`${1X}` is not a variable name"));
+        assert!(interpolate_("${}", &env).unwrap_err().contains("is not a variable name"));
     }
 
     #[test]

@@ -177,9 +177,11 @@ pub struct ResourceConfig {
     pub version: String,
     /// Kind, e.g. `ConfigMap`.
     pub kind: String,
-    /// Namespaces to watch, one watch each. Empty (the default): all namespaces with one
-    /// watch. Must be empty for cluster-scoped kinds.
-    #[serde(default)]
+    /// Namespaces to watch, one watch each. Left out (the default): all namespaces with one
+    /// watch; an empty list is refused (omit the key to watch every namespace). Must be
+    /// left out for cluster-scoped kinds.
+    #[serde(default, deserialize_with = "listed_namespaces", skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1))]
     pub namespaces: Vec<String>,
     /// Label selector, e.g. `app=web,tier!=cache`. Default: none.
     pub label_selector: Option<String>,
@@ -427,8 +429,9 @@ pub struct LogConfig {
     /// `text` (default) or `json`.
     #[serde(default)]
     pub format: LogFormat,
-    /// A tracing filter, e.g. `info` or `deltaship=debug,kube=info`. `RUST_LOG` wins when
-    /// set. Default: `info`.
+    /// A level (`off`, `error`, `warn` or `warning`, `info`, `debug`, `trace`) or a tracing
+    /// filter of `target=level` directives, e.g. `deltaship=debug,kube=info`. `RUST_LOG`
+    /// wins when set. Default: `info`.
     #[serde(default = "default_level")]
     pub level: String,
 }
@@ -437,6 +440,44 @@ impl Default for LogConfig {
     fn default() -> Self {
         LogConfig { format: LogFormat::default(), level: default_level() }
     }
+}
+
+/// The level names a directive may end with, as tracing reads them (any case).
+pub const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+impl LogConfig {
+    /// `level` as a tracing filter, `warning` read as `warn`; Err names the directive whose
+    /// level is none of `LOG_LEVELS`. tracing reads a bare word as a target with every level
+    /// enabled, so `warning` or a typo such as `inf` would log nothing but that target's
+    /// lines, ERROR included: a bare word must be a level.
+    pub fn filter(&self) -> Result<String, String> {
+        let level = |word: &str| {
+            let lower = word.trim().to_ascii_lowercase();
+            let lower = if lower == "warning" { "warn".to_string() } else { lower };
+            LOG_LEVELS.contains(&lower.as_str()).then_some(lower)
+        };
+        let mut directives = Vec::new();
+        for directive in self.level.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            let normalized = match directive.rsplit_once('=') {
+                Some((target, word)) => level(word).map(|l| format!("{target}={l}")),
+                None => level(directive),
+            };
+            directives.push(normalized.ok_or_else(|| directive.to_string())?);
+        }
+        Ok(directives.join(","))
+    }
+}
+
+/// `namespaces` as listed; an empty list is refused: it looks like "none" and would watch
+/// every namespace, which leaving the key out says.
+fn listed_namespaces<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let listed = Vec::<String>::deserialize(d)?;
+    if listed.is_empty() {
+        return Err(serde::de::Error::custom(
+            "is an empty list, which would watch every namespace; fix: omit the key to watch every namespace, or list the namespaces to watch",
+        ));
+    }
+    Ok(listed)
 }
 
 fn default_level() -> String {
@@ -470,4 +511,35 @@ pub enum LogFormat {
     #[default]
     Text,
     Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter(level: &str) -> Result<String, String> {
+        LogConfig { format: LogFormat::default(), level: level.into() }.filter()
+    }
+
+    #[test]
+    fn log_levels_take_the_common_alias_and_a_bare_word_must_be_a_level() {
+        assert_eq!(filter("warning").unwrap(), "warn");
+        assert_eq!(filter("WARN").unwrap(), "warn");
+        assert_eq!(filter("info, deltaship=Warning,kube=debug").unwrap(), "info,deltaship=warn,kube=debug");
+        // Before, tracing read these as targets: every line, ERROR included, was silenced.
+        assert_eq!(filter("inf").unwrap_err(), "inf");
+        assert_eq!(filter("info,deltaship").unwrap_err(), "deltaship");
+        assert_eq!(filter("deltaship=loud").unwrap_err(), "deltaship=loud");
+    }
+
+    #[test]
+    fn an_empty_namespace_list_is_refused_and_a_missing_one_watches_all() {
+        let parse = |v: serde_json::Value| serde_json::from_value::<ResourceConfig>(v);
+        let e = parse(serde_json::json!({"version": "v1", "kind": "ConfigMap", "namespaces": []})).unwrap_err().to_string();
+        assert!(e.contains("is an empty list") && e.contains("fix: omit the key to watch every namespace"), "{e}");
+        let all = parse(serde_json::json!({"version": "v1", "kind": "ConfigMap"})).unwrap();
+        assert!(all.namespaces.is_empty());
+        assert!(serde_json::to_value(&all).unwrap().get("namespaces").is_none(), "printed as it is read back");
+        assert_eq!(parse(serde_json::json!({"version": "v1", "kind": "ConfigMap", "namespaces": ["a"]})).unwrap().namespaces, ["a"]);
+    }
 }

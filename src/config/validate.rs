@@ -171,12 +171,20 @@ pub fn validate(c: &Config) -> Vec<Problem> {
     {
         check_range(&mut out, format!("leader_election.{field}"), secs, ranges::LEASE_SECS, "seconds");
     }
-    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&c.log.level) {
-        out.push(problem(
+    let log_fix =
+        "use a level (`error`, `warn` or `warning`, `info`, `debug`, `trace`, `off`) or directives `target=level` such as `deltaship=debug,kube=info`";
+    match c.log.filter().map(|f| tracing_subscriber::EnvFilter::try_new(f).map_err(|e| e.to_string())) {
+        Err(directive) => out.push(problem(
             "log.level",
-            format!("`{}` is not a log filter: {e}", c.log.level),
-            "use a level (`error`, `warn`, `info`, `debug`, `trace`) or directives such as `deltaship=debug,kube=info`",
-        ));
+            format!(
+                "`{}` is not a log filter: `{directive}` is not a level or `target=level` (valid levels: {}); a bare word would be read as a target, silencing every other line, ERROR included",
+                c.log.level,
+                super::LOG_LEVELS.join(", ")
+            ),
+            log_fix,
+        )),
+        Ok(Err(e)) => out.push(problem("log.level", format!("`{}` is not a log filter: {e}", c.log.level), log_fix)),
+        Ok(Ok(_)) => {}
     }
     if le.enabled {
         if !is_dns_subdomain(&le.lease_name) {
