@@ -68,15 +68,22 @@ fn default_rbac_resources() -> BTreeSet<(String, String)> {
 }
 
 /// Asserts that the ClusterRole grants get/list/watch on exactly `expected` and nothing
-/// else but `create` on selfsubjectaccessreviews.
+/// else but `create` on selfsubjectaccessreviews and `get` on the kube-system namespace.
 fn assert_cluster_role(docs: &[Value], expected: &BTreeSet<(String, String)>) {
     let role = one(docs, "ClusterRole");
-    let (ssar, rules): (Vec<Value>, Vec<Value>) =
-        role["rules"].as_array().unwrap().iter().cloned().partition(|r| r["resources"] == json!(["selfsubjectaccessreviews"]));
+    let (fixed, rules): (Vec<Value>, Vec<Value>) = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .cloned()
+        .partition(|r| r["resources"] == json!(["selfsubjectaccessreviews"]) || r["resourceNames"] == json!(["kube-system"]));
     assert_eq!(
-        ssar,
-        [json!({"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews"], "verbs": ["create"]})],
-        "create on selfsubjectaccessreviews only (deltaship checks its access at start-up): {role}"
+        fixed,
+        [
+            json!({"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews"], "verbs": ["create"]}),
+            json!({"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]})
+        ],
+        "create on selfsubjectaccessreviews (deltaship checks its access at start-up) and get on the kube-system namespace (the cluster's identity) only: {role}"
     );
     assert_eq!(&read_grants(&rules), expected, "the ClusterRole's resources are not those of rbac.resources");
 }

@@ -374,7 +374,8 @@ async fn a_quiet_watch_is_checkpointed_at_its_lists_version() {
     let route = &config.effective_routes()[0];
     let store = deltaship::checkpoint::Store::open(&route.sink, &config.resume, &route.name).await.unwrap().expect("a Kafka route keeps a checkpoint");
     let records = store.load(&deltaship::checkpoint::route_prefix(&config.cluster, &route.name)).await.unwrap();
-    let loaded = deltaship::checkpoint::parse(records).into_values().next().expect("the watch's checkpoint").expect("usable");
+    let loaded =
+        deltaship::checkpoint::parse(records, &deltaship::checkpoint::Seal::default()).into_values().next().expect("the watch's checkpoint").expect("usable");
     let at: u64 = loaded.watch.resource_version.as_deref().and_then(|v| v.parse().ok()).expect("a position");
     assert!(at >= version(&elsewhere), "checkpointed at {at}: the list's version is at least {}, its newest object's {newest}", version(&elsewhere));
     bridge.stop(Duration::from_secs(30));
@@ -446,6 +447,127 @@ async fn a_start_with_resume_off_replaces_the_checkpoint() {
     s.assert_rebuilt().await;
     bridge.stop(Duration::from_secs(30));
     delete_namespace(&s.kube, &s.ns).await;
+}
+
+/// Rewrites the watch record of every watch in the Kafka route's checkpoint topic with
+/// `edit`, as someone with write access to the topic (or a restored backup) would; the
+/// digest stays valid.
+fn edit_watch_records(sink: &Sink, edit: impl Fn(&mut serde_json::Value)) {
+    let Sink::Kafka { brokers, checkpoints, .. } = sink else { unreachable!("a Kafka route") };
+    // The whole topic: an older watch record would not match the object records' count.
+    let total = kafka_total(brokers, checkpoints) as usize;
+    let records = support::kafka::read_until(brokers, checkpoints, Duration::from_secs(30), |r| r.len() >= total);
+    // The latest value per key.
+    let mut latest = BTreeMap::new();
+    for r in &records {
+        if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_ref())
+            && k.ends_with(".w")
+        {
+            latest.insert(k.to_string(), v.clone());
+        }
+    }
+    let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", brokers).create().unwrap();
+    for (key, value) in latest {
+        // A sealed record's JSON, then its seal (kept as it was: without the key it cannot
+        // be made anew).
+        let value = String::from_utf8(value).unwrap();
+        let (json, seal) = value.split_once('\n').map_or((value.as_str(), None), |(j, s)| (j, Some(s)));
+        let mut record: serde_json::Value = serde_json::from_str(json).unwrap();
+        edit(&mut record);
+        let forged = match seal {
+            Some(seal) => format!("{record}\n{seal}"),
+            None => record.to_string(),
+        };
+        producer.send(BaseRecord::to(checkpoints).key(&key).payload(&forged)).unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+}
+
+/// A checkpoint that does not belong to the cluster's timeline (ahead of the API server: a
+/// restored etcd or a re-created cluster; another cluster's; a version the API server never
+/// issues) is not resumed from: a full sync, counted and logged with its reason, and live
+/// changes after it are shipped. Before, a checkpoint ahead of the API server shipped
+/// nothing while the bridge looked healthy.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_checkpoint_outside_the_clusters_timeline_falls_back_to_a_full_sync() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(false, |_| {}).await;
+    let bridge = s.start();
+    let mut seen = s.sink.events(LISTED + 2 * s.sink.markers()).await;
+    s.wait_checkpointed(&bridge);
+    bridge.stop(Duration::from_secs(30));
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: [(&str, Edit); 4] = [
+        (
+            "ahead",
+            Box::new(|r| {
+                let at: u64 = r["resource_version"].as_str().unwrap().parse().unwrap();
+                r["resource_version"] = json!((at + 1_000_000).to_string());
+            }),
+        ),
+        ("bad_version", Box::new(|r| r["resource_version"] = json!("abc"))),
+        ("bad_version", Box::new(|r| r["resource_version"] = json!(""))),
+        ("other_cluster", Box::new(|r| r["cluster_uid"] = json!("4a1f5b5e-0000-4000-8000-000000000000"))),
+    ];
+    for (i, (reason, edit)) in cases.iter().enumerate() {
+        edit_watch_records(&s.sink, edit);
+        let bridge = s.start();
+        let listed = LISTED + i;
+        let events = s.sink.events(seen.len() + listed + 2 * s.sink.markers()).await;
+        let shipped = counted(&after(&events, &seen));
+        assert_eq!(shipped.get("sync.started initial"), Some(&s.sink.markers()), "{reason}: a full initial sync: {shipped:?}");
+        assert_eq!(shipped.keys().filter(|k| k.starts_with("synced ")).count(), listed, "{reason}: {shipped:?}");
+        let metrics = bridge.get("/metrics").unwrap().1;
+        let series_name = format!("deltaship_resume_fallbacks_total{{resource=\"configmaps\",reason=\"{reason}\"}}");
+        assert_eq!(series(&metrics, &series_name), Some(1.0), "{reason}: {metrics}");
+        assert!(
+            bridge.log_text().contains(&format!("reason=\"{reason}\"")) || bridge.log_text().contains(&format!("reason={reason}")),
+            "{reason}: logged:\n{}",
+            bridge.log_text()
+        );
+        // Live changes after the fallback are shipped.
+        let name = format!("made-after-{i}");
+        s.cms.create(&PostParams::default(), &cm(&name, "0")).await.unwrap();
+        let live = s.sink.events(events.len() + 1).await;
+        assert_eq!(counted(&after(&live, &events)), BTreeMap::from([(format!("added {}/{name}", s.ns), 1)]), "{reason}: the live create");
+        s.wait_checkpointed(&bridge);
+        bridge.stop(Duration::from_secs(30));
+        seen = live;
+    }
+    s.assert_rebuilt().await;
+    delete_namespace(&s.kube, &s.ns).await;
+}
+
+/// Write access to the checkpoint topic is the power to skip changes: a watch record whose
+/// position is moved forward makes a start continue after the changes made while the bridge
+/// was down. With `resume.key_file`, records are sealed: the forged one is refused as
+/// `corrupt`, and the full sync ships the current state, those changes included.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_key_a_forged_checkpoint_is_refused_and_no_change_is_skipped() {
+    let _serial = SERIAL.lock().await;
+    let key = std::env::temp_dir().join(support::unique("checkpoint-key"));
+    std::fs::write(&key, "0f1e2d3c4b5a69788796a5b4c3d2e1f0\n").unwrap();
+    let s = Setup::new(false, |c| c.resume.key_file = Some(key.clone())).await;
+    let initial = s.synced_then_killed_and_changed().await;
+    let version = |cm: &ConfigMap| cm.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).expect("a numeric resourceVersion");
+    let newest = s.cms.list(&Default::default()).await.unwrap().items.iter().map(version).max().unwrap();
+    edit_watch_records(&s.sink, |r| r["resource_version"] = json!(newest.to_string()));
+
+    let bridge = s.start();
+    let objects = LISTED + 3 - 2;
+    let events = s.sink.events(initial.len() + objects + 2 * s.sink.markers()).await;
+    let shipped = counted(&after(&events, &initial));
+    assert_eq!(shipped.get("sync.started initial"), Some(&s.sink.markers()), "a full initial sync: {shipped:?}");
+    assert_eq!(shipped.keys().filter(|k| k.starts_with("synced ")).count(), objects, "{shipped:?}");
+    for i in [20, 21, 22] {
+        assert!(shipped.contains_key(&format!("synced {}/cm-{i}", s.ns)), "created while down: cm-{i} in {shipped:?}");
+    }
+    let metrics = bridge.get("/metrics").unwrap().1;
+    assert_eq!(series(&metrics, "deltaship_resume_fallbacks_total{resource=\"configmaps\",reason=\"corrupt\"}"), Some(1.0), "{metrics}");
+    s.assert_rebuilt().await;
+    bridge.stop(Duration::from_secs(30));
+    delete_namespace(&s.kube, &s.ns).await;
+    std::fs::remove_file(key).ok();
 }
 
 /// A rolling handover between two replicas: the leader drains, writes its checkpoint and

@@ -5,6 +5,7 @@
 
 mod progress;
 mod record;
+mod seal;
 mod store;
 mod writer;
 
@@ -12,6 +13,7 @@ use sha2::{Digest, Sha256};
 
 pub use progress::{Effect, Progress, Records, Start, key_hash};
 pub use record::{Loaded, Now, Parsed, Refused, Saved, Unusable, WatchRecord, object_key, parse, route_prefix, watch_prefix};
+pub use seal::Seal;
 pub use store::{Store, StoreError};
 pub use writer::Writer;
 

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::Seal;
+
 /// The format of the records' values; a checkpoint of another format is not read.
 pub const FORMAT: u32 = 1;
 
@@ -260,18 +262,21 @@ impl Reading {
 }
 
 /// The watches of one route's records (latest value per key), by watch prefix: their
-/// checkpoint, or why it is unusable. Object records of a watch without a watch record
-/// are reported under their prefix as `Corrupt`, so that they are cleared. Each record is
-/// parsed and dropped in turn: the raw values and the parsed ones are not held whole at once.
-pub fn parse(records: HashMap<String, Vec<u8>>) -> Parsed {
+/// checkpoint, or why it is unusable. A record `seal` cannot open (forged, edited, or
+/// sealed with another key) is unreadable, which makes its watch's checkpoint `Corrupt`.
+/// Object records of a watch without a watch record are reported under their prefix as
+/// `Corrupt`, so that they are cleared. Each record is parsed and dropped in turn: the raw
+/// values and the parsed ones are not held whole at once.
+pub fn parse(records: HashMap<String, Vec<u8>>, seal: &Seal) -> Parsed {
     let mut watches: HashMap<String, Reading> = HashMap::new();
     for (key, value) in records {
+        let value = seal.open(&key, &value).unwrap_or_default();
         if let Some(prefix) = key.strip_suffix(".w") {
-            watches.entry(prefix.to_string()).or_default().watch = Some(value);
+            watches.entry(prefix.to_string()).or_default().watch = Some(value.to_vec());
         } else if let Some((prefix, token)) = key.split_once(".o.") {
             match watches.get_mut(prefix) {
-                Some(reading) => reading.object(token, &value),
-                None => watches.entry(prefix.to_string()).or_default().object(token, &value),
+                Some(reading) => reading.object(token, value),
+                None => watches.entry(prefix.to_string()).or_default().object(token, value),
             }
         }
     }
@@ -311,6 +316,27 @@ mod tests {
         Saved { uid: "u".into(), resource_version: rv.into(), fingerprint: 0xabc }
     }
 
+    fn parse_plain(records: HashMap<String, Vec<u8>>) -> Parsed {
+        parse(records, &Seal::default())
+    }
+
+    /// With a key, a checkpoint whose records were written without it, or edited (the
+    /// position moved on: changes would be skipped), is corrupt; sealed records read back.
+    #[test]
+    fn with_a_key_only_sealed_unchanged_records_are_read() {
+        let seal = Seal::new(Some(b"a key of sixteen bytes or more"));
+        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 1, cluster_uid: None };
+        let plain = records(&watch, &[("ns/a", saved("1"))]);
+        let sealed: HashMap<String, Vec<u8>> = plain.iter().map(|(k, v)| (k.clone(), seal.seal(k, v.clone()))).collect();
+        assert_eq!(parse(sealed.clone(), &seal).into_values().next().unwrap().unwrap().watch, watch);
+        assert_eq!(parse(plain, &seal).into_values().next().unwrap().unwrap_err().why, Unusable::Corrupt, "unsealed");
+        let mut forged = sealed;
+        let key = forged.keys().find(|k| k.ends_with(".w")).unwrap().clone();
+        let edited = String::from_utf8(forged[&key].clone()).unwrap().replace("\"7\"", "\"900\"");
+        forged.insert(key, edited.into_bytes());
+        assert_eq!(parse(forged, &seal).into_values().next().unwrap().unwrap_err().why, Unusable::Corrupt, "position edited");
+    }
+
     fn records(watch: &WatchRecord, objects: &[(&str, Saved)]) -> HashMap<String, Vec<u8>> {
         let prefix = watch_prefix(&route_prefix("c", "r"), "configmaps", None);
         let mut out: HashMap<_, _> = objects.iter().map(|(k, s)| (object_key(&prefix, k), serde_json::to_vec(s).unwrap())).collect();
@@ -321,7 +347,7 @@ mod tests {
     #[test]
     fn a_watch_and_its_objects_read_back() {
         let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2, cluster_uid: None };
-        let parsed = parse(records(&watch, &[("ns/a", saved("1")), ("system:admin", saved("2"))]));
+        let parsed = parse_plain(records(&watch, &[("ns/a", saved("1")), ("system:admin", saved("2"))]));
         let loaded = parsed.into_values().next().unwrap().unwrap();
         assert_eq!(loaded.watch, watch);
         assert_eq!(loaded.objects["system:admin"], saved("2"));
@@ -331,13 +357,13 @@ mod tests {
     #[test]
     fn lost_or_unparsable_records_make_the_checkpoint_corrupt() {
         let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2, cluster_uid: None };
-        let parsed = parse(records(&watch, &[("ns/a", saved("1"))]));
+        let parsed = parse_plain(records(&watch, &[("ns/a", saved("1"))]));
         let refused = parsed.into_values().next().unwrap().unwrap_err();
         assert_eq!((refused.why, refused.keys.len()), (Unusable::Corrupt, 1), "one object record lost");
         let mut garbage = records(&watch, &[("ns/a", saved("1")), ("ns/b", saved("2"))]);
         let prefix = watch_prefix(&route_prefix("c", "r"), "configmaps", None);
         garbage.insert(object_key(&prefix, "ns/b"), b"{not json".to_vec());
-        let mut refused = parse(garbage).into_values().next().unwrap().unwrap_err();
+        let mut refused = parse_plain(garbage).into_values().next().unwrap().unwrap_err();
         refused.keys.sort();
         assert_eq!((refused.why, refused.keys), (Unusable::Corrupt, vec![object_key(&prefix, "ns/a"), object_key(&prefix, "ns/b")]), "cleared whole");
     }

@@ -7,13 +7,15 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Progress, Records, Store};
+use super::{Progress, Records, Seal, Store};
 use crate::telemetry::metrics as m;
 
 pub struct Writer {
     pub store: Arc<Store>,
     pub progress: Arc<Progress>,
     pub interval: Duration,
+    /// What every record is sealed with before it is written.
+    pub seal: Seal,
     /// The `route` metric label.
     pub route: String,
 }
@@ -35,7 +37,10 @@ impl Writer {
                 _ = stop.cancelled() => true,
                 _ = tokio::time::sleep(self.interval) => false,
             };
-            unwritten.extend(self.progress.take());
+            unwritten.extend(self.progress.take().into_iter().map(|(key, value)| {
+                let value = value.map(|v| self.seal.seal(&key, v));
+                (key, value)
+            }));
             // Reported before the write too: a write in flight is not written yet.
             report(&self.progress, &unwritten);
             if !unwritten.is_empty() {

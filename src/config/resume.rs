@@ -29,6 +29,23 @@ pub struct ResumeConfig {
     /// stdout and HTTP routes: the directory of checkpoint files, one per route. Default: none
     /// (those routes start with a full sync).
     pub directory: Option<PathBuf>,
+    /// A file holding the key every checkpoint record is sealed with (HMAC-SHA256; at least
+    /// 16 bytes, a trailing newline trimmed), so that a record written or edited without it
+    /// is refused (`corrupt`) instead of resumed from. Every replica must use the same key.
+    /// Default: none: records are not authenticated, and whoever may write the checkpoint
+    /// store can make a start skip changes.
+    pub key_file: Option<PathBuf>,
+}
+
+/// The checkpoint key file (read to check it; the bridge reads it again when it starts).
+pub(super) fn validate(c: &super::Config) -> Vec<super::Problem> {
+    match &c.resume.key_file {
+        Some(path) => match super::read_digest_key(path) {
+            Ok(_) => Vec::new(),
+            Err(e) => vec![super::Problem { key: "resume.key_file".into(), problem: e.to_string(), fix: super::KEY_FIX.into() }],
+        },
+        None => Vec::new(),
+    }
 }
 
 fn default_enabled() -> bool {
@@ -55,6 +72,7 @@ impl Default for ResumeConfig {
             kafka_topic: default_kafka_topic(),
             nats_bucket: default_nats_bucket(),
             directory: None,
+            key_file: None,
         }
     }
 }

@@ -149,6 +149,7 @@ pub fn validate(c: &Config) -> Vec<Problem> {
     }
     validate_routes(&mut out, c);
     out.extend(super::redact::validate(c));
+    out.extend(super::resume::validate(c));
     out.extend(super::destinations::validate(c));
     let d = &c.delivery;
     check_range(&mut out, "delivery.queue_capacity", d.queue_capacity, ranges::QUEUE_CAPACITY, "a number of events (e.g. 10000)");

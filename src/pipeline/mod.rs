@@ -47,6 +47,8 @@ pub enum RunError {
     Http(#[from] telemetry::HttpError),
     #[error(transparent)]
     Dispatch(#[from] DispatchError),
+    #[error("resume.key_file: {0}")]
+    CheckpointKey(#[source] crate::config::DigestKeyError),
     #[error("cannot listen for signals: {0}")]
     Signals(std::io::Error),
     #[error(transparent)]
@@ -165,13 +167,15 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
 
     // Where each watch starts: the routes' checkpoints, read once leading.
     let retry = RetryPolicy { initial: Duration::from_millis(config.delivery.retry_initial_ms), max: Duration::from_millis(config.delivery.retry_max_ms) };
-    let starts = resume::load(&config, &client, &routes, &scopes, retry, &stop).await;
+    let key = config.resume.key_file.as_deref().map(crate::config::read_digest_key).transpose().map_err(RunError::CheckpointKey)?;
+    let seal = checkpoint::Seal::new(key.as_deref());
+    let starts = resume::load(&config, &seal, &client, &routes, &scopes, retry, &stop).await;
     let checkpoint_stop = CancellationToken::new();
     let mut writers = JoinSet::new();
     for (route, tracked) in routes.iter().zip(&starts.routes) {
         let Some((store, progress)) = tracked else { continue };
         let interval = Duration::from_millis(config.resume.interval_ms);
-        let writer = checkpoint::Writer { store: store.clone(), progress: progress.clone(), interval, route: route.name.clone() };
+        let writer = checkpoint::Writer { store: store.clone(), progress: progress.clone(), interval, seal: seal.clone(), route: route.name.clone() };
         names.spawn(&mut writers, format!("checkpoint writer of route {}", route.name), writer.run(checkpoint_stop.clone()));
     }
 

@@ -12,7 +12,7 @@ use super::RetryPolicy;
 use crate::change::Entry;
 use kube::Client;
 
-use crate::checkpoint::{self, Loaded, Now, Parsed, Progress, Refused, Resume, Start, Store, StoreError, Unusable};
+use crate::checkpoint::{self, Loaded, Now, Parsed, Progress, Refused, Resume, Seal, Start, Store, StoreError, Unusable};
 use crate::config::{Config, RouteConfig};
 use crate::plan::Scope;
 use crate::telemetry::metrics as m;
@@ -50,7 +50,15 @@ enum Found {
 
 /// Reads the checkpoints of every route and decides each watch's start: a checkpoint is
 /// resumed from only once it is shown to belong to this cluster's timeline (`WatchRecord::belongs_to`).
-pub async fn load(config: &Config, client: &Client, routes: &[RouteConfig], scopes: &[Arc<Scope>], retry: RetryPolicy, stop: &CancellationToken) -> Starts {
+pub async fn load(
+    config: &Config,
+    seal: &Seal,
+    client: &Client,
+    routes: &[RouteConfig],
+    scopes: &[Arc<Scope>],
+    retry: RetryPolicy,
+    stop: &CancellationToken,
+) -> Starts {
     let mut starts = Starts::default();
     // Each route's checkpoints, or why it keeps none.
     let mut read: Vec<Result<Parsed, Unusable>> = Vec::new();
@@ -59,7 +67,7 @@ pub async fn load(config: &Config, client: &Client, routes: &[RouteConfig], scop
         match open(config, route, &prefix, retry, stop).await {
             Ok(Some((store, records))) => {
                 starts.routes.push(Some((Arc::new(store), Arc::new(Progress::default()))));
-                read.push(Ok(checkpoint::parse(records)));
+                read.push(Ok(checkpoint::parse(records, seal)));
             }
             Ok(None) => {
                 starts.routes.push(None);

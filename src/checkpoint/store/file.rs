@@ -3,7 +3,7 @@
 //! grown to twice their number.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -30,7 +30,13 @@ impl FileStore {
         let path = directory.join(format!("{}.checkpoint", token(route)));
         let err = |source| StoreError::File { path: path.display().to_string(), source };
         fs::create_dir_all(directory).map_err(err)?;
-        let (latest, lines) = match File::open(&path) {
+        if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(StoreError::Refused {
+                store: format!("file {}", path.display()),
+                reason: "it is a symbolic link; checkpoints are written only to the file itself: replace the link by a regular file (or remove it)".into(),
+            });
+        }
+        let (latest, lines) = match no_follow().read(true).open(&path) {
             Ok(f) => read(f).map_err(err)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (HashMap::new(), 0),
             Err(e) => return Err(err(e)),
@@ -59,7 +65,7 @@ impl FileStore {
         if state.lines > 2 * state.latest.len() + 1000 {
             return self.rewrite(&mut state).map_err(err);
         }
-        let mut f = OpenOptions::new().create(true).append(true).open(&self.path).map_err(err)?;
+        let mut f = no_follow().create(true).append(true).open(&self.path).map_err(err)?;
         f.write_all(&out).and_then(|()| f.sync_data()).map_err(err)
     }
 
@@ -73,7 +79,7 @@ impl FileStore {
             line(&mut out, key, Some(&state.latest[key]));
         }
         let aside = self.path.with_extension("checkpoint.new");
-        let mut f = File::create(&aside)?;
+        let mut f = no_follow().write(true).create(true).truncate(true).open(&aside)?;
         f.write_all(&out)?;
         f.sync_all()?;
         fs::rename(&aside, &self.path)?;
@@ -84,6 +90,15 @@ impl FileStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Options that refuse to open a symbolic link (ELOOP): a link put in the file's place is
+/// never written through.
+fn no_follow() -> OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = OpenOptions::new();
+    options.custom_flags(libc::O_NOFOLLOW);
+    options
 }
 
 fn line(out: &mut Vec<u8>, key: &str, value: Option<&[u8]>) {
@@ -141,6 +156,24 @@ mod tests {
         let lines = fs::read_to_string(dir.join("all.checkpoint")).unwrap().lines().count();
         assert!(lines < 1100, "rewritten with the latest values: {lines} lines");
         assert_eq!(FileStore::open(&dir, "all").unwrap().load("c.all").unwrap()["c.all.x.o.b"], b"1199");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_checkpoint_file_replaced_by_a_symbolic_link_is_refused_and_never_written_through() {
+        let dir = std::env::temp_dir().join(format!("deltaship-checkpoint-{}", uuid::Uuid::new_v4()));
+        fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("elsewhere");
+        fs::write(&target, "precious\n").unwrap();
+        std::os::unix::fs::symlink(&target, dir.join("all.checkpoint")).unwrap();
+        let Err(refused) = FileStore::open(&dir, "all") else { panic!("a link opened") };
+        assert!(refused.is_permanent() && refused.to_string().contains("symbolic link"), "{refused}");
+        // A link put in place after the store was opened is not written through either.
+        fs::remove_file(dir.join("all.checkpoint")).unwrap();
+        let store = FileStore::open(&dir, "all").unwrap();
+        std::os::unix::fs::symlink(&target, dir.join("all.checkpoint")).unwrap();
+        assert!(store.write(&records(&[("c.all.x.o.a", Some("1"))])).is_err());
+        assert_eq!(fs::read_to_string(&target).unwrap(), "precious\n");
         fs::remove_dir_all(dir).unwrap();
     }
 
