@@ -76,7 +76,12 @@ fn java_rebuild() -> Command {
 #[test]
 fn the_java_consumer_passes_the_shared_vectors() {
     let said = java_built();
-    assert!(said.contains("Tests run: 2, Failures: 0, Errors: 0, Skipped: 0"), "{said}");
+    for class in ["VectorsTest", "HostileTest"] {
+        assert!(
+            said.lines().any(|l| l.contains("Failures: 0, Errors: 0, Skipped: 0") && l.ends_with(&format!("dev.deltaship.consumer.{class}"))),
+            "{class}: {said}"
+        );
+    }
 }
 
 #[test]
@@ -101,7 +106,100 @@ fn the_python_consumer_passes_the_shared_vectors() {
     let mut pytest = python();
     pytest.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]);
     let said = run(pytest, "pytest consumers/python");
-    assert!(said.contains("passed") && !said.contains("skipped"), "{said}");
+    assert!(said.contains("passed") && !said.contains("skipped") && !said.contains("failed"), "{said}");
+    let passed: usize =
+        said.split_whitespace().zip(said.split_whitespace().skip(1)).find(|(_, w)| w.starts_with("passed")).and_then(|(n, _)| n.parse().ok()).unwrap_or(0);
+    assert!(passed >= 2 * 30 + 15, "the hostile vectors did not all run: {said}");
+}
+
+/// What one consumer's command made of a recorded stream: the state it printed and the
+/// reasons of the records it reported skipped, counted.
+struct Outcome {
+    state: Value,
+    skipped: BTreeMap<String, u64>,
+}
+
+/// `rebuild`, Python, Go, Java on `file` for `cluster`.
+fn every_outcome(file: &Path, cluster: &str) -> Vec<(&'static str, Outcome)> {
+    let mut rebuild = Command::new(env!("CARGO_BIN_EXE_deltaship"));
+    rebuild.args(["rebuild", "--cluster", cluster, "--records"]).arg(file);
+    let doc: Value = serde_json::from_str(&run(rebuild, &format!("rebuild {}", file.display()))).unwrap();
+    let skipped = serde_json::from_value(doc["summary"]["skipped"].clone()).unwrap();
+    let mut all = vec![("rebuild", Outcome { state: doc["resources"].clone(), skipped })];
+    let commands: [(&str, Consumer, &str); 3] = [("Python", python_rebuild, "--"), ("Go", go_rebuild, "-"), ("Java", java_rebuild, "--")];
+    for (language, command, dash) in commands {
+        let mut cmd = command();
+        cmd.arg(format!("{dash}records")).arg(file).arg(format!("{dash}cluster")).arg(cluster);
+        let out = cmd.output().unwrap_or_else(|e| panic!("{language}: {e}"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "the {language} consumer on {}: {stderr}", file.display());
+        let state = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{language} on {} printed no JSON state ({e}): {stderr}", file.display()));
+        let mut skipped = BTreeMap::new();
+        for line in stderr.lines().filter_map(|l| l.strip_prefix("skipped record ")) {
+            *skipped.entry(line.split(": ").nth(1).unwrap_or_default().to_string()).or_default() += 1;
+        }
+        all.push((language, Outcome { state, skipped }));
+    }
+    all
+}
+
+/// The hostile vectors (vectors/hostile/, vectors/README.md): the Rust `rebuild` and the
+/// three libraries' commands end each stream in its expected state, skipping (and
+/// reporting) exactly its expected records.
+#[test]
+fn every_consumer_agrees_with_rebuild_on_every_hostile_vector() {
+    let hostile = consumers().parent().unwrap().join("vectors/hostile");
+    let mut checked = 0;
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&hostile).unwrap().map(|e| e.unwrap().path()).filter(|d| d.join("expected.json").is_file()).collect();
+    cases.sort();
+    for dir in cases {
+        let expected: Value = serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+        let file = ["kafka.jsonl", "nats.jsonl"].iter().map(|f| dir.join(f)).find(|f| f.is_file()).unwrap();
+        for (cluster, state) in expected["clusters"].as_object().unwrap() {
+            let skipped: BTreeMap<String, u64> = serde_json::from_value(expected["skipped"][cluster].clone()).unwrap();
+            for (consumer, outcome) in every_outcome(&file, cluster) {
+                assert_eq!(&outcome.state, state, "{consumer} on {}: state", dir.display());
+                assert_eq!(outcome.skipped, skipped, "{consumer} on {}: records skipped", dir.display());
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 30, "hostile vectors checked: {checked}");
+}
+
+/// A Kafka line of an `added` whose value is `size` bytes (vectors/README.md, "Hostile
+/// vectors": the record-size bound).
+fn big_record(name: &str, size: usize) -> String {
+    let head = format!(r#"{{"metadata":{{"name":"{name}","namespace":"ns"}},"data":{{"big":""}}}}"#);
+    let value = format!("{}{}{}", &head[..head.len() - 3], "x".repeat(size - head.len()), &head[head.len() - 3..]);
+    let headers = [
+        ["ce_id", name],
+        ["ce_type", "dev.deltaship.object.added"],
+        ["ce_subject", &format!("ns/{name}")],
+        ["ce_apiversion", "v1"],
+        ["ce_kind", "ConfigMap"],
+        ["ce_cluster", "c1"],
+    ];
+    format!("{}\n", json!({"topic": "big", "partition": 0, "offset": 0, "key": null, "headers": headers, "value": value}))
+}
+
+/// Records at the size bound are applied and larger ones skipped as `too_large`, by all
+/// four, from lines longer than Go's old 16 MB reader and strings longer than Jackson's
+/// 20 MB default.
+#[test]
+fn every_consumer_applies_a_record_of_the_size_bound_and_skips_a_larger_one() {
+    let bound = deltaship::rebuild::decode::MAX_RECORD_BYTES;
+    let dir = std::env::temp_dir().join(support::unique("big"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("big.jsonl");
+    std::fs::write(&file, [big_record("a", bound), big_record("b", 20_000_001), big_record("c", 100)].concat()).unwrap();
+    for (consumer, outcome) in every_outcome(&file, "c1") {
+        let objects = outcome.state["v1/ConfigMap"].as_object().unwrap_or_else(|| panic!("{consumer}: no ConfigMaps"));
+        assert_eq!(objects.keys().collect::<Vec<_>>(), ["ns/a", "ns/c"], "{consumer}");
+        assert_eq!(serde_json::to_string(&objects["ns/a"]).unwrap().len(), bound, "{consumer}: ns/a whole");
+        assert_eq!(outcome.skipped, BTreeMap::from([("too_large".to_string(), 1)]), "{consumer}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The ConfigMaps of `ns` in a consumer's printed state: key to resourceVersion.
