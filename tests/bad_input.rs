@@ -117,3 +117,75 @@ async fn a_deeply_nested_schemaless_custom_resource_arrives_intact() {
     drop(bridge);
     delete_namespace(&kube, &ns).await;
 }
+
+/// The API server accepts objects nested up to 1,000 levels, and their managedFields mirror
+/// the nesting. One nested 200 levels, whose name sorts first (so the start-up access check
+/// lists it), once stopped `run` and failed `check` at every start; now it is shipped as a
+/// reference marked `truncated` (the oversize policy's form), counted, and its changes follow.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_object_nested_deeper_than_the_json_limit_is_shipped_as_a_truncated_reference() {
+    support::env();
+    let kube = client().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "abysses.odd.deltaship.dev"},
+        "spec": {
+            "group": "odd.deltaship.dev",
+            "names": {"kind": "Abyss", "plural": "abysses", "singular": "abyss"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .unwrap();
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("create CRD: {e}"),
+    }
+    eventually(Duration::from_secs(30), "the Abyss CRD to be established", || {
+        let crds = crds.clone();
+        async move {
+            let c = crds.get("abysses.odd.deltaship.dev").await.ok()?;
+            c.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
+        }
+    })
+    .await;
+    let ns = namespace(&kube, "it-abyss").await;
+    // Written as text: the test's own client cannot parse the object back either.
+    let write = |method: http::Method, name: &str, leaf: u32| {
+        let spec = format!("{}{leaf}{}", "[".repeat(200), "]".repeat(200));
+        let body = format!(r#"{{"apiVersion":"odd.deltaship.dev/v1alpha1","kind":"Abyss","metadata":{{"name":"{name}"}},"spec":{spec}}}"#);
+        let path = format!("/apis/odd.deltaship.dev/v1alpha1/namespaces/{ns}/abysses");
+        let (uri, content_type) = match method {
+            http::Method::POST => (path, "application/json"),
+            _ => (format!("{path}/{name}"), "application/merge-patch+json"),
+        };
+        http::Request::builder().method(method).uri(uri).header("content-type", content_type).body(body.into_bytes()).unwrap()
+    };
+    kube.request_text(write(http::Method::POST, "a-deep", 1)).await.expect("the API server takes 200 levels");
+    let config = format!("[[resources]]\ngroup = \"odd.deltaship.dev\"\nversion = \"v1alpha1\"\nkind = \"Abyss\"\nnamespaces = [\"{ns}\"]\n");
+    let (status, stdout, stderr) = support::bridge::command(&["check"], &config, &[]);
+    assert!(status.success(), "check fails on a deep object:\n{stdout}{stderr}");
+    let mut bridge = Bridge::start(&config);
+    bridge.wait_ready(Duration::from_secs(60));
+    let synced = |b: &Bridge| events(b).into_iter().find(|e| e["subject"] == format!("{ns}/a-deep") && e["type"] == "dev.deltaship.object.synced");
+    let e = synced(&bridge).unwrap_or_else(|| panic!("the deep object is in the initial sync:\n{}", bridge.log_text()));
+    assert_eq!(e["truncated"], true, "{e}");
+    assert_eq!((e["data"]["name"].as_str(), e["data"]["namespace"].as_str(), e["data"].get("spec")), (Some("a-deep"), Some(ns.as_str()), None), "{e}");
+    assert_eq!(e["data"]["resourceVersion"], e["resourceversion"]);
+    kube.request_text(write(http::Method::PATCH, "a-deep", 2)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let updated = loop {
+        if let Some(e) = events(&bridge).into_iter().find(|e| e["subject"] == format!("{ns}/a-deep") && e["type"] == "dev.deltaship.object.updated") {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "no update of the deep object:\n{}", bridge.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(updated["truncated"], true, "{updated}");
+    let metrics = bridge.get("/metrics").unwrap().1;
+    assert!(metrics.lines().any(|l| l == "deltaship_bad_objects_total{resource=\"abysses.odd.deltaship.dev\",reason=\"too_deep\"} 2"), "{metrics}");
+    drop(bridge);
+    delete_namespace(&kube, &ns).await;
+}

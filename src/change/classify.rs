@@ -115,7 +115,13 @@ impl Classifier {
             sync.counts.count(ChangeType::Synced);
             out.push(Change::Object(ObjectChange {
                 change: ChangeType::Synced,
-                payload: Payload::Object(Object { reference: reference_from_key(key, entry.clone()), json: content.clone(), fingerprint: entry.fingerprint }),
+                // Content is empty only for an object too deep to ship whole.
+                payload: Payload::Object(Object {
+                    reference: reference_from_key(key, entry.clone()),
+                    json: content.clone(),
+                    fingerprint: entry.fingerprint,
+                    truncated: content.is_empty(),
+                }),
                 sync_id: Some(sync.id.clone()),
                 previous: None,
                 fingerprint: entry.fingerprint,

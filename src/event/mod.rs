@@ -147,6 +147,13 @@ pub fn build(watch: &WatchAttributes, scope: &Scope, output: &Output, change: Ch
 
 fn object_event(watch: &WatchAttributes, scope: &Scope, output: &Output, c: ObjectChange, now: DateTime<Utc>) -> Envelope {
     let kind = EnvelopeKind::Object(c.change);
+    // An object too deep to ship whole goes as its reference, marked `truncated`.
+    let truncated = matches!(&c.payload, Payload::Object(o) if o.truncated);
+    let payload = match c.payload {
+        Payload::Object(o) if o.truncated => Payload::Reference(o.reference),
+        payload => payload,
+    };
+    let c = ObjectChange { payload, ..c };
     // What depends on the object's identity is derived first; the identity then moves
     // into the attributes (no copy of the reference).
     let r = c.payload.reference();
@@ -164,6 +171,7 @@ fn object_event(watch: &WatchAttributes, scope: &Scope, output: &Output, c: Obje
     attributes.source = source;
     attributes.subject = Some(subject);
     attributes.syncid = c.sync_id;
+    attributes.truncated = truncated;
     let (data, r) = match (output.payload, c.payload, c.previous) {
         (PayloadMode::Reference, payload, _) | (_, payload @ Payload::Reference(_), _) => {
             let r = payload.into_reference();
@@ -350,6 +358,24 @@ mod tests {
         assert_eq!(t.attributes.datacontenttype, JSON);
         assert_eq!(data(&t), json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
         assert!(truncated(&t).is_none(), "never truncated twice");
+    }
+
+    /// An object too deep to ship whole goes as its reference marked `truncated`, in every
+    /// payload mode, with the id the whole object would have had.
+    #[test]
+    fn an_object_too_deep_to_ship_whole_is_shipped_as_a_truncated_reference() {
+        let whole = build(&watch(), &scope(), &output(PayloadMode::Object), updated(None), Utc::now());
+        for mode in [PayloadMode::Object, PayloadMode::Patch, PayloadMode::Reference] {
+            let Change::Object(mut c) = updated(Some(json!({"v": "old"}))) else { unreachable!() };
+            if let Payload::Object(o) = &mut c.payload {
+                o.truncated = true;
+                o.json = Bytes::new();
+            }
+            let env = build(&watch(), &scope(), &output(mode), Change::Object(c), Utc::now());
+            assert!(env.attributes.truncated, "{mode:?}");
+            assert_eq!((env.attributes.datacontenttype, &env.attributes.id), (JSON, &whole.attributes.id), "{mode:?}");
+            assert_eq!(data(&env), json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
+        }
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct Object {
     /// (resourceVersion, managedFields, the resource's `ignore_fields`): two versions of
     /// an object with the same fingerprint look the same to consumers.
     pub fingerprint: u128,
+    /// The object cannot be shipped whole (nested deeper than the JSON limit consumers
+    /// keep): it is shipped as a reference marked `truncated`, and `json` holds that.
+    pub truncated: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +70,7 @@ pub(crate) mod fixtures {
         let mut unversioned = value.clone();
         unversioned["metadata"].as_object_mut().unwrap().shift_remove("resourceVersion");
         let fingerprint = xxhash_rust::xxh3::xxh3_128(&serde_json::to_vec(&unversioned).unwrap());
-        Object { reference, json: serde_json::to_vec(&value).unwrap().into(), fingerprint }
+        Object { reference, json: serde_json::to_vec(&value).unwrap().into(), fingerprint, truncated: false }
     }
 }
 

@@ -56,7 +56,10 @@ impl Decoder {
     /// resourceVersion are errors naming what is wrong. Bytes that need no change are
     /// shipped as they are (no copy).
     pub fn decode(&self, json: &Bytes) -> Result<Object, DecodeError> {
-        let scanned = self.scanner.scan(json)?;
+        let scanned = match self.scanner.scan(json) {
+            Err(ScanError::TooDeep { .. }) => return self.too_deep(json),
+            scanned => scanned?,
+        };
         let reference = reference(&scanned.meta)?;
         let (kind, api_version) = (scanned.meta.kind.as_deref(), scanned.meta.api_version.as_deref());
         let type_meta: &[u8] = match (kind, api_version) {
@@ -73,7 +76,7 @@ impl Decoder {
             Cow::Borrowed(_) => json.clone(),
             Cow::Owned(v) => Bytes::from(v),
         };
-        Ok(Object { reference, json: shipped, fingerprint: scanned.fingerprint(type_meta) })
+        Ok(Object { reference, json: shipped, fingerprint: scanned.fingerprint(type_meta), truncated: false })
     }
 
     /// The tree path: parsed, given its type, redacted, written back.
@@ -89,7 +92,43 @@ impl Decoder {
         }
         self.redactor.redact(&mut value);
         let s = self.fingerprinter.serialize(&value);
-        Ok(Object { reference, json: s.json, fingerprint: s.fingerprint })
+        Ok(Object { reference, json: s.json, fingerprint: s.fingerprint, truncated: false })
+    }
+}
+
+/// What is read of an object nested too deep to scan: its identity, every other member
+/// skipped unparsed (serde_json skips values without a depth limit).
+#[derive(serde::Deserialize)]
+struct Shallow {
+    #[serde(default)]
+    metadata: ShallowMeta,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct ShallowMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+impl Decoder {
+    /// An object nested deeper than the JSON limit: shipped as its reference, marked
+    /// `truncated` (the oversize policy's form), so that it is neither lost nor, at the
+    /// next relist, taken for deleted. Its fingerprint covers its whole bytes.
+    fn too_deep(&self, json: &Bytes) -> Result<Object, DecodeError> {
+        let shallow: Shallow = serde_json::from_slice(json)?;
+        let m = shallow.metadata;
+        let meta = Meta {
+            name: m.name.map(Cow::Owned),
+            namespace: m.namespace.map(Cow::Owned),
+            uid: m.uid.map(Cow::Owned),
+            resource_version: m.resource_version.map(Cow::Owned),
+            ..Meta::default()
+        };
+        let reference = reference(&meta)?;
+        Ok(Object { reference, json: Bytes::new(), fingerprint: xxhash_rust::xxh3::xxh3_128(json), truncated: true })
     }
 }
 
@@ -166,6 +205,34 @@ mod tests {
         let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "uid": "u", "resourceVersion": "2"}});
         let obj = decoder(&deployments(), &[], Redactor::default()).decode(&wire(&deployment)).unwrap();
         assert_eq!(&obj.json[..], &wire(&deployment)[..], "a watch event's object is shipped as it came");
+    }
+
+    /// `depth` arrays nested in one another around `leaf`.
+    fn nested(depth: usize, leaf: &str) -> String {
+        format!("{}{leaf}{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    /// The API server accepts objects nested 1,000 levels (managedFields mirror the nesting):
+    /// one deeper than the JSON limit is decoded to its identity, marked `truncated`, its
+    /// fingerprint over its whole bytes; never an error (which would leave it out, and a
+    /// relist then take it for deleted).
+    #[test]
+    fn an_object_nested_deeper_than_the_json_limit_is_decoded_to_its_identity_marked_truncated() {
+        let d = decoder(&configmaps(), &[], Redactor::default());
+        let deep = |leaf: &str| {
+            let spec = nested(1000, leaf);
+            Bytes::from(format!(
+                r#"{{"metadata":{{"name":"deep","namespace":"ns","uid":"u","resourceVersion":"9","managedFields":[{{"fieldsV1":{spec}}}]}},"spec":{spec}}}"#
+            ))
+        };
+        let obj = d.decode(&deep("1")).unwrap();
+        assert!(obj.truncated);
+        assert_eq!(obj.reference, ObjectRef { namespace: Some("ns".into()), name: "deep".into(), uid: "u".into(), resource_version: "9".into() });
+        assert_ne!(obj.fingerprint, d.decode(&deep("2")).unwrap().fingerprint, "a change deep inside is a change");
+        let shallow = format!(r#"{{"metadata":{{"name":"ok","namespace":"ns","uid":"u","resourceVersion":"9"}},"spec":{}}}"#, nested(100, "1"));
+        assert!(!d.decode(&Bytes::from(shallow)).unwrap().truncated, "100 levels are shipped whole");
+        let nameless = format!(r#"{{"metadata":{{"namespace":"ns","uid":"u","resourceVersion":"9"}},"spec":{}}}"#, nested(1000, "1"));
+        assert_eq!(d.decode(&Bytes::from(nameless)).unwrap_err().to_string(), "object ns/ has no metadata.name");
     }
 
     #[test]

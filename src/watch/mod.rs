@@ -44,8 +44,15 @@ pub fn observe(
     let watch = scope.describe();
     // Registered on the first undecodable object, then reused.
     let mut undecodable = Counters::default();
+    let mut too_deep = Counters::default();
     let decode = move |o: WatchedObject| match decoder.decode(&o.0) {
-        Ok(obj) => Some(obj),
+        Ok(obj) => {
+            if obj.truncated {
+                too_deep.increment((), |()| metrics::counter!(m::BAD_OBJECTS, "resource" => label.clone(), "reason" => "too_deep"));
+                tracing::warn!(watch = %watch, key = %obj.reference.key(), "Shipping an object nested deeper than the JSON limit (128 levels) as a truncated reference");
+            }
+            Some(obj)
+        }
         Err(e) => {
             undecodable.increment((), |()| metrics::counter!(m::BAD_OBJECTS, "resource" => label.clone(), "reason" => "decode"));
             tracing::warn!(watch = %watch, error = %e, "Skipped an object that cannot be decoded");
