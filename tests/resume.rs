@@ -636,6 +636,39 @@ async fn a_killed_bridge_ships_only_what_changed_while_down_stdout() {
     std::fs::remove_dir_all(directory).unwrap();
 }
 
+/// A checkpoint store that cannot be read at start-up (here: a directory where the file
+/// should be) delays the watches by the read's bound, then they start with full syncs; once
+/// the store can be read the checkpoint is written after all, so a later restart resumes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_down_at_start_up_is_checkpointed_once_it_comes_back() {
+    let _serial = SERIAL.lock().await;
+    let directory = std::env::temp_dir().join(support::unique("deltaship-checkpoints"));
+    let in_the_way = directory.join("default.checkpoint");
+    std::fs::create_dir_all(in_the_way.join("x")).unwrap();
+    let s = Setup::new(false, |c| {
+        c.sink = None;
+        c.resume.directory = Some(directory.clone());
+    })
+    .await;
+    let bridge = s.start();
+    let initial = stdout_events(&bridge, LISTED + 2);
+    assert_eq!(initial.len(), LISTED + 2, "{:?}", counted(&initial));
+    std::fs::remove_dir_all(&in_the_way).unwrap();
+    s.wait_checkpointed(&bridge);
+    assert!(bridge.log_text().contains("can be read again"), "{}", bridge.log_text());
+    bridge.signal("KILL");
+    drop(bridge);
+    s.change_while_down().await;
+
+    let bridge = s.start();
+    let want = expected_after_changes(&s.ns, 1);
+    let events = stdout_events(&bridge, want.values().sum());
+    assert_eq!(counted(&events), want, "resumed from the checkpoint written once the store came back");
+    bridge.stop(Duration::from_secs(30));
+    delete_namespace(&s.kube, &s.ns).await;
+    std::fs::remove_dir_all(directory).unwrap();
+}
+
 /// The events a bridge wrote to stdout, once there are at least `at_least`, and after a
 /// pause for any extra one.
 fn stdout_events(bridge: &Bridge, at_least: usize) -> Vec<Ev> {

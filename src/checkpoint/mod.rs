@@ -15,7 +15,7 @@ pub use progress::{Effect, Progress, Records, Start, key_hash};
 pub use record::{Loaded, Now, Parsed, Refused, Saved, Unusable, WatchRecord, object_key, parse, route_prefix, watch_prefix};
 pub use seal::Seal;
 pub use store::{Store, StoreError};
-pub use writer::Writer;
+pub use writer::{Destination, Writer};
 
 use crate::change::Entry;
 use crate::plan::{Output, Scope};

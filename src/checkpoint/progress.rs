@@ -181,6 +181,11 @@ impl Progress {
         out
     }
 
+    /// The key prefixes of the watches tracked.
+    pub fn prefixes(&self) -> Vec<String> {
+        self.lock().values().map(|w| w.prefix.clone()).collect()
+    }
+
     /// Changes registered and not yet acknowledged, and records changed and not yet taken.
     pub fn backlog(&self) -> (usize, usize) {
         self.lock()

@@ -1,6 +1,7 @@
 //! The writer of one route's checkpoint: what its progress recorded, written to its store
 //! on an interval and once more when stopping; records a write could not store are kept
-//! and written first next time, so nothing is skipped and the order holds.
+//! and written first next time, so nothing is skipped and the order holds. A store that
+//! could not be read at start-up is opened as soon as it can be.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,10 +9,65 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{Progress, Records, Seal, Store};
+use crate::config::{ResumeConfig, SinkConfig};
 use crate::telemetry::metrics as m;
 
+/// Where a route's checkpoint is written.
+#[derive(Clone)]
+pub enum Destination {
+    Open(Arc<Store>),
+    /// The store could not be read at start-up: the writer opens it once it can, deletes
+    /// the old records of the watches it tracks (they started with full syncs) and then
+    /// writes everything recorded since the start. `prefix` is the route's key prefix.
+    Later {
+        sink: Box<SinkConfig>,
+        resume: Box<ResumeConfig>,
+        route: String,
+        prefix: String,
+    },
+}
+
+/// How long one attempt to open a store that was down may take.
+const OPEN_FOR: Duration = Duration::from_secs(30);
+
+impl Destination {
+    /// The open store, opening it first if need be: with the records that must go before
+    /// anything else (the deletes of the old records). `None` while it cannot be opened.
+    async fn open(&mut self, progress: &Progress, route: &str) -> Option<(Arc<Store>, Records)> {
+        match self {
+            Destination::Open(store) => Some((store.clone(), Vec::new())),
+            Destination::Later { sink, resume, route: name, prefix } => {
+                let opened = tokio::time::timeout(OPEN_FOR, async {
+                    let store = Store::open(sink, resume, name)
+                        .await?
+                        .ok_or_else(|| super::StoreError::Refused { store: format!("route {name}"), reason: "it keeps no checkpoint".into() })?;
+                    let old = store.load(prefix).await?;
+                    Ok::<_, super::StoreError>((store, old))
+                })
+                .await;
+                match opened {
+                    Ok(Ok((store, old))) => {
+                        let watches: Vec<String> = progress.prefixes().into_iter().map(|p| format!("{p}.")).collect();
+                        let mut clear: Records = old.into_keys().filter(|k| watches.iter().any(|w| k.starts_with(w))).map(|k| (k, None)).collect();
+                        clear.sort();
+                        tracing::info!(route, cleared = clear.len(), "The checkpoint store can be read again; checkpointing from now on");
+                        let store = Arc::new(store);
+                        *self = Destination::Open(store.clone());
+                        Some((store, clear))
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(route, error = %e, "The checkpoint store still cannot be read");
+                        None
+                    }
+                    Err(_) => None,
+                }
+            }
+        }
+    }
+}
+
 pub struct Writer {
-    pub store: Arc<Store>,
+    pub store: Destination,
     pub progress: Arc<Progress>,
     pub interval: Duration,
     /// What every record is sealed with before it is written.
@@ -22,7 +78,7 @@ pub struct Writer {
 
 impl Writer {
     /// Writes until `stop`, then once more (the final progress of a drained route).
-    pub async fn run(self, stop: CancellationToken) {
+    pub async fn run(mut self, stop: CancellationToken) {
         let mut unwritten: Records = Vec::new();
         let mut failing = false;
         let pending = metrics::gauge!(m::CHECKPOINT_PENDING, "route" => self.route.clone());
@@ -37,6 +93,17 @@ impl Writer {
                 _ = stop.cancelled() => true,
                 _ = tokio::time::sleep(self.interval) => false,
             };
+            // Until the store can be opened, the progress keeps what changed (the latest
+            // state of each object): nothing is taken from it.
+            let Some((store, first)) = self.store.open(&self.progress, &self.route).await else {
+                report(&self.progress, &unwritten);
+                if stopping {
+                    tracing::warn!(route = %self.route, "Stopping without a checkpoint: its store could not be read all along (the next start begins with a full sync)");
+                    return;
+                }
+                continue;
+            };
+            unwritten.extend(first);
             unwritten.extend(self.progress.take().into_iter().map(|(key, value)| {
                 let value = value.map(|v| self.seal.seal(&key, v));
                 (key, value)
@@ -44,7 +111,7 @@ impl Writer {
             // Reported before the write too: a write in flight is not written yet.
             report(&self.progress, &unwritten);
             if !unwritten.is_empty() {
-                match self.store.write(&unwritten).await {
+                match store.write(&unwritten).await {
                     Ok(()) => {
                         metrics::counter!(m::CHECKPOINT_WRITES, "route" => self.route.clone(), "outcome" => "ok").increment(1);
                         metrics::counter!(m::CHECKPOINT_RECORDS, "route" => self.route.clone()).increment(unwritten.len() as u64);

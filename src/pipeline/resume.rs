@@ -12,7 +12,7 @@ use super::RetryPolicy;
 use crate::change::Entry;
 use kube::Client;
 
-use crate::checkpoint::{self, Loaded, Now, Parsed, Progress, Refused, Resume, Seal, Start, Store, StoreError, Unusable};
+use crate::checkpoint::{self, Destination, Loaded, Now, Parsed, Progress, Refused, Resume, Seal, Start, Store, StoreError, Unusable};
 use crate::config::{Config, RouteConfig};
 use crate::plan::Scope;
 use crate::telemetry::metrics as m;
@@ -25,8 +25,9 @@ const READ_FOR: Duration = Duration::from_secs(30);
 /// Where everything starts.
 #[derive(Default)]
 pub struct Starts {
-    /// By route position: its store and progress, when it keeps a checkpoint.
-    pub routes: Vec<Option<(Arc<Store>, Arc<Progress>)>>,
+    /// By route position: its store (or how to open it later) and progress, when it keeps
+    /// a checkpoint.
+    pub routes: Vec<Option<(Destination, Arc<Progress>)>>,
     /// By watch slot: the checkpoint it resumes from, and the version its watch continues
     /// from (none: it lists, and the list is shipped as a diff against the checkpoint).
     pub watches: Vec<(Option<Resume>, Option<String>)>,
@@ -66,7 +67,7 @@ pub async fn load(
         let prefix = checkpoint::route_prefix(&config.cluster, &route.name);
         match open(config, route, &prefix, retry, stop).await {
             Ok(Some((store, records))) => {
-                starts.routes.push(Some((Arc::new(store), Arc::new(Progress::default()))));
+                starts.routes.push(Some((Destination::Open(Arc::new(store)), Arc::new(Progress::default()))));
                 read.push(Ok(checkpoint::parse(records, seal)));
             }
             Ok(None) => {
@@ -78,10 +79,19 @@ pub async fn load(
                     tracing::debug!(route = %route.name, error = %e, "Stopped before the route's checkpoint could be read");
                 } else if !config.resume.enabled {
                     tracing::warn!(route = %route.name, error = %e, "Resume is off and the route's checkpoint cannot be read to replace it; a later start with resume on may continue from it");
-                } else {
+                } else if e.is_permanent() {
                     tracing::error!(route = %route.name, error = %e, "Cannot use the route's checkpoint; its watches start with full syncs and it keeps no checkpoint this run");
+                } else {
+                    tracing::error!(route = %route.name, error = %e, "Cannot read the route's checkpoint; its watches start with full syncs, and checkpointing starts once the store can be read");
                 }
-                starts.routes.push(None);
+                // A store that may come back is opened by the writer later; one that cannot
+                // be used as it is (refused) is not written this run.
+                let later = config.resume.enabled && !e.is_permanent() && !stop.is_cancelled();
+                starts.routes.push(later.then(|| {
+                    let later =
+                        Destination::Later { sink: Box::new(route.sink.clone()), resume: Box::new(config.resume.clone()), route: route.name.clone(), prefix };
+                    (later, Arc::new(Progress::default()))
+                }));
                 read.push(Err(Unusable::Unreadable));
             }
         }
@@ -98,16 +108,12 @@ pub async fn load(
         // Each route of the watch: what its checkpoint holds.
         let mut found = Vec::new();
         for output in &scope.outputs {
-            let records = match &mut read[output.route] {
-                Ok(records) => records,
-                Err(why) => {
-                    found.push((output.route, String::new(), String::new(), Found::Untracked(*why)));
-                    continue;
-                }
-            };
             let prefix = checkpoint::watch_prefix(&checkpoint::route_prefix(&config.cluster, &output.route_name), &label, scope.namespace.as_deref());
             let digest = checkpoint::digest(&config.cluster, scope, output);
-            let f = classify(records.remove(&prefix), &prefix, &digest, &now);
+            let f = match &mut read[output.route] {
+                Ok(records) => classify(records.remove(&prefix), &prefix, &digest, &now),
+                Err(why) => Found::Untracked(*why),
+            };
             found.push((output.route, prefix, digest, f));
         }
         // Resume off: the checkpoint is read all the same, and replaced by this start's
