@@ -43,7 +43,12 @@ async fn check_http(report: &mut Report, h: &crate::config::HttpSinkConfig) {
             report.fail(e);
         }
         Ok(sink) => match sink.probe().await {
-            Ok(()) => report.ok(format!("HTTP server reachable at {} (events go to {})", sink.address(), mask_urls(&h.target_url().unwrap_or_default()))),
+            Ok(()) => report.ok(format!(
+                "HTTP server reachable at {}{} (events go to {})",
+                sink.address(),
+                if sink.is_tls() { ", its certificate verified" } else { "" },
+                mask_urls(&h.target_url().unwrap_or_default())
+            )),
             Err(e) => {
                 report.fail(e);
             }

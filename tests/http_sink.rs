@@ -3,7 +3,8 @@
 //! mode; through 500s, 429 with Retry-After, resets mid-request, answers slower than the
 //! timeout and a receiver outage, nothing lost or reordered and every retry with the same
 //! id; 413 and other 4xx by their policies; Knative's K_SINK, K_CE_OVERRIDES and Reference
-//! mode; a bearer token over TLS with a custom CA and a client certificate.
+//! mode; a bearer token over TLS with a custom CA and a client certificate; a server
+//! certificate that cannot be verified fails `check` and stops the run.
 
 mod support;
 
@@ -280,6 +281,68 @@ async fn a_bearer_token_over_mutual_tls_with_a_custom_ca() {
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("(authentication): the server answered 401") && !stderr.contains("guess"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
+    delete_namespace(&client, &ns).await;
+}
+
+/// A server certificate that cannot be verified (issued by a CA the bridge does not trust):
+/// `check` fails naming the problem and the setting that fixes it, and `run` stops within
+/// seconds with an ERROR naming the URL (its secret masked), never ready and never
+/// retrying; with the CA that issued it, both pass.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_certificate_that_cannot_be_verified_fails_check_and_stops_the_run() {
+    let tls = std::path::PathBuf::from(support::var("DELTASHIP_TEST_KAFKA_TLS_DIR"));
+    let p = |f: &str| tls.join(f).to_str().unwrap().to_string();
+    let receiver = Receiver::start(&["-tls-cert", &p("server.pem"), "-tls-key", &p("server.key")]);
+    let client = client().await;
+    let ns = namespace(&client, "it-http-untrusted").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "cert"}})).unwrap()).await.unwrap();
+    let url = format!("{}?access_token=s3cret", receiver.url("https"));
+    let shown = format!("{}?access_token=***", receiver.url("https"));
+    let config = |ca_file: Option<&str>| {
+        let mut sink = http(&url);
+        sink.tls.ca_file = ca_file.map(|f| p(f).into());
+        TestConfig::new().cluster(&support::unique("c")).configmaps(&ns).http(sink).toml()
+    };
+    let problem = format!("[FAIL] tls: the certificate of the HTTPS server at {shown} cannot be verified: unknown issuer");
+    // The system's CA store, then a CA file that does not hold the issuer.
+    for (ca_file, fix) in [
+        (None, "; fix: set sink.tls.ca_file to the PEM file of the CA that issued it"),
+        (Some("untrusted-ca.pem"), &format!("; fix: sink.tls.ca_file ({}) does not hold the CA that issued it", p("untrusted-ca.pem"))),
+    ] {
+        let (status, out, err) = support::bridge::command(&["check"], &config(ca_file), &[]);
+        assert_eq!(status.code(), Some(1), "{out}{err}");
+        let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("[FAIL]")).collect();
+        assert!(failed.len() == 1 && failed[0].starts_with(&problem) && failed[0].contains(fix), "{ca_file:?}:\n{out}{err}");
+        assert!(!out.contains("s3cret") && !err.contains("s3cret"), "{out}{err}");
+    }
+
+    let started = Instant::now();
+    let mut bridge = Bridge::start(&config(None));
+    while bridge.running() {
+        assert!(!bridge.ready(), "ready although the certificate cannot be verified:\n{}", bridge.log_text());
+        assert!(started.elapsed() < Duration::from_secs(60), "still running after 60 s:\n{}", bridge.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = bridge.wait_exit(Duration::from_secs(1));
+    let log = bridge.log_text();
+    assert_eq!(status.code(), Some(1), "{log}");
+    let refused = format!("the certificate of the HTTPS server at {shown} cannot be verified: unknown issuer");
+    assert!(log.lines().any(|l| l.contains("ERROR") && l.contains(&refused)), "no ERROR naming the certificate:\n{log}");
+    assert!(log.contains(&format!("error: the sink refused an event of configmaps for good (tls): {refused}")), "{log}");
+    assert!(!log.contains("Send failed; retrying") && !log.contains("s3cret"), "{log}");
+    assert!(receiver.attempts().is_empty(), "a request went through: {:?}", receiver.attempts());
+
+    // With the CA that issued it: `check` passes and events arrive.
+    let (status, out, err) = support::bridge::command(&["check"], &config(Some("ca.pem")), &[]);
+    assert!(
+        status.success() && out.contains(&format!("[ok]   HTTP server reachable at {}, its certificate verified (events go to {shown})", receiver.addr)),
+        "{out}{err}"
+    );
+    let mut bridge = Bridge::start(&config(Some("ca.pem")));
+    bridge.wait_ready(Duration::from_secs(60));
+    wait_for(&receiver, &ns, "cert");
+    drop(bridge);
     delete_namespace(&client, &ns).await;
 }
 

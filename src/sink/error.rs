@@ -20,7 +20,8 @@ pub enum ErrorKind {
     Authorization,
     /// The brokers refuse the credentials.
     Authentication,
-    /// The TLS handshake or a certificate failed.
+    /// The TLS handshake or a certificate failed (an HTTP server's certificate that cannot
+    /// be verified, a Kafka broker's handshake).
     Tls,
     /// The topic name is invalid.
     Topic,
@@ -231,6 +232,10 @@ pub enum Failure {
     /// No answer within the timeout.
     #[error("no answer within {0:?}")]
     HttpTimeout(Duration),
+    /// The HTTPS server's certificate cannot be verified (`url` masked): no retry can
+    /// help, the certificate or the sink's settings must change.
+    #[error("the certificate of the HTTPS server at {url} cannot be verified: {problem}; fix: {fix}")]
+    HttpCertificate { url: String, problem: String, fix: String },
     /// A credential file of the sink could not be read.
     #[error("{0}")]
     Credential(#[source] SecretFileError),

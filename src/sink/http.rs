@@ -2,7 +2,7 @@
 //! structured), a 2xx answer being the acknowledgement. 408, 429, 5xx, connection errors and
 //! timeouts are retried by the dispatcher (honouring `Retry-After`), 413 goes to the
 //! oversize policy, 401 and 403 stop the bridge, other 3xx and 4xx follow
-//! `on_client_error`.
+//! `on_client_error`; a server certificate that cannot be verified stops the bridge too.
 
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -21,6 +21,7 @@ use hyper_util::rt::TokioExecutor;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::Semaphore;
+use tower::ServiceExt;
 
 use super::encode::{STRUCTURED_CONTENT_TYPE, percent_encode, structured_bytes};
 use super::{ErrorKind, Failure, SendError, SinkError};
@@ -31,6 +32,8 @@ use crate::event::Envelope;
 const BODY_EXCERPT: usize = 200;
 /// The most of an answer's body read.
 const BODY_LIMIT: usize = 64 * 1024;
+/// How long a probe (connection and TLS handshake) may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct HttpSink {
@@ -39,7 +42,13 @@ pub struct HttpSink {
 
 struct Inner {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// The client's connector, for probes: a connection and, to `https://`, the handshake.
+    connector: HttpsConnector<HttpConnector>,
     uri: Uri,
+    /// The URL as errors show it (credentials masked).
+    shown: String,
+    /// `sink.tls.ca_file`, named in the fix of a certificate from an unknown issuer.
+    ca_file: Option<PathBuf>,
     content_mode: ContentMode,
     timeout: Duration,
     requests: Semaphore,
@@ -121,7 +130,7 @@ impl HttpSink {
         http.set_connect_timeout(Some(timeout));
         http.set_nodelay(true);
         let connector = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls_config(&cfg.tls)?).https_or_http().enable_http1().wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(60)).build(connector);
+        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(60)).build(connector.clone());
         let a = &cfg.auth;
         let auth = match (&a.user, Credential::new("sink.auth.token_file", &a.token, &a.token_file)?) {
             (_, Some(token)) => Some(Auth::Bearer(token)),
@@ -134,7 +143,10 @@ impl HttpSink {
         Ok(HttpSink {
             inner: Arc::new(Inner {
                 client,
+                connector,
                 uri,
+                shown: mask_urls(&url).into_owned(),
+                ca_file: cfg.tls.ca_file.clone(),
                 content_mode: cfg.content_mode,
                 timeout,
                 requests: Semaphore::new(cfg.max_requests),
@@ -152,15 +164,31 @@ impl HttpSink {
         format!("{}:{port}", uri.host().unwrap_or_default())
     }
 
-    /// Whether a TCP connection to the server opens within 5 s (for /readyz and `check`).
+    /// Whether the URL is `https://`.
+    pub fn is_tls(&self) -> bool {
+        self.inner.uri.scheme_str() == Some("https")
+    }
+
+    /// Whether a connection to the server opens within 5 s, its TLS handshake included
+    /// (for /readyz and `check`). A server certificate that cannot be verified is an error
+    /// that is not retryable, naming the problem and the fix.
     pub async fn probe(&self) -> Result<(), SinkError> {
-        let address = self.address();
-        let unreachable = |reason: String| SinkError::HttpUnreachable { address: address.clone(), reason };
-        match tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(&address)).await {
+        let unreachable = |reason: String| SinkError::HttpUnreachable { address: self.address(), reason };
+        match tokio::time::timeout(PROBE_TIMEOUT, self.inner.connector.clone().oneshot(self.inner.uri.clone())).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(unreachable(e.to_string())),
-            Err(_) => Err(unreachable("no connection within 5 s".into())),
+            Ok(Err(e)) => Err(match self.certificate_failure(&*e) {
+                Some(source) => SinkError::Request(SendError::Fatal { kind: ErrorKind::Tls, source }),
+                None => unreachable(causes(&*e)),
+            }),
+            Err(_) => Err(unreachable(format!("no connection within {PROBE_TIMEOUT:?}"))),
         }
+    }
+
+    /// The failure of a request or probe whose error is a server certificate that cannot
+    /// be verified: retrying cannot help, the certificate or the configuration must change.
+    fn certificate_failure(&self, e: &(dyn std::error::Error + 'static)) -> Option<Failure> {
+        let (problem, fix) = certificate_problem(certificate_error(e)?, self.inner.uri.host().unwrap_or_default(), self.inner.ca_file.as_deref());
+        Some(Failure::HttpCertificate { url: self.inner.shown.clone(), problem, fix })
     }
 
     pub async fn send(&self, env: &Envelope) -> Result<(), SendError> {
@@ -172,7 +200,10 @@ impl HttpSink {
             _ => SendError::Fatal { kind: ErrorKind::Authentication, source },
         })?;
         let answered = tokio::time::timeout(inner.timeout, async {
-            let response = inner.client.request(request).await.map_err(|e| SendError::Retryable { kind: ErrorKind::Connect, source: transport(&e) })?;
+            let response = inner.client.request(request).await.map_err(|e| match self.certificate_failure(&e) {
+                Some(source) => SendError::Fatal { kind: ErrorKind::Tls, source },
+                None => SendError::Retryable { kind: ErrorKind::Connect, source: Failure::HttpTransport(causes(&e)) },
+            })?;
             let status = response.status();
             let retry_after = retry_after(response.headers());
             // Read the answer (so the connection is reused), keeping its start for the log.
@@ -258,15 +289,60 @@ fn excerpt(body: &[u8]) -> String {
 
 /// The client's error with its causes ("client error (Connect): tcp connect error:
 /// Connection refused").
-fn transport(e: &hyper_util::client::legacy::Error) -> Failure {
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
+    let mut cause = e.source();
     while let Some(c) = cause {
         text.push_str(": ");
         text.push_str(&c.to_string());
         cause = c.source();
     }
-    Failure::HttpTransport(text)
+    text
+}
+
+/// The certificate error among the causes of `e`. The TLS error reaches the client inside
+/// two `io::Error`s (tokio-rustls's, then hyper-rustls's), whose `source` skips the error
+/// they wrap: each is opened by `get_ref`.
+fn certificate_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::CertificateError> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(rustls::Error::InvalidCertificate(c)) = e.downcast_ref::<rustls::Error>() {
+            return Some(c);
+        }
+        next = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
+}
+
+/// What is wrong with the server's certificate, and the fix, in the words of the sink's
+/// settings: `host` is the URL's, `ca_file` is `sink.tls.ca_file`.
+fn certificate_problem(c: &rustls::CertificateError, host: &str, ca_file: Option<&std::path::Path>) -> (String, String) {
+    use rustls::CertificateError as C;
+    let trust = match ca_file {
+        None => "set sink.tls.ca_file to the PEM file of the CA that issued it (without it the system's CA store is used)".to_string(),
+        Some(f) => format!("sink.tls.ca_file ({}) does not hold the CA that issued it: point it at that CA's PEM file", f.display()),
+    };
+    let clocks = "renew the server's certificate, or set the clock right if this host's or the server's is wrong";
+    #[allow(deprecated)] // rustls reports the context variants; the plain ones are matched too
+    let (problem, fix) = match c {
+        C::UnknownIssuer => ("unknown issuer: it is not signed by a CA the bridge trusts (self-signed, or issued by a private CA)".to_string(), trust),
+        C::BadSignature => (format!("its signature does not verify ({c})"), trust),
+        C::Expired | C::ExpiredContext { .. } => (format!("it has expired ({c})"), clocks.to_string()),
+        C::NotValidYet | C::NotValidYetContext { .. } => (format!("it is not valid yet ({c})"), clocks.to_string()),
+        C::NotValidForName | C::NotValidForNameContext { .. } => (
+            format!("wrong host name: it is not valid for {host}, the host of sink.url ({c})"),
+            format!("use a URL whose host the certificate names (sink.url), or give the server a certificate for {host}"),
+        ),
+        C::Revoked => ("it has been revoked".to_string(), "give the server a new certificate".to_string()),
+        C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
+            (format!("it is not a certificate for a server ({c})"), "give the server a certificate for TLS server authentication".to_string())
+        }
+        other => (other.to_string(), "give the server a certificate that verifies against sink.tls.ca_file or the system's CA store".to_string()),
+    };
+    (problem, fix)
 }
 
 fn tls_config(tls: &HttpTls) -> Result<rustls::ClientConfig, SinkError> {
@@ -387,6 +463,57 @@ mod tests {
         let event: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!((event["team"].as_str(), event["tier"].as_str(), event["id"].as_str()), (Some("shop"), Some("gold"), Some("e1")));
         assert_eq!(event["data"]["kind"], "ConfigMap");
+    }
+
+    #[test]
+    fn a_certificate_error_is_found_inside_the_io_errors_that_carry_it() {
+        // As tokio-rustls, then hyper-rustls, wrap it.
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let wrapped = std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, tls));
+        assert_eq!(certificate_error(&wrapped), Some(&rustls::CertificateError::UnknownIssuer));
+        let other = std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, rustls::Error::DecryptError));
+        assert_eq!(certificate_error(&other), None, "a TLS error that is not the certificate's");
+        assert_eq!(certificate_error(&std::io::Error::from(std::io::ErrorKind::ConnectionRefused)), None);
+    }
+
+    #[test]
+    fn a_certificate_problem_names_what_is_wrong_and_the_setting_that_fixes_it() {
+        use rustls::CertificateError as C;
+        let (problem, fix) = certificate_problem(&C::UnknownIssuer, "events.example", None);
+        assert!(problem.starts_with("unknown issuer: it is not signed by a CA the bridge trusts"), "{problem}");
+        assert!(fix.starts_with("set sink.tls.ca_file to the PEM file of the CA"), "{fix}");
+        let (_, fix) = certificate_problem(&C::UnknownIssuer, "events.example", Some(std::path::Path::new("/etc/ca.pem")));
+        assert!(fix.starts_with("sink.tls.ca_file (/etc/ca.pem) does not hold the CA that issued it"), "{fix}");
+        let wrong_name = C::NotValidForNameContext {
+            expected: rustls_pki_types::ServerName::try_from("events.example").unwrap().to_owned(),
+            presented: vec!["DnsName(\"other.example\")".into()],
+        };
+        let (problem, fix) = certificate_problem(&wrong_name, "events.example", None);
+        assert!(problem.starts_with("wrong host name: it is not valid for events.example") && problem.contains("other.example"), "{problem}");
+        assert!(fix.contains("use a URL whose host the certificate names (sink.url)"), "{fix}");
+        let expired = C::ExpiredContext {
+            time: rustls_pki_types::UnixTime::since_unix_epoch(Duration::from_secs(2_000)),
+            not_after: rustls_pki_types::UnixTime::since_unix_epoch(Duration::from_secs(1_000)),
+        };
+        let (problem, fix) = certificate_problem(&expired, "events.example", None);
+        assert!(problem.starts_with("it has expired") && problem.contains("1000 seconds ago"), "{problem}");
+        assert!(fix.starts_with("renew the server's certificate"), "{fix}");
+    }
+
+    #[test]
+    fn a_certificate_failure_shows_the_url_masked_and_is_not_retried() {
+        let cfg: HttpSinkConfig = serde_json::from_value(serde_json::json!({"url": "https://127.0.0.1:9/events?access_token=s3cret"})).unwrap();
+        let sink = HttpSink::new(&cfg).unwrap();
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let failure = sink.certificate_failure(&std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, tls))).unwrap();
+        let e = SinkError::Request(SendError::Fatal { kind: ErrorKind::Tls, source: failure });
+        assert!(!e.is_retryable());
+        let text = e.to_string();
+        assert!(
+            text.starts_with("tls: the certificate of the HTTPS server at https://127.0.0.1:9/events?access_token=*** cannot be verified: unknown issuer"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret"), "{text}");
     }
 
     #[test]
