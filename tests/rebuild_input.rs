@@ -1,7 +1,8 @@
 //! `deltaship rebuild` over hostile input, against the real Kafka broker and NATS server:
 //! every kind of bad record mixed with good events is skipped and reported with its
 //! position, the state is the good events' state, `--strict` stops at the first bad one;
-//! and a NATS server restart in the middle of a read skips nothing.
+//! a NATS server restart in the middle of a read skips nothing; and `--follow` on a stream
+//! that is deleted stops naming it.
 
 mod support;
 
@@ -281,4 +282,58 @@ async fn nats_rebuild_reads_every_message_through_a_server_restart() {
     assert_eq!(doc["resources"]["v1/ConfigMap"].as_object().unwrap().len(), MESSAGES, "{summary}");
     // The restart landed in the middle of the read: some was read before it, the rest after.
     assert!(before_restart < MESSAGES as u64 && read_after_restart > 0, "read {before_restart} before the restart, {read_after_restart} after: {summary}");
+}
+
+/// `rebuild --follow --nats` on a stream that is deleted, or deleted and created again,
+/// while it follows: exit 1 within seconds naming the stream and the fix, the state file
+/// keeping what was read, never a follow that waits on without a word.
+#[tokio::test(flavor = "multi_thread")]
+async fn nats_follow_stops_naming_the_stream_when_it_is_deleted() {
+    let env = support::env();
+    let js = support::nats::jetstream().await;
+    let dir = std::env::temp_dir().join(support::unique("follow-gone"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, recreate) in [false, true].into_iter().enumerate() {
+        let name = support::unique("IT_FOLLOW_GONE").replace('-', "_");
+        publish(&js, &name, &records("ce-", b"%FF%FE")).await;
+        let out = dir.join(format!("state-{i}.json"));
+        let follower = Command::new(env!("CARGO_BIN_EXE_deltaship"))
+            .args(["rebuild", "--nats", &env.nats, "--stream", &name, "--follow", "--out"])
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let state = || -> Option<Value> {
+            let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).ok()?).ok()?;
+            let objects = doc["resources"]["v1/ConfigMap"].as_object()?.iter().map(|(k, o)| (k.clone(), o["metadata"]["resourceVersion"].clone()));
+            Some(Value::Object(objects.collect()))
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while state() != Some(good_state()) {
+            assert!(Instant::now() < deadline, "the state file never showed the stream's state: {:?}", state());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        js.delete_stream(&name).await.unwrap();
+        if recreate {
+            js.create_stream(async_nats::jetstream::stream::Config { name: name.clone(), subjects: vec![format!("{name}.>")], ..Default::default() })
+                .await
+                .unwrap();
+        }
+        let deleted = Instant::now();
+        let ended =
+            tokio::task::spawn_blocking(move || support::bridge::output_within(follower, Duration::from_secs(30), "rebuild --follow on a deleted stream"))
+                .await
+                .unwrap();
+        let stderr = String::from_utf8_lossy(&ended.stderr);
+        assert_eq!(ended.status.code(), Some(1), "{stderr}");
+        assert!(deleted.elapsed() < Duration::from_secs(15), "stopped {:?} after the deletion: {stderr}", deleted.elapsed());
+        let said = format!("error: JetStream stream {name} at {} was deleted", env.nats);
+        assert!(stderr.contains(&said) && stderr.contains("fix: check that --stream names the bridge's stream"), "{recreate}: {stderr}");
+        assert_eq!(state(), Some(good_state()), "the state file keeps what was read");
+        if recreate {
+            js.delete_stream(&name).await.unwrap();
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

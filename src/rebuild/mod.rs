@@ -24,6 +24,12 @@ pub enum RebuildError {
     /// A bad record under `--strict`.
     #[error("record {at}: {bad}")]
     BadRecord { at: Position, bad: Bad },
+    /// The JetStream stream was deleted (`how`: and perhaps created again) while it was
+    /// read: no later message can come, and a stream created anew is not the one read.
+    #[error(
+        "JetStream stream {stream} at {url} {how} while rebuild read it (read up to #{read}); fix: check that --stream names the bridge's stream (its sink.jetstream.stream), and once the stream holds the bridge's events again, run rebuild from the start"
+    )]
+    StreamGone { stream: String, url: String, how: &'static str, read: u64 },
 }
 
 /// Where to read from.

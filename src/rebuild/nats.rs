@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
-use async_nats::jetstream::stream::Stream;
-use async_nats::jetstream::{self, context::RequestError, stream::RawMessageErrorKind};
+use async_nats::jetstream::stream::{Info, Stream};
+use async_nats::jetstream::{self, ErrorCode, context::RequestError, stream::RawMessageErrorKind};
 use futures::StreamExt;
 
 use super::decode::{Bad, Binding, Reason, decode};
@@ -16,8 +16,8 @@ use super::{Consumer, Position, RebuildError};
 use crate::config::{NatsConfig, has_userinfo, mask_urls};
 use crate::sink::NatsSink;
 
-/// How long a read is retried through a server restart or a network cut before the
-/// rebuild fails.
+/// How long a read (or, following, a look at the stream) is retried through a server
+/// restart or a network cut before the rebuild fails.
 const RETRY_FOR: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Messages asked for at once: one request per batch instead of one per message.
@@ -36,12 +36,23 @@ enum Failed {
     Rebuild(RebuildError),
 }
 
+/// What the server says of the stream now.
+enum Lookup {
+    /// It is there: its last sequence.
+    Last(u64),
+    /// It is not the stream being read any more: how it went.
+    Gone(&'static str),
+    /// No answer (the server restarting, the connection lost): worth retrying.
+    Failed(String),
+}
+
 /// Gives `consumer` every message of `stream` in stream order, in batches. A read that
 /// fails (the server restarting, the connection lost) is retried from the first sequence
-/// not yet given, and a sequence the stream holds no message for is reported as `missing`,
-/// so no message is ever skipped silently. With `connection`, connects to `url` with that
-/// sink's credentials and TLS. With `follow`, then reads on as the stream grows until
-/// stopped.
+/// not yet given for up to `RETRY_FOR`, and a sequence the stream holds no message for is
+/// reported as `missing`, so no message is ever skipped silently. A stream deleted (or
+/// deleted and created again) meanwhile ends the read with `StreamGone`. With
+/// `connection`, connects to `url` with that sink's credentials and TLS. With `follow`,
+/// then reads on as the stream grows until stopped.
 pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, follow: Option<&Follow>, consumer: &mut Consumer) -> Result<(), RebuildError> {
     let shown = mask_urls(url);
     if has_userinfo(url) {
@@ -58,6 +69,7 @@ pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, foll
     let mut s = js.get_stream(stream).await.map_err(|e| RebuildError::Source(format!("stream {stream}: {e}")))?;
     let info = s.info().await.map_err(|e| RebuildError::Source(e.to_string()))?.clone();
     let (first, mut last) = (info.state.first_sequence.max(1), info.state.last_sequence);
+    let gone = |how, seq: u64| RebuildError::StreamGone { stream: stream.to_string(), url: shown.to_string(), how, read: seq - 1 };
     let mut writer = follow.map(|f| Writer::new(&f.out));
     let mut seq = first;
     let mut reader: Option<PullConsumer> = None;
@@ -76,9 +88,19 @@ pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, foll
                 () = f.stop.cancelled() => break,
                 () = tokio::time::sleep(PERIOD) => {}
             }
-            match s.info().await {
-                Ok(info) => last = info.state.last_sequence,
-                Err(e) => tracing::debug!(error = %e, "following: the stream's info is not available; trying again"),
+            match look_up(&mut s, &info).await {
+                Lookup::Last(now) => {
+                    last = now;
+                    failing_since = None;
+                }
+                Lookup::Gone(how) => return Err(gone(how, seq)),
+                Lookup::Failed(e) => {
+                    let since = *failing_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= RETRY_FOR {
+                        return Err(RebuildError::Source(format!("following {stream}: no answer about the stream for {RETRY_FOR:?}: {e}")));
+                    }
+                    tracing::debug!(error = %e, "following: the stream's info is not available; trying again");
+                }
             }
             continue;
         }
@@ -100,6 +122,10 @@ pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, foll
             Err(Failed::Rebuild(e)) => return Err(e),
             Err(Failed::Read(e)) => {
                 reader = None;
+                // A read fails on a stream that was deleted too: that one cannot come back.
+                if let Lookup::Gone(how) = look_up(&mut s, &info).await {
+                    return Err(gone(how, seq));
+                }
                 let since = *failing_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= RETRY_FOR {
                     return Err(RebuildError::Source(format!("reading {stream}#{seq} failed for {RETRY_FOR:?}: {e}")));
@@ -115,6 +141,30 @@ pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, foll
         let _ = s.delete_consumer(&r.cached_info().name).await;
     }
     Ok(())
+}
+
+/// Asks the server about `stream`: a stream deleted since `read` describes it answers
+/// "stream not found" (JetStream error 10059); one deleted and created again has another
+/// creation time.
+async fn look_up(stream: &mut Stream, read: &Info) -> Lookup {
+    match stream.info().await {
+        Ok(now) if now.created != read.created => Lookup::Gone("was deleted and created again (its creation time changed)"),
+        Ok(now) => Lookup::Last(now.state.last_sequence),
+        Err(e) if stream_not_found(&e) => Lookup::Gone("was deleted (the server answers: stream not found, JetStream error 10059)"),
+        Err(e) => Lookup::Failed(e.to_string()),
+    }
+}
+
+/// Whether the server's answer among the causes of `e` is "stream not found".
+fn stream_not_found(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.downcast_ref::<jetstream::Error>().is_some_and(|j| j.error_code() == ErrorCode::STREAM_NOT_FOUND) {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 fn at(stream: &Stream, sequence: u64) -> Position {
@@ -211,4 +261,23 @@ fn header_pairs(headers: Option<&HeaderMap>) -> Vec<(&[u8], &[u8])> {
 /// the connection lost): worth retrying, unlike an answer that cannot be read.
 fn is_request_failure(e: &(dyn std::error::Error + 'static)) -> bool {
     std::error::Error::source(e).is_some_and(|s| s.is::<RequestError>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server's answer as the client reads it, inside the error of the request.
+    fn answered(err_code: u64, description: &str) -> RequestError {
+        let answer: jetstream::Error = serde_json::from_value(serde_json::json!({"code": 404, "err_code": err_code, "description": description})).unwrap();
+        RequestError::from(answer)
+    }
+
+    #[test]
+    fn only_the_answer_stream_not_found_says_the_stream_is_gone() {
+        assert!(stream_not_found(&answered(10059, "stream not found")));
+        assert!(!stream_not_found(&answered(10014, "consumer not found")));
+        assert!(!stream_not_found(&RequestError::new(jetstream::context::RequestErrorKind::TimedOut)));
+        assert!(!stream_not_found(&RequestError::new(jetstream::context::RequestErrorKind::NoResponders)));
+    }
 }
