@@ -16,8 +16,13 @@ fn from_json<T: DeserializeOwned>(v: Value) -> T {
 /// ResourceType `kind` of `group` (empty for the core group), version `v1`, watched in
 /// `namespaces` (empty: all). Other fields with struct update: `ResourceConfig { payload:
 /// PayloadMode::Patch, ..resource("", "ConfigMap", &[&ns]) }`.
+/// A resource of `group` (version v1); no `namespaces` watches every namespace.
 pub fn resource(group: &str, kind: &str, namespaces: &[&str]) -> ResourceConfig {
-    from_json(json!({"group": group, "version": "v1", "kind": kind, "namespaces": namespaces}))
+    let mut r = json!({"group": group, "version": "v1", "kind": kind});
+    if !namespaces.is_empty() {
+        r["namespaces"] = json!(namespaces);
+    }
+    from_json(r)
 }
 
 /// A Kafka sink to `brokers`, topics named by `topic_template`, creating its topics with 3
