@@ -8,9 +8,11 @@ use deltaship::{check, config, pipeline, telemetry};
 use tokio_util::sync::CancellationToken;
 
 /// Exit codes: 0 done, 1 failed (a run that stopped on an error, a check with a failed
-/// finding, a rebuild that could not read), 2 a usage error (clap's), 78 an invalid
+/// finding, a rebuild that could not read), 2 a usage error (clap's), 3 `rebuild --verify`
+/// read a marker whose count and digest did not match the state rebuilt, 78 an invalid
 /// configuration (`EX_CONFIG` of sysexits.h).
 const EXIT_CONFIG: u8 = 78;
+const EXIT_MISMATCH: u8 = 3;
 
 /// `--version`: the version and the commit it was built from.
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUILD_REVISION"), ")");
@@ -85,6 +87,11 @@ struct RebuildArgs {
     /// change the state, at most once a second, until SIGTERM or SIGINT.
     #[arg(long, conflicts_with = "records")]
     follow: bool,
+    /// Exit 3 when a `sync.completed` marker's count and digest did not match the state
+    /// rebuilt at it (each mismatch is reported on stderr with or without this flag), after
+    /// a last stderr line `verification: {"verified": N, "mismatched": M}`.
+    #[arg(long)]
+    verify: bool,
 }
 
 #[derive(clap::Args)]
@@ -218,6 +225,12 @@ fn rebuild(args: &RebuildArgs) -> ExitCode {
         eprintln!("skipped {skipped}");
     }
     eprintln!("{}", doc["summary"]);
+    if args.verify {
+        eprintln!("verification: {}", serde_json::json!({"verified": rebuilt.verified, "mismatched": rebuilt.mismatched}));
+        if rebuilt.mismatched > 0 {
+            return ExitCode::from(EXIT_MISMATCH);
+        }
+    }
     ExitCode::SUCCESS
 }
 

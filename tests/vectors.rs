@@ -20,17 +20,20 @@ fn vectors() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("vectors")
 }
 
-/// `deltaship rebuild --records FILE [--cluster C]`: the rebuilt resources.
-fn rebuild(file: &Path, cluster: Option<&str>) -> Value {
+/// `deltaship rebuild --strict --verify --records FILE [--cluster C]`: the rebuilt
+/// resources and `{"verified": N, "mismatched": 0}`; a mismatch fails.
+fn rebuild_verified(file: &Path, cluster: Option<&str>) -> (Value, Value) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltaship"));
-    cmd.args(["rebuild", "--strict", "--records"]).arg(file);
+    cmd.args(["rebuild", "--strict", "--verify", "--records"]).arg(file);
     if let Some(c) = cluster {
         cmd.args(["--cluster", c]);
     }
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "rebuild {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    doc["resources"].clone()
+    assert_eq!(doc["mismatches"], json!([]), "{}", file.display());
+    let summary = &doc["summary"];
+    (doc["resources"].clone(), json!({"verified": summary["verified"], "mismatched": summary["mismatched"]}))
 }
 
 #[test]
@@ -50,7 +53,12 @@ fn the_rust_consumer_rebuilds_every_vector() {
                 continue;
             }
             for (cluster, state) in clusters {
-                assert_eq!(&rebuild(&file, Some(cluster)), state, "{} of cluster {cluster}", file.display());
+                let (resources, verification) = rebuild_verified(&file, Some(cluster));
+                assert_eq!(&resources, state, "{} of cluster {cluster}", file.display());
+                // Recorded before the bridge wrote count and digest: nothing to check.
+                if let Some(want) = expected.get("verification") {
+                    assert_eq!(&verification, &want[cluster], "{} of cluster {cluster}: markers verified", file.display());
+                }
             }
             checked.push(format!("{}/{stream}", dir.file_name().unwrap().to_string_lossy()));
         }
@@ -84,10 +92,72 @@ fn the_rust_consumer_rebuilds_every_hostile_vector_skipping_what_it_expects() {
     assert!(checked >= 30, "hostile vectors checked: {checked}");
 }
 
-/// Every hostile vector: its name, its one recorded stream, its expected.json.
-pub fn hostile_vectors() -> Vec<(String, PathBuf, Value)> {
+/// The count-and-digest vectors (vectors/state-digest/, vectors/README.md): each rebuilt to
+/// its state, with exactly its markers verified and its mismatches reported (on stderr and
+/// in the document, with the held figures), and `--verify` exiting 3 when there is one.
+#[test]
+fn the_rust_consumer_verifies_every_marker_of_the_state_digest_vectors_and_flags_the_tampered_ones() {
+    let mut checked = Vec::new();
+    for (name, file, expected) in case_vectors("state-digest") {
+        for (cluster, state) in expected["clusters"].as_object().unwrap() {
+            let want = &expected["verification"][cluster];
+            for verify in [false, true] {
+                let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltaship"));
+                cmd.args(["rebuild", "--cluster", cluster, "--records"]).arg(&file);
+                if verify {
+                    cmd.arg("--verify");
+                }
+                let out = cmd.output().unwrap();
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let mismatched = want["mismatched"].as_u64().unwrap();
+                let code = if verify && mismatched > 0 { 3 } else { 0 };
+                assert_eq!(out.status.code(), Some(code), "{name}, cluster {cluster}, --verify {verify}: {stderr}");
+                let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert_eq!(&doc["resources"], state, "{name}: state of cluster {cluster}");
+                assert_eq!(&doc["summary"]["skipped"], &expected["skipped"][cluster], "{name}: records skipped for cluster {cluster}");
+                assert_eq!(doc["summary"]["verified"], want["verified"], "{name}, cluster {cluster}: {stderr}");
+                assert_eq!(doc["summary"]["mismatched"], want["mismatched"], "{name}, cluster {cluster}: {stderr}");
+                let found: Vec<Value> = doc["mismatches"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| json!({"syncId": m["syncId"], "partition": m["partition"], "expected": m["expected"], "held": m["held"]}))
+                    .collect();
+                assert_eq!(&Value::Array(found), &want["mismatches"], "{name}, cluster {cluster}");
+                let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("state mismatch at marker ")).collect();
+                assert_eq!(lines.len() as u64, mismatched, "{name}: {stderr}");
+                for (line, m) in lines.iter().zip(want["mismatches"].as_array().unwrap()) {
+                    let names = format!(
+                        "marker {} of v1/ConfigMap in namespace ns on partition {} (cluster {cluster}): expected count {} digest {}, held count {} digest {}",
+                        m["syncId"].as_str().unwrap(),
+                        m["partition"],
+                        m["expected"]["count"],
+                        m["expected"]["digest"].as_str().unwrap(),
+                        m["held"]["count"],
+                        m["held"]["digest"].as_str().unwrap()
+                    );
+                    assert!(line.ends_with(&names), "{name}: {line}\nwant {names}");
+                }
+                let summary = stderr.lines().find_map(|l| l.strip_prefix("verification: "));
+                match verify {
+                    true => assert_eq!(
+                        serde_json::from_str::<Value>(summary.unwrap()).unwrap(),
+                        json!({"verified": want["verified"], "mismatched": want["mismatched"]})
+                    ),
+                    false => assert_eq!(summary, None, "{name}: a summary without --verify"),
+                }
+            }
+        }
+        checked.push((name, expected["verification"]["c1"]["mismatched"].as_u64().unwrap()));
+    }
+    let flagged = checked.iter().filter(|(_, m)| *m > 0).count();
+    assert!(checked.len() >= 7 && flagged >= 5, "state-digest vectors checked: {checked:?}");
+}
+
+/// The cases of `vectors/<set>/`: name, one recorded stream, expected.json.
+pub fn case_vectors(set: &str) -> Vec<(String, PathBuf, Value)> {
     let mut all = Vec::new();
-    for entry in std::fs::read_dir(vectors().join("hostile")).unwrap() {
+    for entry in std::fs::read_dir(vectors().join(set)).unwrap() {
         let dir = entry.unwrap().path();
         if !dir.is_dir() {
             continue;
@@ -98,6 +168,11 @@ pub fn hostile_vectors() -> Vec<(String, PathBuf, Value)> {
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
     all
+}
+
+/// Every hostile vector: its name, its one recorded stream, its expected.json.
+pub fn hostile_vectors() -> Vec<(String, PathBuf, Value)> {
+    case_vectors("hostile")
 }
 
 mod record {
@@ -200,8 +275,13 @@ mod record {
                 let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
                 std::fs::write(dir.join(file), text).unwrap();
             }
-            let state: BTreeMap<&str, Value> = clusters.iter().map(|c| (*c, rebuild(&dir.join("kafka.jsonl"), Some(c)))).collect();
-            std::fs::write(dir.join("expected.json"), format!("{:#}\n", json!({"clusters": state}))).unwrap();
+            let rebuilt: BTreeMap<&str, (Value, Value)> = clusters.iter().map(|c| (*c, rebuild_verified(&dir.join("kafka.jsonl"), Some(c)))).collect();
+            let state: BTreeMap<&str, &Value> = rebuilt.iter().map(|(c, (s, _))| (*c, s)).collect();
+            // Recorded with the markers' count and digest: every marker verifies (a
+            // mismatch fails `rebuild_verified`); NATS verifies its own in the test.
+            let verification: BTreeMap<&str, &Value> = rebuilt.iter().filter(|(_, (_, v))| v["verified"] != 0).map(|(c, (_, v))| (*c, v)).collect();
+            let expected = if verification.is_empty() { json!({"clusters": state}) } else { json!({"clusters": state, "verification": verification}) };
+            std::fs::write(dir.join("expected.json"), format!("{expected:#}\n")).unwrap();
         }
     }
 

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::protocol::{Body, Change, Content, Received};
+use super::protocol::{Body, Change, Content, Figures, Received};
 
 /// The deepest JSON a record may nest: what serde_json's recursion limit (128) admits. The
 /// bridge's own watch decodes objects with that limit, so no object it ships is deeper.
@@ -30,6 +30,9 @@ pub enum Binding {
 }
 
 /// What one record is for the protocol.
+// One at a time, moved straight into the state: boxing the event would only add an
+// allocation per record.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Step {
     Event(Received),
@@ -176,13 +179,17 @@ fn event_of(attribute: &dyn Fn(&str) -> Result<Option<String>, Bad>, data: impl 
                 (_, Some(data @ Value::Object(_))) => Content::Whole(data),
                 (_, Some(other)) => return Err(Bad::new(Reason::WrongType, format!("the data is {}, not an object", kind_of(&other)))),
             };
-            Body::Object { change, resource, key, content }
+            // The count-and-digest terms' identity: absent is "" (only a marker's state reads it).
+            let uid = attribute("uid")?.unwrap_or_default();
+            let resource_version = attribute("resourceversion")?.unwrap_or_default();
+            Body::Object { change, resource, key, content, uid, resource_version }
         }
     };
     Ok(Step::Event(Received { id, cluster, partition, body }))
 }
 
-/// A marker's data: `syncId`, `mode`, `resource` {group, version, kind}, `namespace`.
+/// A marker's data: `syncId`, `mode`, `resource` {group, version, kind}, `namespace`, and on
+/// `completed` the `state` to check (vectors/README.md, "Count and digest").
 fn marker(started: bool, data: Option<Value>) -> Result<Body, Bad> {
     let data = data.filter(|d| !d.is_null()).ok_or_else(|| Bad::new(Reason::MissingAttribute, "a marker without data"))?;
     let field = |path: &str, required: bool| -> Result<Option<String>, Bad> {
@@ -206,7 +213,31 @@ fn marker(started: bool, data: Option<Value>) -> Result<Body, Bad> {
         full: field("/mode", false)?.as_deref() == Some("full"),
         resource: format!("{apiversion}/{kind}"),
         namespace: field("/namespace", false)?,
+        state: if started { None } else { state(&data)? },
     })
+}
+
+/// A `completed` marker's `state`: absent or null, or `{"count": <integer from 0>, "digest":
+/// "<32 lowercase hex digits>"}` (absent member: `missing_attribute`; anything else:
+/// `wrong_type`).
+fn state(data: &Value) -> Result<Option<Figures>, Bad> {
+    let state = match data.get("state") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(s @ Value::Object(_)) => s,
+        Some(other) => return Err(Bad::new(Reason::WrongType, format!("a marker's /state is {}, not an object", kind_of(other)))),
+    };
+    let count = match state.get("count") {
+        None | Some(Value::Null) => return Err(Bad::new(Reason::MissingAttribute, "a marker without /state/count")),
+        Some(c) => c.as_u64().ok_or_else(|| Bad::new(Reason::WrongType, format!("a marker's /state/count is {c}, not an integer from 0")))?,
+    };
+    let digest = match state.get("digest") {
+        None | Some(Value::Null) => return Err(Bad::new(Reason::MissingAttribute, "a marker without /state/digest")),
+        Some(Value::String(d)) if d.len() == 32 && d.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) => {
+            u128::from_str_radix(d, 16).expect("32 hex digits")
+        }
+        Some(d) => return Err(Bad::new(Reason::WrongType, format!("a marker's /state/digest is {d}, not 32 lowercase hex digits"))),
+    };
+    Ok(Some(Figures { count, digest }))
 }
 
 /// JSON of at most MAX_DEPTH levels, or why not.

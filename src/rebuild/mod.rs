@@ -79,9 +79,12 @@ impl fmt::Display for Skipped {
 
 /// What `rebuild` made of the source.
 pub struct Rebuilt {
-    /// The state document, `skipped` included.
+    /// The state document, `skipped` and `mismatches` included.
     pub document: Value,
     pub skipped: Vec<Skipped>,
+    /// Markers whose count and digest matched the state held, and those that did not.
+    pub verified: u64,
+    pub mismatched: u64,
 }
 
 /// The protocol's state and what was skipped on the way.
@@ -92,6 +95,8 @@ struct Consumer {
     skipped: Vec<Skipped>,
     /// Whether a record was applied since the state was last written (`--follow`).
     changed: bool,
+    /// How many of the state's mismatches were reported on stderr.
+    reported: usize,
 }
 
 impl Consumer {
@@ -99,10 +104,16 @@ impl Consumer {
     /// under `strict`).
     fn record(&mut self, at: impl FnOnce() -> Position, step: Result<Step, Bad>) -> Result<(), RebuildError> {
         self.changed = true;
-        match step.and_then(|s| self.state.step(s)) {
+        let applied = match step.and_then(|s| self.state.step(s)) {
             Ok(()) => Ok(()),
             Err(bad) => self.skip(at(), bad),
+        };
+        // Reported as found: `--follow` may run for days.
+        for check in &self.state.mismatches[self.reported..] {
+            eprintln!("state mismatch at {check}");
         }
+        self.reported = self.state.mismatches.len();
+        applied
     }
 
     /// The state document, with what was skipped.
@@ -124,14 +135,17 @@ impl Consumer {
 
 /// Reads the whole source and returns the rebuilt state as a JSON document:
 /// `{"resources": {"<apiVersion>/<Kind>": {"<namespace>/<name>": object}}, "summary": {...},
-/// "skipped": [{position, "reason", "problem"}]}`.
+/// "skipped": [{position, "reason", "problem"}], "mismatches": [{"syncId", "cluster",
+/// "resource", "namespace", "partition", "expected", "held"}]}`. Each marker whose count and
+/// digest do not match the state held is also reported on stderr as it is read
+/// (`state mismatch at marker ...`).
 /// With `cluster`, only that cluster's events are applied (a topic or stream may carry
 /// several clusters; without it their objects of the same key would overwrite each other).
 /// Bad records are skipped and listed, or with `strict` end the rebuild with an error.
 /// With `follow`, reading goes on after the end until `follow.stop`, the state written to
 /// `follow.out` as it changes (a recorded stream has no more to follow).
 pub async fn rebuild(source: Source, cluster: Option<String>, strict: bool, follow: Option<Follow>) -> Result<Rebuilt, RebuildError> {
-    let mut consumer = Consumer { state: State::new(cluster), strict, skipped: Vec::new(), changed: false };
+    let mut consumer = Consumer { state: State::new(cluster), strict, skipped: Vec::new(), changed: false, reported: 0 };
     match source {
         Source::Kafka { brokers, topics, connection } => {
             // The Kafka reader blocks; keep it off the async threads.
@@ -144,5 +158,6 @@ pub async fn rebuild(source: Source, cluster: Option<String>, strict: bool, foll
         Source::Recorded { file } => recorded::read(&file, &mut consumer)?,
     }
     let document = consumer.document();
-    Ok(Rebuilt { document, skipped: consumer.skipped })
+    let (verified, mismatched) = (consumer.state.summary.verified, consumer.state.summary.mismatched);
+    Ok(Rebuilt { document, skipped: consumer.skipped, verified, mismatched })
 }

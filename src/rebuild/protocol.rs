@@ -14,11 +14,17 @@
 //!
 //! A patch that does not apply leaves the object as it was (its key still exists, so the
 //! keys stay exact) and marks it stale until its next whole object or delete.
+//!
+//! A `sync.completed` whose data carries `state` (count and digest, event contract §4) is
+//! checked once applied: the objects held of its resource, cluster and namespace scope that
+//! live on its partition must be as many, and their terms (SHA-256 of key, uid and
+//! resourceVersion of the last event applied to each) must sum to its digest.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use super::decode::{Bad, MAX_DEPTH, Reason, Step, depth};
 
@@ -35,10 +41,64 @@ pub struct Received {
 
 #[derive(Debug, Clone)]
 pub enum Body {
-    /// `sync.started` or `sync.completed`; `resource` is `apiVersion/Kind`.
-    Marker { started: bool, sync_id: String, full: bool, resource: String, namespace: Option<String> },
-    /// An object event: `resource` is `apiVersion/Kind`, `key` the subject.
-    Object { change: Change, resource: String, key: String, content: Content },
+    /// `sync.started` or `sync.completed`; `resource` is `apiVersion/Kind`; `state` the
+    /// figures a `completed` carries, to check.
+    Marker { started: bool, sync_id: String, full: bool, resource: String, namespace: Option<String>, state: Option<Figures> },
+    /// An object event: `resource` is `apiVersion/Kind`, `key` the subject; `uid` and
+    /// `resource_version` its extensions ("" when absent).
+    Object { change: Change, resource: String, key: String, content: Content, uid: String, resource_version: String },
+}
+
+/// The count and digest of a set of objects (event contract §4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Figures {
+    pub count: u64,
+    /// The sum of the objects' terms modulo 2^128.
+    pub digest: u128,
+}
+
+impl Serialize for Figures {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde_json::json!({"count": self.count, "digest": format!("{:032x}", self.digest)}).serialize(s)
+    }
+}
+
+impl std::fmt::Display for Figures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "count {} digest {:032x}", self.count, self.digest)
+    }
+}
+
+/// One object's term: the first 16 bytes of SHA-256(key "\n" uid "\n" resourceVersion),
+/// read as a big-endian number.
+pub fn term(key: &str, uid: &str, resource_version: &str) -> u128 {
+    let hash = Sha256::new().chain_update(key).chain_update("\n").chain_update(uid).chain_update("\n").chain_update(resource_version).finalize();
+    u128::from_be_bytes(hash[..16].try_into().expect("SHA-256 has 32 bytes"))
+}
+
+/// A marker's count and digest compared with the state held at it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    #[serde(rename = "syncId")]
+    pub sync_id: String,
+    pub cluster: String,
+    pub resource: String,
+    /// None: all namespaces.
+    pub namespace: Option<String>,
+    pub partition: i32,
+    pub expected: Figures,
+    pub held: Figures,
+}
+
+impl std::fmt::Display for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scope = self.namespace.as_ref().map_or("all namespaces".to_string(), |ns| format!("namespace {ns}"));
+        write!(
+            f,
+            "marker {} of {} in {scope} on partition {} (cluster {}): expected {}, held {}",
+            self.sync_id, self.resource, self.partition, self.cluster, self.expected, self.held
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,8 +136,8 @@ impl Received {
 #[derive(Debug, Default)]
 pub struct State {
     pub resources: BTreeMap<String, BTreeMap<String, Value>>,
-    /// Partition and cluster of each (resource, key).
-    partitions: HashMap<(String, String), (i32, String)>,
+    /// Where each (resource, key) lives and what it adds to a digest.
+    homes: HashMap<(String, String), Home>,
     /// Full syncs under way, by (partition, sync id): resource, namespace scope, touched keys.
     open: HashMap<(i32, String), OpenSync>,
     /// Ids seen, per partition (a marker is on every partition with one id).
@@ -89,6 +149,16 @@ pub struct State {
     /// Only events of this cluster are applied (None: all clusters).
     only_cluster: Option<String>,
     pub summary: Summary,
+    /// Markers whose count and digest did not match the state held, in stream order.
+    pub mismatches: Vec<Check>,
+}
+
+/// The partition and cluster of the last event applied to an object, and its term.
+#[derive(Debug)]
+struct Home {
+    partition: i32,
+    cluster: String,
+    term: u128,
 }
 
 #[derive(Debug)]
@@ -117,6 +187,10 @@ pub struct Summary {
     pub stale_objects: u64,
     /// Reads of the source retried after a connection problem (NATS).
     pub retried_reads: u64,
+    /// `sync.completed` markers whose count and digest matched the state held.
+    pub verified: u64,
+    /// `sync.completed` markers whose count or digest did not (listed in `mismatches`).
+    pub mismatched: u64,
 }
 
 impl State {
@@ -154,17 +228,29 @@ impl State {
         }
         *self.summary.by_type.entry(e.short_type().to_string()).or_default() += 1;
         match e.body {
-            Body::Marker { started, sync_id, full, resource, namespace } => {
+            Body::Marker { started, sync_id, full, resource, namespace, state } => {
                 let slot = (e.partition, sync_id);
                 if started {
                     if full {
                         self.open.insert(slot, OpenSync { cluster: e.cluster, resource, namespace, touched: HashSet::new() });
                     }
-                } else if let Some(sync) = self.open.remove(&slot) {
+                    return Ok(());
+                }
+                if let Some(sync) = self.open.remove(&slot) {
                     self.remove_untouched(e.partition, sync);
                 }
+                if let Some(expected) = state {
+                    let held = self.held(e.partition, &e.cluster, &resource, namespace.as_deref());
+                    if held == expected {
+                        self.summary.verified += 1;
+                    } else {
+                        self.summary.mismatched += 1;
+                        let (partition, sync_id) = slot;
+                        self.mismatches.push(Check { sync_id, cluster: e.cluster, resource, namespace, partition, expected, held });
+                    }
+                }
             }
-            Body::Object { resource, key, content, .. } => {
+            Body::Object { resource, key, content, uid, resource_version, .. } => {
                 for sync in self.open.values_mut() {
                     if sync.resource == resource && sync.cluster == e.cluster {
                         sync.touched.insert(key.clone());
@@ -175,7 +261,7 @@ impl State {
                 let object = match content {
                     Content::None => {
                         objects.remove(&slot.1);
-                        self.partitions.remove(&slot);
+                        self.homes.remove(&slot);
                         self.stale.remove(&slot);
                         return Ok(());
                     }
@@ -198,28 +284,38 @@ impl State {
                     }
                 };
                 objects.insert(slot.1.clone(), object);
-                self.partitions.insert(slot, (e.partition, e.cluster));
+                let term = term(&slot.1, &uid, &resource_version);
+                self.homes.insert(slot, Home { partition: e.partition, cluster: e.cluster, term });
             }
         }
         Ok(())
     }
 
+    /// The count and digest of the objects held of `resource` and `cluster` within the
+    /// namespace scope (None: all namespaces) that live on `partition`.
+    fn held(&self, partition: i32, cluster: &str, resource: &str, namespace: Option<&str>) -> Figures {
+        let mut figures = Figures::default();
+        for key in self.resources.get(resource).into_iter().flat_map(|o| o.keys()).filter(|k| in_scope(k, namespace)) {
+            if let Some(home) = self.homes.get(&(resource.to_string(), key.clone())).filter(|h| h.partition == partition && h.cluster == cluster) {
+                figures.count += 1;
+                figures.digest = figures.digest.wrapping_add(home.term);
+            }
+        }
+        figures
+    }
+
     fn remove_untouched(&mut self, partition: i32, sync: OpenSync) {
         let Some(objects) = self.resources.get_mut(&sync.resource) else { return };
-        let in_scope = |key: &str| match &sync.namespace {
-            Some(ns) => key.split_once('/').is_some_and(|(k_ns, _)| k_ns == ns),
-            None => true,
-        };
         let gone: Vec<String> = objects
             .keys()
-            .filter(|k| in_scope(k) && !sync.touched.contains(*k))
-            .filter(|k| self.partitions.get(&(sync.resource.clone(), (*k).clone())).is_some_and(|(p, cluster)| *p == partition && *cluster == sync.cluster))
+            .filter(|k| in_scope(k, sync.namespace.as_deref()) && !sync.touched.contains(*k))
+            .filter(|k| self.homes.get(&(sync.resource.clone(), (*k).clone())).is_some_and(|h| h.partition == partition && h.cluster == sync.cluster))
             .cloned()
             .collect();
         for k in gone {
             objects.remove(&k);
             let slot = (sync.resource.clone(), k);
-            self.partitions.remove(&slot);
+            self.homes.remove(&slot);
             self.stale.remove(&slot);
             self.summary.removed_by_markers += 1;
         }
@@ -230,7 +326,16 @@ impl State {
         self.resources.retain(|_, objects| !objects.is_empty());
         self.summary.objects = self.resources.values().map(|o| o.len() as u64).sum();
         self.summary.stale_objects = self.stale.len() as u64;
-        serde_json::json!({"resources": self.resources, "summary": self.summary})
+        serde_json::json!({"resources": self.resources, "summary": self.summary, "mismatches": self.mismatches})
+    }
+}
+
+/// Whether `key` is within a marker's namespace scope (None: all namespaces; a namespace
+/// covers the keys `<namespace>/<name>`, so "" covers none).
+fn in_scope(key: &str, namespace: Option<&str>) -> bool {
+    match namespace {
+        Some(ns) => key.split_once('/').is_some_and(|(k_ns, _)| k_ns == ns),
+        None => true,
     }
 }
 
@@ -355,6 +460,53 @@ mod tests {
         assert_eq!(keys(&s), ["ns/a", "other/c"], "ns/b removed, other namespace untouched");
         assert_eq!(s.resources["v1/ConfigMap"]["ns/a"]["v"], 2);
         assert_eq!(s.summary.removed_by_markers, 1);
+    }
+
+    /// An object event with its uid and resourceVersion extensions.
+    fn versioned(id: &str, ty: &str, key: &str, uid: &str, rv: &str, partition: i32) -> Received {
+        let mut e = ev(id, ty, Some(key), json!({}), partition);
+        if let Body::Object { uid: u, resource_version: v, .. } = &mut e.body {
+            (*u, *v) = (uid.to_string(), rv.to_string());
+        }
+        e
+    }
+
+    fn completed(id: &str, sync: &str, partition: i32, state: Value) -> Received {
+        let data = json!({"syncId": sync, "mode": "diff", "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}, "namespace": "ns", "state": state});
+        ev(id, "sync.completed", None, data, partition)
+    }
+
+    #[test]
+    fn an_objects_term_is_the_first_half_of_the_sha256_of_key_uid_and_resource_version() {
+        // `printf 'ns/a\nu1\n7' | sha256sum`
+        assert_eq!(term("ns/a", "u1", "7"), 0x9003c859063459a282b3019b4296357b);
+        assert_eq!(format!("{}", Figures { count: 1, digest: 1 }), "count 1 digest 00000000000000000000000000000001");
+    }
+
+    #[test]
+    fn a_completed_markers_count_and_digest_are_checked_against_its_partitions_objects_in_scope() {
+        let mut s = State::default();
+        for e in [
+            versioned("1", "object.added", "ns/a", "u1", "7", 0),
+            versioned("2", "object.added", "ns/b", "u2", "8", 1),
+            versioned("3", "object.added", "other/c", "u3", "9", 0),
+            versioned("4", "object.updated", "ns/a", "u1", "10", 0),
+        ] {
+            s.apply(e).unwrap();
+        }
+        let a = term("ns/a", "u1", "10");
+        // Partition 0 holds ns/a at version 10 (other/c is out of scope); the sum wraps.
+        s.apply(completed("5", "s", 0, json!({"count": 1, "digest": format!("{a:032x}")}))).unwrap();
+        s.apply(completed("5", "s", 1, json!({"count": 1, "digest": format!("{:032x}", term("ns/b", "u2", "8"))}))).unwrap();
+        assert_eq!((s.summary.verified, s.summary.mismatched), (2, 0));
+        s.apply(completed("6", "t", 0, json!({"count": 2, "digest": format!("{:032x}", a.wrapping_add(u128::MAX))}))).unwrap();
+        assert_eq!((s.summary.verified, s.summary.mismatched), (2, 1));
+        let m = &s.mismatches[0];
+        assert_eq!((m.sync_id.as_str(), m.partition, m.held), ("t", 0, Figures { count: 1, digest: a }));
+        assert_eq!(m.expected.digest, a.wrapping_sub(1));
+        // A marker without state is not checked.
+        s.apply(ev("7", "sync.completed", None, json!({"syncId": "u", "resource": {"version": "v1", "kind": "ConfigMap"}}), 0)).unwrap();
+        assert_eq!(s.summary.verified + s.summary.mismatched, 3);
     }
 
     #[test]
