@@ -14,13 +14,15 @@ run per Kafka partition or over a JetStream stream, with a callback API::
 
 A record that cannot be applied raises BadRecord (``reason``: one of vectors/README.md's)
 and leaves the state as it was; ``consumer.skip(where, bad)`` counts and reports it.
+``sync.completed`` markers carrying a count and digest are checked: ``consumer.verified``,
+``consumer.mismatched``, and ``Consumer(on_check=...)`` called with each ``Check``.
 """
 
 from .decode import BadRecord, decode
 from .jsontext import MAX_DEPTH, MAX_RECORD_BYTES, MAX_VALUES
-from .protocol import Consumer, Listener
+from .protocol import Check, Consumer, Listener
 
-__all__ = ["BadRecord", "Consumer", "Listener", "MAX_DEPTH", "MAX_RECORD_BYTES", "MAX_VALUES", "decode", "read_jetstream", "read_kafka"]
+__all__ = ["BadRecord", "Check", "Consumer", "Listener", "MAX_DEPTH", "MAX_RECORD_BYTES", "MAX_VALUES", "decode", "read_jetstream", "read_kafka"]
 
 
 def __getattr__(name):

@@ -2,7 +2,10 @@
 stream (a test vector's kafka.jsonl or nats.jsonl) and print it as JSON:
 ``{"<apiVersion>/<Kind>": {"<key>": object}}``. Records that cannot be applied are skipped,
 each reported on stderr (``skipped record <where>: <reason>: <problem>``), and counted by
-reason in a last stderr line."""
+reason in a last stderr line. A ``sync.completed`` marker whose count and digest do not match
+the state held is reported on stderr (``state mismatch at marker ...``); with ``--verify`` a
+last line ``verification: {"verified": N, "mismatched": M}`` follows and the exit code is 3
+when M > 0."""
 
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topic", action="append", default=[], help="a Kafka topic (repeat for several)")
     p.add_argument("--stream", help="the JetStream stream")
     p.add_argument("--cluster", help="apply only this cluster's events")
+    p.add_argument("--verify", action="store_true", help="exit 3 when a marker's count and digest did not match the state held")
     args = p.parse_args(argv)
     consumer = Consumer(cluster=args.cluster)
     try:
@@ -76,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     if consumer.skipped:
         print(f"skipped {sum(consumer.skipped.values())} records: {json.dumps(consumer.skipped, sort_keys=True)}", file=sys.stderr)
+    if args.verify:
+        print(f"verification: {json.dumps({'verified': consumer.verified, 'mismatched': consumer.mismatched})}", file=sys.stderr)
+        if consumer.mismatched:
+            return 3
     return 0
 
 

@@ -39,6 +39,8 @@ class Marker:
     full: bool
     resource: str
     namespace: str | None
+    # A ``completed``'s ``state``: (count, digest as an int), or None.
+    state: tuple[int, int] | None = None
 
 
 @dataclass
@@ -49,6 +51,9 @@ class Object:
     # The whole object, a patch's operations, or None for ``deleted``.
     content: Any
     is_patch: bool
+    # The ``uid`` and ``resourceversion`` extensions ("" when absent).
+    uid: str = ""
+    resource_version: str = ""
 
 
 @dataclass
@@ -166,17 +171,21 @@ def _event(attribute: Callable[[str], str | None], data: Callable[[], Any], part
     resource = f"{required('apiversion')}/{required('kind')}"
     key = required("subject")
     if change == "deleted":
-        return Received(id, cluster, partition, Object(change, resource, key, None, False))
-    if d is None:
+        content, is_patch = None, False
+    elif d is None:
         raise BadRecord("missing_attribute", "no data")
-    if attribute("datacontenttype") == JSON_PATCH:
+    elif attribute("datacontenttype") == JSON_PATCH:
         try:
-            return Received(id, cluster, partition, Object(change, resource, key, operations(d), True))
+            content, is_patch = operations(d), True
         except NotAPatch as e:
             raise BadRecord("wrong_type", str(e)) from None
-    if not isinstance(d, dict):
+    elif not isinstance(d, dict):
         raise BadRecord("wrong_type", f"the data is {_kind(d)}, not an object")
-    return Received(id, cluster, partition, Object(change, resource, key, d, False))
+    else:
+        content, is_patch = d, False
+    # The count-and-digest term's identity: absent is "".
+    uid, rv = attribute("uid") or "", attribute("resourceversion") or ""
+    return Received(id, cluster, partition, Object(change, resource, key, content, is_patch, uid, rv))
 
 
 def _marker(started: bool, data: Any) -> Marker:
@@ -201,4 +210,28 @@ def _marker(started: bool, data: Any) -> Marker:
     group = field(("resource", "group"), False)
     apiversion = f"{group}/{version}" if group else version
     full = field(("mode",), False) == "full"
-    return Marker(started, sync_id, full, f"{apiversion}/{kind}", field(("namespace",), False))
+    return Marker(started, sync_id, full, f"{apiversion}/{kind}", field(("namespace",), False), None if started else _state(data))
+
+
+HEX = frozenset("0123456789abcdef")
+
+
+def _state(data: dict) -> tuple[int, int] | None:
+    """A ``completed``'s ``state``: absent or null, or ``{"count": <integer from 0>,
+    "digest": "<32 lowercase hex digits>"}`` (a member absent: missing_attribute; anything
+    else: wrong_type)."""
+    state = data.get("state")
+    if state is None:
+        return None
+    if not isinstance(state, dict):
+        raise BadRecord("wrong_type", f"a marker's /state is {_kind(state)}, not an object")
+    count, digest = state.get("count"), state.get("digest")
+    if count is None:
+        raise BadRecord("missing_attribute", "a marker without /state/count")
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 1 << 64:
+        raise BadRecord("wrong_type", f"a marker's /state/count is {count!r}, not an integer from 0")
+    if digest is None:
+        raise BadRecord("missing_attribute", "a marker without /state/digest")
+    if not isinstance(digest, str) or len(digest) != 32 or not set(digest) <= HEX:
+        raise BadRecord("wrong_type", f"a marker's /state/digest is {digest!r}, not 32 lowercase hex digits")
+    return count, int(digest, 16)

@@ -12,6 +12,10 @@
    the matching ``sync.completed``: remove the keys of that resource and cluster, within the
    scope, that live on this partition and were not touched.
 5. Tombstones and events of other types are ignored.
+7. A ``sync.completed`` with ``state`` (count and digest, event contract §4) is checked once
+   applied against the objects held of its resource, cluster and namespace scope on its
+   partition: counted in ``verified`` or ``mismatched``, told to ``on_check`` (a ``Check``),
+   and a mismatch reported (``state mismatch at marker ...``).
 
 Kafka sends markers to every partition and each object to one, so the protocol runs per
 partition; JetStream is partition 0. A record that cannot be applied raises BadRecord and
@@ -21,9 +25,10 @@ later patches to it are refused until its next whole object or delete.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterable, TextIO
+from typing import Any, Callable, Iterable, TextIO
 
 from .decode import FOREIGN, TOMBSTONE, BadRecord, Marker, Received, decode
 from .patch import NotApplied, patched
@@ -42,6 +47,42 @@ class Listener:
         """A full sync of ``resource`` (in ``namespace``, or all) was completed."""
 
 
+def term(key: str, uid: str, resource_version: str) -> int:
+    """An object's term: the first 16 bytes of SHA-256(key "\\n" uid "\\n" resourceVersion),
+    big-endian."""
+    return int.from_bytes(hashlib.sha256(f"{key}\n{uid}\n{resource_version}".encode("utf-8")).digest()[:16], "big")
+
+
+@dataclass(frozen=True)
+class Check:
+    """A marker's count and digest compared with the state held at it; digests as 32
+    lowercase hex digits; ``namespace`` None for all namespaces."""
+
+    sync_id: str
+    cluster: str
+    resource: str
+    namespace: str | None
+    partition: int
+    expected_count: int
+    expected_digest: str
+    held_count: int
+    held_digest: str
+
+    @property
+    def ok(self) -> bool:
+        return (self.expected_count, self.expected_digest) == (self.held_count, self.held_digest)
+
+    def __str__(self) -> str:
+        scope = "all namespaces" if self.namespace is None else f"namespace {self.namespace}"
+        return (
+            f"marker {self.sync_id} of {self.resource} in {scope} on partition {self.partition} (cluster {self.cluster}): "
+            f"expected count {self.expected_count} digest {self.expected_digest}, held count {self.held_count} digest {self.held_digest}"
+        )
+
+
+_STDERR: Any = object()
+
+
 @dataclass
 class _Sync:
     cluster: str
@@ -52,14 +93,22 @@ class _Sync:
 
 class Consumer:
     """Runs the protocol and keeps the state: ``state[resource][key] = object``;
-    ``skipped[reason]`` counts the records skipped as bad (see ``skip``)."""
+    ``skipped[reason]`` counts the records skipped as bad (see ``skip``); ``verified`` and
+    ``mismatched`` count the ``sync.completed`` markers whose count and digest matched the
+    state held, or did not. ``on_check(check)`` is called with each marker checked;
+    mismatches are reported to ``report`` (stderr by default, None for silence)."""
 
-    def __init__(self, listener: Listener | None = None, cluster: str | None = None) -> None:
+    def __init__(self, listener: Listener | None = None, cluster: str | None = None, on_check: Callable[[Check], None] | None = None, report: TextIO | None = _STDERR) -> None:
         self.listener = listener or Listener()
         self.cluster = cluster
+        self.on_check = on_check
+        self._report = report
         self.state: dict[str, dict[str, Any]] = {}
         self.skipped: dict[str, int] = {}
-        self._homes: dict[tuple[str, str], tuple[int, str]] = {}
+        self.verified = 0
+        self.mismatched = 0
+        # (resource, key) -> (partition, cluster, term)
+        self._homes: dict[tuple[str, str], tuple[int, str, int]] = {}
         self._open: dict[tuple[int, str], _Sync] = {}
         self._seen: set[tuple[int, str]] = set()
         self._stale: set[tuple[str, str]] = set()
@@ -116,7 +165,7 @@ class Consumer:
         else:
             self._stale.discard(slot)
         self.state.setdefault(resource, {})[key] = obj
-        self._homes[slot] = (step.partition, step.cluster)
+        self._homes[slot] = (step.partition, step.cluster, term(key, body.uid, body.resource_version))
         self.listener.upsert(resource, key, obj)
 
     def _marker(self, m: Marker, cluster: str, partition: int) -> None:
@@ -126,13 +175,33 @@ class Consumer:
                 self._open[slot] = _Sync(cluster, m.resource, m.namespace)
             return
         sync = self._open.pop(slot, None)
-        if sync is None:
-            return
-        for key in list(self.state.get(sync.resource, {})):
-            in_scope = sync.namespace is None or "/" in key and key.split("/", 1)[0] == sync.namespace
-            if in_scope and key not in sync.touched and self._homes.get((sync.resource, key)) == (partition, sync.cluster):
-                self._remove(sync.resource, key)
-        self.listener.synced(sync.resource, sync.namespace)
+        if sync is not None:
+            for key in list(self.state.get(sync.resource, {})):
+                home = self._homes.get((sync.resource, key))
+                if _in_scope(key, sync.namespace) and key not in sync.touched and home is not None and home[:2] == (partition, sync.cluster):
+                    self._remove(sync.resource, key)
+            self.listener.synced(sync.resource, sync.namespace)
+        if m.state is not None:
+            self._check(m, cluster, partition)
+
+    def _check(self, m: Marker, cluster: str, partition: int) -> None:
+        assert m.state is not None
+        count, digest = 0, 0
+        for key in self.state.get(m.resource, {}):
+            home = self._homes.get((m.resource, key))
+            if _in_scope(key, m.namespace) and home is not None and home[:2] == (partition, cluster):
+                count += 1
+                digest = (digest + home[2]) % (1 << 128)
+        check = Check(m.sync_id, cluster, m.resource, m.namespace, partition, m.state[0], format(m.state[1], "032x"), count, format(digest, "032x"))
+        if check.ok:
+            self.verified += 1
+        else:
+            self.mismatched += 1
+            report = sys.stderr if self._report is _STDERR else self._report
+            if report is not None:
+                print(f"state mismatch at {check}", file=report)
+        if self.on_check is not None:
+            self.on_check(check)
 
     def _remove(self, resource: str, key: str) -> None:
         objects = self.state.get(resource, {})
@@ -143,3 +212,8 @@ class Consumer:
             self.listener.delete(resource, key)
         if not objects:
             self.state.pop(resource, None)
+
+
+def _in_scope(key: str, namespace: str | None) -> bool:
+    """Whether ``key`` is within a marker's namespace scope (None: all namespaces)."""
+    return namespace is None or "/" in key and key.split("/", 1)[0] == namespace

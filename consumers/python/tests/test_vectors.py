@@ -19,9 +19,13 @@ def test_there_are_vectors():
 
 @pytest.mark.parametrize("vector,stream", CASES, ids=[f"{d.name}/{f}" for d, f in CASES])
 def test_a_vector_rebuilds_to_its_expected_state(vector, stream):
-    expected = json.loads((vector / "expected.json").read_text())["clusters"]
+    expected_all = json.loads((vector / "expected.json").read_text())
+    expected = expected_all["clusters"]
     for cluster, state in expected.items():
         consumer = Consumer(cluster=cluster)
         read_records(str(vector / stream), consumer)
         assert consumer.state == state, f"{vector.name}/{stream}, cluster {cluster}"
         assert consumer.skipped == {}, f"{vector.name}/{stream}: a record of a real run skipped"
+        assert consumer.mismatched == 0, f"{vector.name}/{stream}: a marker's count and digest did not match"
+        if "verification" in expected_all:
+            assert consumer.verified == expected_all["verification"][cluster]["verified"], f"{vector.name}/{stream}, cluster {cluster}"
