@@ -11,13 +11,21 @@
 // A record that cannot be applied returns a *BadRecord and leaves the state as it was; a
 // patch that does not apply also marks its object stale, and later patches to it are
 // refused until its next whole object or delete.
+//
+// A sync.completed whose data carries state (count and digest, vectors/README.md step 7)
+// is checked against the objects held of its resource, cluster and namespace scope on its
+// partition: c.Verified and c.Mismatched count the markers, Options.OnCheck is told of each
+// Check, and each mismatch is reported ("state mismatch at marker ...").
 package consumer
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"os"
 	"strings"
 )
@@ -45,8 +53,57 @@ type Options struct {
 	Cluster string
 	// Listener: told of each change; nil: none.
 	Listener Listener
-	// Report: where Skip reports skipped records; nil: stderr.
+	// Report: where Skip reports skipped records, and mismatched markers are reported;
+	// nil: stderr.
 	Report io.Writer
+	// OnCheck: told of each marker whose count and digest were checked; nil: none.
+	OnCheck func(Check)
+}
+
+// figures is a count and a digest (the sum of terms modulo 2^128, as two halves).
+type figures struct {
+	count  uint64
+	hi, lo uint64
+}
+
+func (f *figures) add(hi, lo uint64) {
+	var carry uint64
+	f.lo, carry = bits.Add64(f.lo, lo, 0)
+	f.hi, _ = bits.Add64(f.hi, hi, carry)
+	f.count++
+}
+
+func (f figures) digest() string { return fmt.Sprintf("%016x%016x", f.hi, f.lo) }
+
+// term is an object's term: the first 16 bytes of SHA-256(key "\n" uid "\n"
+// resourceVersion), big-endian, as two halves.
+func term(key, uid, resourceVersion string) (hi, lo uint64) {
+	h := sha256.Sum256([]byte(key + "\n" + uid + "\n" + resourceVersion))
+	return binary.BigEndian.Uint64(h[:8]), binary.BigEndian.Uint64(h[8:16])
+}
+
+// Check is a marker's count and digest compared with the state held at it; digests are
+// 32 lowercase hex digits; Namespace is nil for all namespaces.
+type Check struct {
+	SyncID, Cluster, Resource  string
+	Namespace                  *string
+	Partition                  int32
+	ExpectedCount, HeldCount   uint64
+	ExpectedDigest, HeldDigest string
+}
+
+// OK tells whether the held state matched the marker's figures.
+func (k Check) OK() bool {
+	return k.ExpectedCount == k.HeldCount && k.ExpectedDigest == k.HeldDigest
+}
+
+func (k Check) String() string {
+	scope := "all namespaces"
+	if k.Namespace != nil {
+		scope = "namespace " + *k.Namespace
+	}
+	return fmt.Sprintf("marker %s of %s in %s on partition %d (cluster %s): expected count %d digest %s, held count %d digest %s",
+		k.SyncID, k.Resource, scope, k.Partition, k.Cluster, k.ExpectedCount, k.ExpectedDigest, k.HeldCount, k.HeldDigest)
 }
 
 type slot struct{ resource, key string }
@@ -54,6 +111,11 @@ type slot struct{ resource, key string }
 type home struct {
 	partition int32
 	cluster   string
+}
+
+type placed struct {
+	home
+	hi, lo uint64
 }
 
 type openSync struct {
@@ -77,13 +139,16 @@ type Consumer struct {
 	opts    Options
 	state   map[string]map[string]json.RawMessage
 	values  map[slot]any
-	homes   map[slot]home
+	homes   map[slot]placed
 	open    map[syncSlot]*openSync
 	seen    map[seenID]bool
 	stale   map[slot]bool
 	Skipped map[string]int
 	// Duplicates: events skipped as repeats of an id already seen on their partition.
 	Duplicates int
+	// Verified, Mismatched: sync.completed markers whose count and digest matched the state
+	// held at them, or did not.
+	Verified, Mismatched int
 }
 
 // New makes a Consumer.
@@ -94,7 +159,7 @@ func New(opts Options) *Consumer {
 	if opts.Report == nil {
 		opts.Report = os.Stderr
 	}
-	return &Consumer{opts: opts, state: map[string]map[string]json.RawMessage{}, values: map[slot]any{}, homes: map[slot]home{}, open: map[syncSlot]*openSync{}, seen: map[seenID]bool{}, stale: map[slot]bool{}, Skipped: map[string]int{}}
+	return &Consumer{opts: opts, state: map[string]map[string]json.RawMessage{}, values: map[slot]any{}, homes: map[slot]placed{}, open: map[syncSlot]*openSync{}, seen: map[seenID]bool{}, stale: map[slot]bool{}, Skipped: map[string]int{}}
 }
 
 // State is the current state: resource ("<apiVersion>/<Kind>") to key to object.
@@ -184,7 +249,8 @@ func (c *Consumer) apply(r *received) error {
 	}
 	c.state[o.resource][o.key] = raw
 	c.values[at] = value
-	c.homes[at] = home{r.partition, r.cluster}
+	hi, lo := term(o.key, o.uid, o.resourceVersion)
+	c.homes[at] = placed{home{r.partition, r.cluster}, hi, lo}
 	c.opts.Listener.Upsert(o.resource, o.key, raw)
 	return nil
 }
@@ -197,23 +263,48 @@ func (c *Consumer) marker(m *marker, cluster string, partition int32) {
 		}
 		return
 	}
-	s, ok := c.open[at]
-	if !ok {
-		return
+	if s, ok := c.open[at]; ok {
+		delete(c.open, at)
+		for key := range c.state[s.resource] {
+			if inScope(key, s.namespace) && !s.touched[key] && c.homes[slot{s.resource, key}].home == (home{partition, s.cluster}) {
+				c.remove(s.resource, key)
+			}
+		}
+		namespace := ""
+		if s.namespace != nil {
+			namespace = *s.namespace
+		}
+		c.opts.Listener.Synced(s.resource, namespace)
 	}
-	delete(c.open, at)
-	for key := range c.state[s.resource] {
-		ns, _, namespaced := strings.Cut(key, "/")
-		inScope := s.namespace == nil || namespaced && ns == *s.namespace
-		if inScope && !s.touched[key] && c.homes[slot{s.resource, key}] == (home{partition, s.cluster}) {
-			c.remove(s.resource, key)
+	if m.state != nil {
+		c.check(m, cluster, partition)
+	}
+}
+
+func (c *Consumer) check(m *marker, cluster string, partition int32) {
+	var held figures
+	for key := range c.state[m.resource] {
+		if p, ok := c.homes[slot{m.resource, key}]; ok && inScope(key, m.namespace) && p.home == (home{partition, cluster}) {
+			held.add(p.hi, p.lo)
 		}
 	}
-	namespace := ""
-	if s.namespace != nil {
-		namespace = *s.namespace
+	k := Check{SyncID: m.syncID, Cluster: cluster, Resource: m.resource, Namespace: m.namespace, Partition: partition,
+		ExpectedCount: m.state.count, ExpectedDigest: m.state.digest(), HeldCount: held.count, HeldDigest: held.digest()}
+	if k.OK() {
+		c.Verified++
+	} else {
+		c.Mismatched++
+		fmt.Fprintf(c.opts.Report, "state mismatch at %s\n", k)
 	}
-	c.opts.Listener.Synced(s.resource, namespace)
+	if c.opts.OnCheck != nil {
+		c.opts.OnCheck(k)
+	}
+}
+
+// inScope tells whether key is within a marker's namespace scope (nil: all namespaces).
+func inScope(key string, namespace *string) bool {
+	ns, _, namespaced := strings.Cut(key, "/")
+	return namespace == nil || namespaced && ns == *namespace
 }
 
 func (c *Consumer) remove(resource, key string) {

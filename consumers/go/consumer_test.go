@@ -18,7 +18,8 @@ func TestVectors(t *testing.T) {
 	for _, expectedPath := range dirs {
 		dir := filepath.Dir(expectedPath)
 		var expected struct {
-			Clusters map[string]map[string]map[string]any `json:"clusters"`
+			Clusters     map[string]map[string]map[string]any `json:"clusters"`
+			Verification map[string]verification              `json:"verification"`
 		}
 		raw, err := os.ReadFile(expectedPath)
 		if err != nil {
@@ -51,6 +52,12 @@ func TestVectors(t *testing.T) {
 				}
 				if !reflect.DeepEqual(got, want) {
 					t.Errorf("%s, cluster %s: rebuilt state differs from expected.json", file, cluster)
+				}
+				if c.Mismatched != 0 {
+					t.Errorf("%s, cluster %s: %d markers' count and digest did not match", file, cluster, c.Mismatched)
+				}
+				if v, ok := expected.Verification[cluster]; ok && v.Verified != c.Verified {
+					t.Errorf("%s, cluster %s: %d markers verified, want %d", file, cluster, c.Verified, v.Verified)
 				}
 			}
 		}

@@ -2,6 +2,9 @@ package consumer
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -48,10 +51,14 @@ type marker struct {
 	full      bool
 	resource  string
 	namespace *string
+	// state: a completed marker's count and digest, or nil.
+	state *figures
 }
 
 type object struct {
 	change, resource, key string
+	// uid, resourceVersion: the extensions ("" when absent).
+	uid, resourceVersion string
 	// whole: the object; ops: a patch's operations; neither for deleted.
 	whole any
 	ops   []map[string]any
@@ -208,24 +215,38 @@ func eventOf(attribute func(string) (*string, error), data func() (any, error), 
 		return nil, err
 	}
 	r.object = o
-	if change == "deleted" {
-		return r, nil
+	if change != "deleted" {
+		if d == nil {
+			return nil, badf("missing_attribute", "no data")
+		}
+		contentType, err := attribute("datacontenttype")
+		if err != nil {
+			return nil, err
+		}
+		if contentType != nil && *contentType == jsonPatch {
+			if o.ops, err = operations(d); err != nil {
+				return nil, err
+			}
+		} else if _, ok := d.(map[string]any); !ok {
+			return nil, badf("wrong_type", "the data is %s, not an object", kindOf(d))
+		} else {
+			o.whole = d
+		}
 	}
-	if d == nil {
-		return nil, badf("missing_attribute", "no data")
+	// The count-and-digest term's identity: absent is "".
+	for _, e := range []struct {
+		name string
+		into *string
+	}{{"uid", &o.uid}, {"resourceversion", &o.resourceVersion}} {
+		name, into := e.name, e.into
+		a, err := attribute(name)
+		if err != nil {
+			return nil, err
+		}
+		if a != nil {
+			*into = *a
+		}
 	}
-	contentType, err := attribute("datacontenttype")
-	if err != nil {
-		return nil, err
-	}
-	if contentType != nil && *contentType == jsonPatch {
-		o.ops, err = operations(d)
-		return r, err
-	}
-	if _, ok := d.(map[string]any); !ok {
-		return nil, badf("wrong_type", "the data is %s, not an object", kindOf(d))
-	}
-	o.whole = d
 	return r, nil
 }
 
@@ -279,7 +300,53 @@ func markerOf(started bool, data any) (*marker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &marker{started: started, syncID: *syncID, full: mode != nil && *mode == "full", resource: resource, namespace: namespace}, nil
+	m := &marker{started: started, syncID: *syncID, full: mode != nil && *mode == "full", resource: resource, namespace: namespace}
+	if !started {
+		fields, _ := data.(map[string]any)
+		if m.state, err = stateOf(fields["state"]); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// stateOf is a completed marker's state: absent or null, or {"count": <integer from 0>,
+// "digest": "<32 lowercase hex digits>"} (a member absent: missing_attribute; anything
+// else: wrong_type).
+func stateOf(v any) (*figures, error) {
+	if v == nil {
+		return nil, nil
+	}
+	state, ok := v.(map[string]any)
+	if !ok {
+		return nil, badf("wrong_type", "a marker's /state is %s, not an object", kindOf(v))
+	}
+	var f figures
+	switch c := state["count"].(type) {
+	case nil:
+		return nil, badf("missing_attribute", "a marker without /state/count")
+	case json.Number:
+		n, _ := number(c)
+		if n == nil || n.Sign() < 0 || !n.IsUint64() {
+			return nil, badf("wrong_type", "a marker's /state/count is %s, not an integer from 0", c)
+		}
+		f.count = n.Uint64()
+	default:
+		return nil, badf("wrong_type", "a marker's /state/count is %s, not an integer from 0", kindOf(c))
+	}
+	switch d := state["digest"].(type) {
+	case nil:
+		return nil, badf("missing_attribute", "a marker without /state/digest")
+	case string:
+		if len(d) != 32 || strings.Trim(d, "0123456789abcdef") != "" {
+			return nil, badf("wrong_type", "a marker's /state/digest is %q, not 32 lowercase hex digits", d)
+		}
+		b, _ := hex.DecodeString(d)
+		f.hi, f.lo = binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
+	default:
+		return nil, badf("wrong_type", "a marker's /state/digest is %s, not 32 lowercase hex digits", kindOf(d))
+	}
+	return &f, nil
 }
 
 func kindOf(v any) string {

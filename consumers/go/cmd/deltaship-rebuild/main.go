@@ -2,7 +2,10 @@
 // stream (a test vector's kafka.jsonl or nats.jsonl) and prints it as JSON:
 // {"<apiVersion>/<Kind>": {"<key>": object}}. Records that cannot be applied are skipped,
 // each reported on stderr ("skipped record <where>: <reason>: <problem>"), and counted by
-// reason in a last stderr line.
+// reason in a last stderr line. A sync.completed marker whose count and digest do not match
+// the state held is reported on stderr ("state mismatch at marker ..."); with -verify a last
+// line "verification: {"verified": N, "mismatched": M}" follows and the exit code is 3 when
+// M > 0.
 package main
 
 import (
@@ -29,6 +32,7 @@ func main() {
 	stream := flag.String("stream", "", "the JetStream stream")
 	records := flag.String("records", "", "a recorded stream (vectors/*/kafka.jsonl or nats.jsonl)")
 	cluster := flag.String("cluster", "", "apply only this cluster's events")
+	verify := flag.Bool("verify", false, "exit 3 when a marker's count and digest did not match the state held")
 	flag.Parse()
 	c := consumer.New(consumer.Options{Cluster: *cluster})
 	var err error
@@ -58,5 +62,11 @@ func main() {
 		}
 		counts, _ := json.Marshal(c.Skipped)
 		fmt.Fprintf(os.Stderr, "skipped %d records: %s\n", total, counts)
+	}
+	if *verify {
+		fmt.Fprintf(os.Stderr, "verification: {\"verified\": %d, \"mismatched\": %d}\n", c.Verified, c.Mismatched)
+		if c.Mismatched > 0 {
+			os.Exit(3)
+		}
 	}
 }
