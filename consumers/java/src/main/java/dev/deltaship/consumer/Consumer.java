@@ -2,9 +2,13 @@ package dev.deltaship.consumer;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.PrintStream;
+import java.math.BigInteger;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.nio.charset.StandardCharsets;
 import java.util.AbstractMap;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -21,10 +25,52 @@ import org.apache.kafka.common.header.Headers;
  * share ({@link Decode}), with the shared bounds ({@link Json}). A record that cannot be
  * applied throws {@link BadRecordException} and leaves the state as it was; a patch that does
  * not apply also marks its object stale, and later patches to it are refused until its next
- * whole object or delete. Not thread-safe.
+ * whole object or delete. A {@code sync.completed} whose data carries {@code state} (count and
+ * digest, vectors/README.md step 7) is checked against the objects held of its resource, cluster
+ * and namespace scope on its partition: {@link #verified()} and {@link #mismatched()} count the
+ * markers, {@link #onCheck} is told of each {@link Check}, and each mismatch is reported
+ * ({@code state mismatch at marker ...}). Not thread-safe.
  */
 public final class Consumer {
     private record Home(int partition, String cluster) {}
+
+    private record Placed(Home home, BigInteger term) {}
+
+    private static final BigInteger MOD = BigInteger.ONE.shiftLeft(128);
+
+    /**
+     * A marker's count and digest compared with the state held at it: counts unsigned, digests
+     * 32 lowercase hex digits, {@code namespace} null for all namespaces.
+     */
+    public record Check(String syncId, String cluster, String resource, String namespace, int partition,
+            long expectedCount, String expectedDigest, long heldCount, String heldDigest) {
+        /** Whether the held state matched the marker's figures. */
+        public boolean ok() {
+            return expectedCount == heldCount && expectedDigest.equals(heldDigest);
+        }
+
+        @Override
+        public String toString() {
+            String scope = namespace == null ? "all namespaces" : "namespace " + namespace;
+            return "marker " + syncId + " of " + resource + " in " + scope + " on partition " + partition + " (cluster " + cluster + "): expected count "
+                    + Long.toUnsignedString(expectedCount) + " digest " + expectedDigest + ", held count " + Long.toUnsignedString(heldCount) + " digest "
+                    + heldDigest;
+        }
+    }
+
+    /** An object's term: the first 16 bytes of SHA-256(key "\n" uid "\n" resourceVersion), big-endian. */
+    static BigInteger term(String key, String uid, String resourceVersion) {
+        try {
+            byte[] hash = MessageDigest.getInstance("SHA-256").digest((key + "\n" + uid + "\n" + resourceVersion).getBytes(StandardCharsets.UTF_8));
+            return new BigInteger(1, Arrays.copyOf(hash, 16));
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException("every Java platform has SHA-256", e);
+        }
+    }
+
+    private static String hex(BigInteger digest) {
+        return String.format("%032x", digest);
+    }
 
     private static final class OpenSync {
         final String cluster;
@@ -42,13 +88,16 @@ public final class Consumer {
     private final Listener listener;
     private final String cluster;
     private final Map<String, Map<String, JsonNode>> state = new TreeMap<>();
-    private final Map<String, Home> homes = new HashMap<>();
+    private final Map<String, Placed> homes = new HashMap<>();
     private final Map<String, OpenSync> open = new HashMap<>();
     private final Set<String> seen = new HashSet<>();
     private final Set<String> stale = new HashSet<>();
     private final Map<String, Long> skipped = new TreeMap<>();
     private PrintStream report = System.err;
+    private java.util.function.Consumer<Check> onCheck = check -> {};
     private long duplicates;
+    private long verified;
+    private long mismatched;
 
     /**
      * @param listener told of each change (null: none)
@@ -74,7 +123,22 @@ public final class Consumer {
         return skipped;
     }
 
-    /** Where {@link #skip} reports (null: nowhere); stderr by default. */
+    /** {@code sync.completed} markers whose count and digest matched the state held at them. */
+    public long verified() {
+        return verified;
+    }
+
+    /** {@code sync.completed} markers whose count and digest did not match the state held at them. */
+    public long mismatched() {
+        return mismatched;
+    }
+
+    /** Told of each marker whose count and digest were checked (null: nobody). */
+    public void onCheck(java.util.function.Consumer<Check> onCheck) {
+        this.onCheck = onCheck == null ? check -> {} : onCheck;
+    }
+
+    /** Where {@link #skip} and mismatched markers report (null: nowhere); stderr by default. */
     public void reportTo(PrintStream report) {
         this.report = report;
     }
@@ -147,7 +211,7 @@ public final class Consumer {
             stale.remove(slot);
         }
         state.computeIfAbsent(o.resource(), x -> new TreeMap<>()).put(o.key(), object);
-        homes.put(slot, new Home(r.partition(), r.cluster()));
+        homes.put(slot, new Placed(new Home(r.partition(), r.cluster()), term(o.key(), o.uid(), o.resourceVersion())));
         listener.upsert(o.resource(), o.key(), object);
     }
 
@@ -160,21 +224,51 @@ public final class Consumer {
             return;
         }
         OpenSync s = open.remove(slot);
-        if (s == null) {
-            return;
-        }
-        Map<String, JsonNode> objects = state.get(s.resource);
-        if (objects != null) {
-            Home here = new Home(partition, s.cluster);
-            for (String key : new ArrayList<>(objects.keySet())) {
-                int cut = key.indexOf('/');
-                boolean inScope = s.namespace == null || cut >= 0 && key.substring(0, cut).equals(s.namespace);
-                if (inScope && !s.touched.contains(key) && here.equals(homes.get(s.resource + "\u0000" + key))) {
-                    remove(s.resource, key);
+        if (s != null) {
+            Map<String, JsonNode> objects = state.get(s.resource);
+            if (objects != null) {
+                Home here = new Home(partition, s.cluster);
+                for (String key : new ArrayList<>(objects.keySet())) {
+                    Placed p = homes.get(s.resource + "\u0000" + key);
+                    if (inScope(key, s.namespace) && !s.touched.contains(key) && p != null && here.equals(p.home())) {
+                        remove(s.resource, key);
+                    }
                 }
             }
+            listener.synced(s.resource, s.namespace);
         }
-        listener.synced(s.resource, s.namespace);
+        if (m.state() != null) {
+            check(m, eventCluster, partition);
+        }
+    }
+
+    private void check(Decode.Marker m, String eventCluster, int partition) {
+        Home here = new Home(partition, eventCluster);
+        long count = 0;
+        BigInteger digest = BigInteger.ZERO;
+        for (String key : state.getOrDefault(m.resource(), Map.of()).keySet()) {
+            Placed p = homes.get(m.resource() + "\u0000" + key);
+            if (inScope(key, m.namespace()) && p != null && here.equals(p.home())) {
+                count++;
+                digest = digest.add(p.term()).mod(MOD);
+            }
+        }
+        Check check = new Check(m.syncId(), eventCluster, m.resource(), m.namespace(), partition, m.state().count(), hex(m.state().digest()), count, hex(digest));
+        if (check.ok()) {
+            verified++;
+        } else {
+            mismatched++;
+            if (report != null) {
+                report.println("state mismatch at " + check);
+            }
+        }
+        onCheck.accept(check);
+    }
+
+    /** Whether {@code key} is within a marker's namespace scope (null: all namespaces). */
+    private static boolean inScope(String key, String namespace) {
+        int cut = key.indexOf('/');
+        return namespace == null || cut >= 0 && key.substring(0, cut).equals(namespace);
     }
 
     private void remove(String resource, String key) {

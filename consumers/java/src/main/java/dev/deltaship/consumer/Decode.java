@@ -2,6 +2,7 @@ package dev.deltaship.consumer;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.ByteArrayOutputStream;
+import java.math.BigInteger;
 import java.nio.ByteBuffer;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.StandardCharsets;
@@ -20,10 +21,17 @@ final class Decode {
 
     private Decode() {}
 
-    record Marker(boolean started, String syncId, boolean full, String resource, String namespace) {}
+    /** A marker; {@code state}: a completed marker's count and digest, or null. */
+    record Marker(boolean started, String syncId, boolean full, String resource, String namespace, Figures state) {}
 
-    /** An object event: {@code whole} the object, or {@code ops} a patch's; neither for deleted. */
-    record Object(String change, String resource, String key, JsonNode whole, List<JsonNode> ops) {}
+    /** A count and a digest (the sum of terms modulo 2^128); {@code count} unsigned. */
+    record Figures(long count, BigInteger digest) {}
+
+    /**
+     * An object event: {@code whole} the object, or {@code ops} a patch's; neither for deleted;
+     * {@code uid} and {@code resourceVersion} its extensions ("" when absent).
+     */
+    record Object(String change, String resource, String key, JsonNode whole, List<JsonNode> ops, String uid, String resourceVersion) {}
 
     record Received(String id, String cluster, int partition, Marker marker, Object object) {}
 
@@ -123,19 +131,25 @@ final class Decode {
         }
         String resource = required(attribute, "apiversion") + "/" + required(attribute, "kind");
         String key = required(attribute, "subject");
-        if (change.equals("deleted")) {
-            return new Received(id, cluster, partition, null, new Object(change, resource, key, null, null));
+        JsonNode whole = null;
+        List<JsonNode> ops = null;
+        if (!change.equals("deleted")) {
+            if (d == null) {
+                throw new BadRecordException("missing_attribute", "no data");
+            }
+            if ("application/json-patch+json".equals(attribute.get("datacontenttype"))) {
+                ops = Patch.operations(d);
+            } else if (!d.isObject()) {
+                throw new BadRecordException("wrong_type", "the data is " + kind(d) + ", not an object");
+            } else {
+                whole = d;
+            }
         }
-        if (d == null) {
-            throw new BadRecordException("missing_attribute", "no data");
-        }
-        if ("application/json-patch+json".equals(attribute.get("datacontenttype"))) {
-            return new Received(id, cluster, partition, null, new Object(change, resource, key, null, Patch.operations(d)));
-        }
-        if (!d.isObject()) {
-            throw new BadRecordException("wrong_type", "the data is " + kind(d) + ", not an object");
-        }
-        return new Received(id, cluster, partition, null, new Object(change, resource, key, d, null));
+        // The count-and-digest term's identity: absent is "".
+        String uid = attribute.get("uid");
+        String resourceVersion = attribute.get("resourceversion");
+        return new Received(id, cluster, partition, null,
+                new Object(change, resource, key, whole, ops, uid == null ? "" : uid, resourceVersion == null ? "" : resourceVersion));
     }
 
     private static String field(JsonNode data, boolean required, String... path) throws BadRecordException {
@@ -166,7 +180,38 @@ final class Decode {
         String group = field(data, false, "resource", "group");
         String resource = (group == null || group.isEmpty() ? "" : group + "/") + version + "/" + kind;
         String mode = field(data, false, "mode");
-        return new Marker(started, syncId, "full".equals(mode), resource, field(data, false, "namespace"));
+        String namespace = field(data, false, "namespace");
+        return new Marker(started, syncId, "full".equals(mode), resource, namespace, started ? null : state(data.get("state")));
+    }
+
+    private static final BigInteger MAX_COUNT = BigInteger.ONE.shiftLeft(64);
+
+    /**
+     * A completed marker's state: absent or null, or {"count": integer from 0, "digest": 32
+     * lowercase hex digits} (a member absent: missing_attribute; anything else: wrong_type).
+     */
+    private static Figures state(JsonNode state) throws BadRecordException {
+        if (state == null || state.isNull()) {
+            return null;
+        }
+        if (!state.isObject()) {
+            throw new BadRecordException("wrong_type", "a marker's /state is " + kind(state) + ", not an object");
+        }
+        JsonNode count = state.get("count");
+        if (count == null || count.isNull()) {
+            throw new BadRecordException("missing_attribute", "a marker without /state/count");
+        }
+        if (!count.isIntegralNumber() || count.bigIntegerValue().signum() < 0 || count.bigIntegerValue().compareTo(MAX_COUNT) >= 0) {
+            throw new BadRecordException("wrong_type", "a marker's /state/count is " + count + ", not an integer from 0");
+        }
+        JsonNode digest = state.get("digest");
+        if (digest == null || digest.isNull()) {
+            throw new BadRecordException("missing_attribute", "a marker without /state/digest");
+        }
+        if (!digest.isTextual() || !digest.asText().matches("[0-9a-f]{32}")) {
+            throw new BadRecordException("wrong_type", "a marker's /state/digest is " + digest + ", not 32 lowercase hex digits");
+        }
+        return new Figures(count.bigIntegerValue().longValue(), new BigInteger(digest.asText(), 16));
     }
 
     private static String kind(JsonNode v) {

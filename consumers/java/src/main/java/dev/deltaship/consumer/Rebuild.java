@@ -8,18 +8,26 @@ import java.util.List;
  * Rebuilds state into a map from a Kafka topic, a JetStream stream or a recorded stream, and
  * prints it as JSON: {@code {"<apiVersion>/<Kind>": {"<key>": object}}}. Records that cannot be
  * applied are skipped, each reported on stderr ({@code skipped record <where>: <reason>:
- * <problem>}), and counted by reason in a last stderr line.
+ * <problem>}), and counted by reason in a last stderr line. A {@code sync.completed} marker whose
+ * count and digest do not match the state held is reported on stderr ({@code state mismatch at
+ * marker ...}); with {@code --verify} a last line {@code verification: {"verified": N,
+ * "mismatched": M}} follows and the exit code is 3 when M > 0.
  *
- * <pre>java -jar deltaship-consumer-0.1.0-all.jar --kafka B --topic T | --nats URL --stream S | --records FILE [--cluster C]</pre>
+ * <pre>java -jar deltaship-consumer-0.1.0-all.jar --kafka B --topic T | --nats URL --stream S | --records FILE [--cluster C] [--verify]</pre>
  */
 public final class Rebuild {
     private Rebuild() {}
 
     public static void main(String[] args) throws Exception {
         String kafka = null, nats = null, stream = null, records = null, cluster = null;
+        boolean verify = false;
         List<String> topics = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
             String value = i + 1 < args.length ? args[i + 1] : null;
+            if (args[i].equals("--verify")) {
+                verify = true;
+                continue;
+            }
             switch (args[i]) {
                 case "--kafka" -> kafka = value;
                 case "--topic" -> topics.add(value);
@@ -50,6 +58,12 @@ public final class Rebuild {
         if (!consumer.skipped().isEmpty()) {
             long total = consumer.skipped().values().stream().mapToLong(Long::longValue).sum();
             System.err.println("skipped " + total + " records: " + Json.MAPPER.writeValueAsString(consumer.skipped()));
+        }
+        if (verify) {
+            System.err.println("verification: {\"verified\": " + consumer.verified() + ", \"mismatched\": " + consumer.mismatched() + "}");
+            if (consumer.mismatched() > 0) {
+                System.exit(3);
+            }
         }
     }
 

@@ -29,7 +29,8 @@ class VectorsTest {
                 if (!Files.isRegularFile(expectedFile)) {
                     continue;
                 }
-                JsonNode clusters = JSON.readTree(expectedFile.toFile()).get("clusters");
+                JsonNode expected = JSON.readTree(expectedFile.toFile());
+                JsonNode clusters = expected.get("clusters");
                 for (String stream : List.of("kafka.jsonl", "nats.jsonl")) {
                     Path file = dir.resolve(stream);
                     if (!Files.isRegularFile(file)) {
@@ -41,6 +42,11 @@ class VectorsTest {
                         Readers.records(file, consumer);
                         assertEquals(c.getValue(), JSON.valueToTree(consumer.state()), file + ", cluster " + c.getKey());
                         assertEquals(Map.of(), consumer.skipped(), file + ": a record of a real run skipped");
+                        assertEquals(0, consumer.mismatched(), file + ": a marker's count and digest did not match");
+                        JsonNode verification = expected.path("verification").path(c.getKey());
+                        if (!verification.isMissingNode()) {
+                            assertEquals(verification.get("verified").asLong(), consumer.verified(), file + ", cluster " + c.getKey());
+                        }
                     }
                     checked.add(dir.getFileName() + "/" + stream);
                 }
