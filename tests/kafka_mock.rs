@@ -50,6 +50,7 @@ fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
         completes_initial_sync: false,
         position: None,
         observed: None,
+        state: None,
     }
 }
 

@@ -201,6 +201,7 @@ impl Update {
             completes_initial_sync: false,
             position: None,
             observed: None,
+            state: None,
         };
         deltaship::sink::kafka::encode(&env, ContentMode::Binary)
     }

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Change, Entry, Index, Marker, ObjectChange, Payload, SyncCounts};
+use super::{Change, Entry, Index, Marker, ObjectChange, Payload, StateTerms, SyncCounts};
+use crate::model::digest;
 use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Observed, SyncMode, SyncReason};
 use crate::telemetry::metrics::{self as m, Counters};
 
@@ -129,9 +130,16 @@ impl Classifier {
         }
         let mut done = marker(&sync, MarkerPhase::Completed);
         done.counts = Some(sync.counts.clone());
+        done.state = Some(self.state_terms());
         out.push(Change::Marker(done));
         self.count_sync(SyncReason::Resync);
         true
+    }
+
+    /// Every indexed object's key and digest term: the state a consumer holds at a
+    /// `completed` marker (the marker applied), for its count and digest.
+    fn state_terms(&self) -> StateTerms {
+        self.index.iter().map(|(key, e)| (key.to_string(), digest::term(key, &e.uid.to_string(), &e.resource_version.to_string()))).collect()
     }
 
     pub fn index_len(&self) -> usize {
@@ -166,6 +174,7 @@ impl Classifier {
         sync.max_rv = Some((0, resource_version));
         let mut done = marker(&sync, MarkerPhase::Completed);
         done.counts = Some(SyncCounts::default());
+        done.state = Some(self.state_terms());
         out.push(Change::Marker(done));
         self.count_sync(SyncReason::Resume);
     }
@@ -222,6 +231,7 @@ impl Classifier {
         let Some(sync) = self.sync.take() else { return };
         let mut done = marker(&sync, MarkerPhase::Completed);
         done.counts = Some(sync.counts.clone());
+        done.state = Some(self.state_terms());
         out.push(Change::Marker(done));
         self.count_sync(sync.reason);
         self.synced_once = true;
@@ -362,6 +372,7 @@ fn marker(sync: &SyncInProgress, phase: MarkerPhase) -> Marker {
             MarkerPhase::Completed => sync.listed_at.clone().or_else(|| sync.max_rv.as_ref().map(|(_, rv)| rv.clone())).unwrap_or_default(),
         },
         counts: None,
+        state: None,
     }
 }
 
@@ -511,6 +522,26 @@ mod tests {
         let mut c = classifier();
         c.resume_from(entries.collect::<Vec<_>>(), "7".into());
         c
+    }
+
+    /// The state at a `completed` marker: every object consumers hold once they applied it
+    /// (the sweep of a full sync included), by key, with its digest term.
+    #[test]
+    fn a_completed_marker_carries_the_state_consumers_hold_once_they_applied_it() {
+        let state = |out: &[Change]| match out.last() {
+            Some(Change::Marker(m)) => {
+                let mut terms: Vec<(String, u128)> = m.state.as_ref().expect("a state on completed").to_vec();
+                terms.sort();
+                terms
+            }
+            _ => panic!("a completed marker last"),
+        };
+        let mut c = classifier();
+        let out = run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitApply(cm("b", "2", "x")), Observed::InitDone]);
+        assert_eq!(state(&out), [("ns/a".to_string(), digest::term("ns/a", "uid-a", "1")), ("ns/b".to_string(), digest::term("ns/b", "uid-b", "2"))]);
+        assert!(matches!(&out[0], Change::Marker(m) if m.state.is_none()), "none on started");
+        let out = run(&mut c, vec![Observed::Apply(cm("a", "5", "y")), Observed::Init, Observed::InitApply(cm("a", "5", "y")), Observed::InitDone]);
+        assert_eq!(state(&out), [("ns/a".to_string(), digest::term("ns/a", "uid-a", "5"))], "b swept by the relist");
     }
 
     #[test]

@@ -53,6 +53,11 @@ impl Index {
         self.entries.is_empty()
     }
 
+    /// Every entry, in no order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Entry)> {
+        self.entries.iter().map(|(k, e)| (&**k, e))
+    }
+
     /// Every entry, in key order.
     pub fn sorted(&self) -> Vec<(&str, &Entry)> {
         let mut all: Vec<_> = self.entries.iter().map(|(k, e)| (&**k, e)).collect();

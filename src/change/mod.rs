@@ -110,7 +110,13 @@ pub struct Marker {
     pub resource_version: String,
     /// Set on `completed`.
     pub counts: Option<SyncCounts>,
+    /// Set on `completed`: every indexed object's key and digest term
+    /// (`model::digest::term`), the state consumers hold once they applied the marker.
+    pub state: Option<StateTerms>,
 }
+
+/// Object keys and their digest terms (shared by the routes of a watch).
+pub type StateTerms = Arc<[(String, u128)]>;
 
 #[derive(Debug, Clone)]
 pub enum Change {

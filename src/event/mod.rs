@@ -13,10 +13,11 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::change::{Change, Marker, ObjectChange, Payload};
+use crate::change::{Change, Marker, ObjectChange, Payload, StateTerms};
 
 use crate::config::PayloadMode;
 use crate::model::MarkerSlot;
+use crate::model::digest::StateSum;
 use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Position, ResourceType, SyncReason};
 use crate::plan::{Output, Scope};
 
@@ -50,6 +51,10 @@ pub struct Envelope {
     /// When the watch event the event was built from arrived (set by the worker): the lag
     /// histogram measures from here to the sink's acknowledgement.
     pub observed: Option<Instant>,
+    /// On a `sync.completed` marker that carries `state`: every object's digest term by
+    /// partition key, so that a sink that copies the marker to each partition gives each
+    /// copy its own partition's count and digest.
+    pub state: Option<StateTerms>,
 }
 
 impl Envelope {
@@ -192,7 +197,17 @@ fn object_event(watch: &WatchAttributes, scope: &Scope, output: &Output, c: Obje
         (_, Payload::Object(o), _) => (o.json, o.reference),
     };
     attributes.object = Some(r);
-    Envelope { attributes, data, destination, kind, resource: watch.resource.clone(), completes_initial_sync: false, position: None, observed: None }
+    Envelope {
+        attributes,
+        data,
+        destination,
+        kind,
+        resource: watch.resource.clone(),
+        completes_initial_sync: false,
+        position: None,
+        observed: None,
+        state: None,
+    }
 }
 
 /// The same event as a reference (identity only), marked with the extension
@@ -268,6 +283,12 @@ fn marker_event(watch: &WatchAttributes, scope: &Scope, output: &Output, m: Mark
     if let Some(counts) = &m.counts {
         data["counts"] = json!(counts);
     }
+    // The state consumers hold once they applied the marker, when they hold every change of
+    // the watch (a route's filters would leave some out).
+    let state = m.state.filter(|_| output.ships_everything()).map(|terms| {
+        data["state"] = terms.iter().map(|(_, t)| *t).collect::<StateSum>().to_json();
+        terms.iter().map(|(key, t)| (output.address.key(key), *t)).collect::<StateTerms>()
+    });
     let completes_initial_sync = m.phase == MarkerPhase::Completed && matches!(m.reason, SyncReason::Initial | SyncReason::Resume);
     let slot = MarkerSlot { namespace: scope.namespace.as_deref(), mode: m.mode, phase: m.phase };
     let mut attributes = watch.event(id, ty, now, output.address.marker_key(slot));
@@ -282,6 +303,7 @@ fn marker_event(watch: &WatchAttributes, scope: &Scope, output: &Output, m: Mark
         completes_initial_sync,
         position: None,
         observed: None,
+        state,
     }
 }
 
@@ -376,6 +398,31 @@ mod tests {
             assert_eq!((env.attributes.datacontenttype, &env.attributes.id), (JSON, &whole.attributes.id), "{mode:?}");
             assert_eq!(data(&env), json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}));
         }
+    }
+
+    /// A `completed` marker carries the count and digest of the state consumers then hold,
+    /// and the terms by partition key for sinks that split it; not on a route whose filters
+    /// leave changes out (its consumers hold less).
+    #[test]
+    fn a_completed_marker_carries_the_count_and_digest_unless_a_filter_leaves_changes_out() {
+        let terms: StateTerms = vec![("ns/a".to_string(), 5u128), ("ns/b".to_string(), u128::MAX)].into();
+        let marker = Marker {
+            phase: MarkerPhase::Completed,
+            sync_id: "s".into(),
+            reason: SyncReason::Initial,
+            mode: SyncMode::Full,
+            resource_version: "9".into(),
+            counts: Some(Default::default()),
+            state: Some(terms),
+        };
+        let env = build(&watch(), &scope(), &output(PayloadMode::Object), Change::Marker(marker.clone()), Utc::now());
+        assert_eq!(data(&env)["state"], json!({"count": 2, "digest": format!("{:032x}", 4u128)}));
+        let by_key: Vec<(String, u128)> = env.state.as_ref().unwrap().to_vec();
+        assert_eq!(by_key, [("configmaps/ns/a".to_string(), 5), ("configmaps/ns/b".to_string(), u128::MAX)], "by partition key");
+        let mut filtered = output(PayloadMode::Object);
+        filtered.filters[1] = crate::plan::Filter::new(&serde_json::from_value(json!({"types": ["added"]})).unwrap());
+        let env = build(&watch(), &scope(), &filtered, Change::Marker(marker), Utc::now());
+        assert!(data(&env).get("state").is_none() && env.state.is_none());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! marker phases and slots, NATS subject tokens). No logic beyond accessors and those
 //! encodings; nothing here imports another module of the crate.
 
+pub mod digest;
 mod object;
 mod resource;
 pub mod subject;

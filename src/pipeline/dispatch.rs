@@ -388,6 +388,7 @@ mod tests {
             completes_initial_sync: false,
             position: None,
             observed: None,
+            state: None,
         }
     }
 

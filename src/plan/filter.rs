@@ -29,6 +29,11 @@ impl Filter {
         Filter { types: cfg.types.clone(), changed_paths: cfg.changed_paths.clone(), generation_changed: cfg.generation_changed }
     }
 
+    /// Whether it lets every change pass.
+    pub fn is_empty(&self) -> bool {
+        self.types.is_none() && self.changed_paths.is_empty() && !self.generation_changed
+    }
+
     /// Whether deciding needs each object's previously shipped content.
     pub fn needs_previous(&self) -> bool {
         !self.changed_paths.is_empty() || self.generation_changed

@@ -29,6 +29,12 @@ impl Output {
         self.filters.iter().all(|f| f.passes(candidate))
     }
 
+    /// Whether every change of the watch is shipped (no filter leaves one out): only then
+    /// do consumers hold the watch's whole state.
+    pub fn ships_everything(&self) -> bool {
+        self.filters.iter().all(Filter::is_empty)
+    }
+
     /// Whether a filter compares paths of the previous and current content (its
     /// candidates need the contents as trees).
     pub fn compares_paths(&self) -> bool {

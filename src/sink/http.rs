@@ -443,6 +443,7 @@ mod tests {
             completes_initial_sync: false,
             position: None,
             observed: None,
+            state: None,
         };
         sink.request(&env).unwrap()
     }

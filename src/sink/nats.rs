@@ -300,6 +300,7 @@ mod tests {
             completes_initial_sync: false,
             position: None,
             observed: None,
+            state: None,
         }
     }
 

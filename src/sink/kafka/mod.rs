@@ -5,6 +5,7 @@ mod binding;
 mod delivery;
 mod error;
 mod log;
+mod partition;
 mod producer;
 mod recover;
 
@@ -13,4 +14,5 @@ pub use binding::encode;
 pub use delivery::{Producer, Undelivered};
 pub use error::{client_refused, explain};
 pub use log::QuietContext;
+pub use partition::partition_of;
 pub use producer::KafkaSink;

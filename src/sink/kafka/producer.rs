@@ -13,6 +13,7 @@ use super::binding::encode;
 use super::delivery::{Delivery, Producer, Undelivered};
 use super::error::{classify, client_refused};
 use super::log::QuietContext;
+use super::partition;
 use super::recover::{Progress, STATISTICS_INTERVAL_MS, Tracked};
 use crate::config::{ClientRole, ContentMode, KafkaConfig};
 use crate::event::{Envelope, EnvelopeKind};
@@ -89,8 +90,16 @@ impl KafkaSink {
             EnvelopeKind::Marker(_) => {
                 let partitions = self.partitions(&env.destination).await?;
                 let mut pending = Vec::with_capacity(partitions.len());
-                for p in partitions {
-                    pending.push(self.produce(&env.destination, env.key(), Some(&payload[..]), headers.clone(), Some(p))?);
+                for &p in &partitions {
+                    // A marker with a state carries each partition's own count and digest.
+                    let d = match partition::for_partition(env, p, partitions.len()) {
+                        Some(copy) => {
+                            let (payload, headers) = encode(&copy, self.content_mode);
+                            self.produce(&env.destination, env.key(), Some(&payload[..]), headers, Some(p))?
+                        }
+                        None => self.produce(&env.destination, env.key(), Some(&payload[..]), headers.clone(), Some(p))?,
+                    };
+                    pending.push(d);
                 }
                 // A marker is a barrier: nothing more joins its batches until it is
                 // acknowledged, so lingering for more would only delay it.
