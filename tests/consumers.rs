@@ -76,7 +76,7 @@ fn java_rebuild() -> Command {
 #[test]
 fn the_java_consumer_passes_the_shared_vectors() {
     let said = java_built();
-    for class in ["VectorsTest", "HostileTest"] {
+    for class in ["VectorsTest", "HostileTest", "StateDigestTest"] {
         assert!(
             said.lines().any(|l| l.contains("Failures: 0, Errors: 0, Skipped: 0") && l.ends_with(&format!("dev.deltaship.consumer.{class}"))),
             "{class}: {said}"
@@ -165,6 +165,73 @@ fn every_consumer_agrees_with_rebuild_on_every_hostile_vector() {
         checked += 1;
     }
     assert!(checked >= 30, "hostile vectors checked: {checked}");
+}
+
+/// What one consumer's command made of a count-and-digest vector under `--verify`: its exit
+/// code, state, `state mismatch` lines and `verification:` summary.
+struct Verified {
+    code: Option<i32>,
+    state: Value,
+    mismatches: Vec<String>,
+    summary: Value,
+}
+
+/// `rebuild`, Python, Go, Java with `--verify` on `file` for `cluster`.
+fn every_verification(file: &Path, cluster: &str) -> Vec<(&'static str, Verified)> {
+    let rebuild = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltaship"));
+        cmd.arg("rebuild");
+        cmd
+    };
+    let commands: [(&str, Consumer, &str); 4] =
+        [("rebuild", rebuild, "--"), ("Python", python_rebuild, "--"), ("Go", go_rebuild, "-"), ("Java", java_rebuild, "--")];
+    commands
+        .into_iter()
+        .map(|(consumer, command, dash)| {
+            let mut cmd = command();
+            cmd.arg(format!("{dash}verify")).arg(format!("{dash}records")).arg(file).arg(format!("{dash}cluster")).arg(cluster);
+            let out = cmd.output().unwrap_or_else(|e| panic!("{consumer}: {e}"));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let printed: Value =
+                serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{consumer} on {} printed no JSON ({e}): {stderr}", file.display()));
+            let state = if consumer == "rebuild" { printed["resources"].clone() } else { printed };
+            let mismatches = stderr.lines().filter(|l| l.starts_with("state mismatch at marker ")).map(str::to_string).collect();
+            let summary = stderr.lines().find_map(|l| l.strip_prefix("verification: ")).map_or(Value::Null, |s| serde_json::from_str(s).unwrap());
+            (consumer, Verified { code: out.status.code(), state, mismatches, summary })
+        })
+        .collect()
+}
+
+/// The count-and-digest vectors (vectors/state-digest/, vectors/README.md): under
+/// `--verify`, the four commands end each stream in its expected state, print the same
+/// `state mismatch` lines (one per expected mismatch, naming its marker, partition and
+/// figures) and the same summary, and exit 3 exactly on the tampered ones.
+#[test]
+fn every_consumer_verifies_the_clean_state_digest_vectors_and_flags_the_tampered_ones() {
+    let dir = consumers().parent().unwrap().join("vectors/state-digest");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|d| d.join("expected.json").is_file()).collect();
+    cases.sort();
+    let mut flagged = 0;
+    for case in &cases {
+        let expected: Value = serde_json::from_slice(&std::fs::read(case.join("expected.json")).unwrap()).unwrap();
+        let file = ["kafka.jsonl", "nats.jsonl"].iter().map(|f| case.join(f)).find(|f| f.is_file()).unwrap();
+        for (cluster, state) in expected["clusters"].as_object().unwrap() {
+            let want = &expected["verification"][cluster];
+            let mismatched = want["mismatched"].as_u64().unwrap();
+            let all = every_verification(&file, cluster);
+            let reference = &all[0].1;
+            assert_eq!(reference.mismatches.len() as u64, mismatched, "rebuild on {}: {:?}", case.display(), reference.mismatches);
+            for (consumer, v) in &all {
+                let what = format!("{consumer} on {}, cluster {cluster}", case.display());
+                assert_eq!(v.code, Some(if mismatched > 0 { 3 } else { 0 }), "{what}: exit code");
+                assert_eq!(&v.state, state, "{what}: state");
+                assert_eq!(v.summary, json!({"verified": want["verified"], "mismatched": want["mismatched"]}), "{what}: summary");
+                assert_eq!(v.mismatches, reference.mismatches, "{what}: mismatch lines");
+            }
+            flagged += usize::from(mismatched > 0 && cluster == "c1");
+        }
+    }
+    assert!(cases.len() >= 7 && flagged >= 5, "state-digest vectors: {cases:?}, {flagged} flagged");
 }
 
 /// A Kafka line of an `added` whose value is `size` bytes (vectors/README.md, "Hostile
