@@ -23,6 +23,10 @@ pub struct Classifier {
     /// logged on the first only.
     stale: Counters<()>,
     stale_logged: bool,
+    /// The newest resourceVersion the watch has stood at outside syncs (live events,
+    /// bookmarks, a checkpoint's position): a list older than this is not trusted to show
+    /// what was deleted.
+    position: u64,
     index: Index,
     relist_mode: SyncMode,
     /// Keep each object's shipped content in the index (for resyncs and patch payloads).
@@ -58,6 +62,7 @@ impl Classifier {
             skips: Counters::default(),
             stale: Counters::default(),
             stale_logged: false,
+            position: 0,
             index: Index::default(),
             relist_mode,
             keep_content,
@@ -80,6 +85,13 @@ impl Classifier {
         self.skips.increment(reason, |r| metrics::counter!(m::DEDUPE_SKIPS, "resource" => resource.clone(), "reason" => r));
     }
 
+    /// The watch stands at `version` (when it is a number).
+    fn stood_at(&mut self, version: &str) {
+        if let Ok(v) = version.parse::<u64>() {
+            self.position = self.position.max(v);
+        }
+    }
+
     /// Counts (and logs, the first time) an event not shipped because it is older than the
     /// indexed state of its object.
     fn count_stale(&mut self, key: &str, version: &str, indexed: &str) {
@@ -98,6 +110,7 @@ impl Classifier {
             self.index.insert(key, entry);
         }
         self.synced_once = true;
+        self.stood_at(&resource_version);
         self.resuming = Some(resource_version);
     }
 
@@ -152,16 +165,18 @@ impl Classifier {
             Observed::Init => self.start_sync(out),
             Observed::InitApply(obj) => self.listed(obj, out),
             Observed::InitDone => self.finish_sync(out),
-            Observed::Apply(obj) => self.applied(obj, None, out),
+            Observed::Apply(obj) => {
+                self.stood_at(&obj.reference.resource_version);
+                self.applied(obj, None, out)
+            }
             Observed::Delete(obj) => self.deleted(obj, out),
             Observed::Resumed => self.resumed(out),
             // No object changed: nothing to ship (the worker moves the checkpoints). Within a
             // sync, the list's version, which its completed marker carries.
-            Observed::Bookmark(version) => {
-                if let Some(sync) = self.sync.as_mut() {
-                    sync.listed_at = Some(version);
-                }
-            }
+            Observed::Bookmark(version) => match self.sync.as_mut() {
+                Some(sync) => sync.listed_at = Some(version),
+                None => self.stood_at(&version),
+            },
         }
     }
 
@@ -222,13 +237,31 @@ impl Classifier {
     fn finish_sync(&mut self, out: &mut Vec<Change>) {
         let Some(sync) = self.sync.as_mut() else { return };
         let (id, seen) = (sync.id.clone(), std::mem::take(&mut sync.seen));
+        // A diff list older than where the watch already stood (a lagging API server) is
+        // history: what it lacks may have been created since, so nothing is inferred deleted.
+        let listed_at = sync.listed_at.as_deref().and_then(|v| v.parse::<u64>().ok());
+        if sync.mode == SyncMode::Diff
+            && let Some(at) = listed_at.filter(|at| *at < self.position)
+        {
+            let shipped = self.position.to_string();
+            self.count_stale("(the list)", &at.to_string(), &shipped);
+            return self.complete(out);
+        }
         // Objects indexed but absent from the completed list were deleted while the watch
         // was down: client-go's DeletedFinalStateUnknown.
         for (key, entry) in self.index.drain_unless(|k| seen.contains(k)) {
             let reference = reference_from_key(&key, entry);
             self.push(ChangeType::Deleted, Payload::Reference(reference), Some(id.clone()), out);
         }
+        self.complete(out);
+    }
+
+    /// The `completed` marker of the sync under way.
+    fn complete(&mut self, out: &mut Vec<Change>) {
         let Some(sync) = self.sync.take() else { return };
+        if let Some(at) = sync.listed_at.as_deref() {
+            self.stood_at(at);
+        }
         let mut done = marker(&sync, MarkerPhase::Completed);
         done.counts = Some(sync.counts.clone());
         done.state = Some(self.state_terms());
@@ -302,6 +335,7 @@ impl Classifier {
     }
 
     fn deleted(&mut self, obj: Object, out: &mut Vec<Change>) {
+        self.stood_at(&obj.reference.resource_version);
         let key = obj.reference.key();
         self.index.remove(&key);
         self.push(ChangeType::Deleted, Payload::Object(obj), None, out);
@@ -493,6 +527,27 @@ mod tests {
         run(&mut c, vec![Observed::Init, Observed::InitDone]);
         let out = run(&mut c, vec![Observed::Apply(cm("b", "x9", "x")), Observed::Apply(cm("b", "x10", "y"))]);
         assert_eq!(summary(&out), ["added:ns/b@x9", "updated:ns/b@x10"], "opaque versions are not ordered");
+    }
+
+    /// A relist whose list is older than where the watch already stood (a lagging API
+    /// server's) infers no delete: what it lacks may have been created since it was taken.
+    #[test]
+    fn a_list_older_than_the_watchs_position_infers_no_delete() {
+        let mut c = classifier();
+        run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone]);
+        let out = run(
+            &mut c,
+            vec![
+                Observed::Apply(cm("new", "20", "x")),
+                Observed::Init,
+                Observed::InitApply(cm("a", "1", "x")),
+                Observed::Bookmark("15".into()),
+                Observed::InitDone,
+            ],
+        );
+        assert_eq!(summary(&out), ["added:ns/new@20", "started:Relist", "completed:Relist:0/0/0/0"], "ns/new is not inferred deleted");
+        let out = run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::Bookmark("25".into()), Observed::InitDone]);
+        assert_eq!(summary(&out), ["started:Relist", "deleted:ns/new@20", "completed:Relist:0/0/1/0"], "a list at 25 shows ns/new gone");
     }
 
     /// A classifier whose index holds what a checkpoint recorded of `a`, `b` and `gone`
