@@ -27,5 +27,8 @@ def test_a_vector_rebuilds_to_its_expected_state(vector, stream):
         assert consumer.state == state, f"{vector.name}/{stream}, cluster {cluster}"
         assert consumer.skipped == {}, f"{vector.name}/{stream}: a record of a real run skipped"
         assert consumer.mismatched == 0, f"{vector.name}/{stream}: a marker's count and digest did not match"
-        if "verification" in expected_all:
+        # `verification` counts the Kafka copies (one per partition); a stream holds one of each.
+        if "verification" in expected_all and stream == "kafka.jsonl":
             assert consumer.verified == expected_all["verification"][cluster]["verified"], f"{vector.name}/{stream}, cluster {cluster}"
+        elif "verification" in expected_all:
+            assert consumer.verified > 0, f"{vector.name}/{stream}, cluster {cluster}: no marker verified"
