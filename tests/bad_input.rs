@@ -65,16 +65,16 @@ async fn names_and_labels_with_every_allowed_character_arrive_intact() {
     delete_namespace(&kube, &ns).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_deeply_nested_schemaless_custom_resource_arrives_intact() {
-    support::env();
-    let kube = client().await;
+/// Creates (if missing) the namespaced CRD `<plural>.odd.deltaship.dev` (v1alpha1) whose
+/// objects may hold any fields, and waits until it is established.
+async fn schemaless_crd(kube: &kube::Client, kind: &str, plural: &str, singular: &str) {
+    let name = format!("{plural}.odd.deltaship.dev");
     let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": {"name": "blobs.odd.deltaship.dev"},
+        "metadata": {"name": name},
         "spec": {
             "group": "odd.deltaship.dev",
-            "names": {"kind": "Blob", "plural": "blobs", "singular": "blob"},
+            "names": {"kind": kind, "plural": plural, "singular": singular},
             "scope": "Namespaced",
             "versions": [{"name": "v1alpha1", "served": true, "storage": true,
                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
@@ -84,16 +84,23 @@ async fn a_deeply_nested_schemaless_custom_resource_arrives_intact() {
     match crds.create(&PostParams::default(), &crd).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => panic!("create CRD: {e}"),
+        Err(e) => panic!("create CRD {name}: {e}"),
     }
-    eventually(Duration::from_secs(30), "the Blob CRD to be established", || {
-        let crds = crds.clone();
+    eventually(Duration::from_secs(30), &format!("the {kind} CRD to be established"), || {
+        let (crds, name) = (crds.clone(), name.clone());
         async move {
-            let c = crds.get("blobs.odd.deltaship.dev").await.ok()?;
+            let c = crds.get(&name).await.ok()?;
             c.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
         }
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deeply_nested_schemaless_custom_resource_arrives_intact() {
+    support::env();
+    let kube = client().await;
+    schemaless_crd(&kube, "Blob", "blobs", "blob").await;
     let ns = namespace(&kube, "it-nested").await;
     let mut bridge =
         Bridge::start(&format!("[[resources]]\ngroup = \"odd.deltaship.dev\"\nversion = \"v1alpha1\"\nkind = \"Blob\"\nnamespaces = [\"{ns}\"]\n"));
@@ -126,31 +133,7 @@ async fn a_deeply_nested_schemaless_custom_resource_arrives_intact() {
 async fn an_object_nested_deeper_than_the_json_limit_is_shipped_as_a_truncated_reference() {
     support::env();
     let kube = client().await;
-    let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": {"name": "abysses.odd.deltaship.dev"},
-        "spec": {
-            "group": "odd.deltaship.dev",
-            "names": {"kind": "Abyss", "plural": "abysses", "singular": "abyss"},
-            "scope": "Namespaced",
-            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
-        }
-    }))
-    .unwrap();
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => panic!("create CRD: {e}"),
-    }
-    eventually(Duration::from_secs(30), "the Abyss CRD to be established", || {
-        let crds = crds.clone();
-        async move {
-            let c = crds.get("abysses.odd.deltaship.dev").await.ok()?;
-            c.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
-        }
-    })
-    .await;
+    schemaless_crd(&kube, "Abyss", "abysses", "abyss").await;
     let ns = namespace(&kube, "it-abyss").await;
     // Written as text: the test's own client cannot parse the object back either.
     let write = |method: http::Method, name: &str, leaf: u32| {
