@@ -8,12 +8,12 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use deltaship::config::{JetStreamConfig, KafkaConfig, NatsConfig, Template, TopicCreation};
+use deltaship::config::{KafkaConfig, TopicCreation};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
-use support::config::{TestConfig, kafka, nats};
+use support::config::{TestConfig, kafka, nats_stream};
 use support::kafka::Record;
 use support::kube::{client, delete_namespace, namespace};
 use support::state::assert_rebuild_matches;
@@ -122,12 +122,8 @@ async fn a_stream_keeping_one_message_per_subject_rebuilds_without_objects_delet
     // every message.
     let cluster = support::unique("c");
     let stream = support::unique("LASTPER").to_uppercase().replace('-', "_");
-    let sink = NatsConfig {
-        subject_template: Template::parse(&format!("{cluster}.{{group}}.{{kind}}.{{namespace}}.{{name}}")).unwrap(),
-        marker_subject_template: Template::parse(&format!("{cluster}.{{group}}.{{kind}}._sync")).unwrap(),
-        jetstream: JetStreamConfig { stream: stream.clone(), subjects: vec![format!("{cluster}.>")], max_msgs_per_subject: 1, ..JetStreamConfig::default() },
-        ..nats(&env.nats)
-    };
+    let mut sink = nats_stream(&env.nats, &cluster, &stream);
+    sink.jetstream.max_msgs_per_subject = 1;
     let config = TestConfig::new().cluster(&cluster).configmaps(&ns).nats(sink).with(|c| c.resume.enabled = false).toml();
     let api: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
     let _second = ghost_while_down(&api, &config).await;

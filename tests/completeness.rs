@@ -9,13 +9,13 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use deltaship::config::{JetStreamConfig, NatsConfig, ResumeConfig, Template};
+use deltaship::config::ResumeConfig;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use support::bridge::Bridge;
-use support::config::{TestConfig, kafka, nats};
+use support::config::{TestConfig, kafka, nats_stream};
 use support::kube::{client, delete_namespace, eventually, namespace};
 
 const OBJECTS: usize = 30;
@@ -76,6 +76,20 @@ async fn change(cms: &Api<ConfigMap>) {
     }
 }
 
+/// Where each object's records are: the partition the broker holds them in, by subject.
+fn partitions_of(records: &[support::kafka::Record]) -> BTreeMap<String, i32> {
+    records.iter().filter_map(|r| Some((r.headers.get("ce_subject")?.clone(), r.partition))).collect()
+}
+
+/// A namespace of objects and a bridge's config shipping them to a topic of their own (3
+/// partitions), with `more` options: (namespace, its ConfigMaps, the topic, the config).
+async fn on_kafka(kube: &kube::Client, prefix: &str, more: impl FnOnce(&mut deltaship::config::Config)) -> (String, Api<ConfigMap>, String, String) {
+    let (ns, cms) = populated(kube, prefix).await;
+    let prefix = support::unique(prefix);
+    let config = TestConfig::new().cluster("it").configmaps(&ns).kafka(kafka(&support::env().kafka, &format!("{prefix}.{{plural}}"))).with(more).toml();
+    (ns, cms, format!("{prefix}.configmaps"), config)
+}
+
 fn completed_markers(records: &[support::kafka::Record]) -> Vec<&support::kafka::Record> {
     records.iter().filter(|r| r.headers.get("ce_type").map(String::as_str) == Some("dev.deltaship.sync.completed")).collect()
 }
@@ -88,11 +102,8 @@ fn completed_markers(records: &[support::kafka::Record]) -> Vec<&support::kafka:
 async fn each_kafka_partitions_completed_marker_carries_its_objects_count_and_digest() {
     let env = support::env();
     let kube = client().await;
-    let (ns, cms) = populated(&kube, "it-digest").await;
-    let prefix = support::unique("it-digest");
-    let topic = format!("{prefix}.configmaps");
     let resume = ResumeConfig { interval_ms: 200, kafka_topic: support::unique("it-checkpoints"), ..ResumeConfig::default() };
-    let config = TestConfig::new().cluster("it").configmaps(&ns).kafka(kafka(&env.kafka, &format!("{prefix}.{{plural}}"))).with(|c| c.resume = resume).toml();
+    let (ns, cms, topic, config) = on_kafka(&kube, "it-digest", |c| c.resume = resume).await;
 
     let before_changes = objects(&cms).await;
     // (how the bridge starts, the state its markers must carry)
@@ -108,12 +119,7 @@ async fn each_kafka_partitions_completed_marker_carries_its_objects_count_and_di
         .await
         .unwrap();
         // Where each object's records are: the partition the broker holds them in.
-        let mut partition_of: BTreeMap<String, i32> = BTreeMap::new();
-        for r in &records {
-            if let Some(subject) = r.headers.get("ce_subject") {
-                partition_of.insert(subject.clone(), r.partition);
-            }
-        }
+        let partition_of = partitions_of(&records);
         let now = objects(&cms).await;
         let state = state.unwrap_or(&now);
         // This round's copy in each partition (partitions are read interleaved).
@@ -165,12 +171,7 @@ async fn the_nats_completed_marker_carries_the_scopes_count_and_digest() {
     let (ns, cms) = populated(&kube, "it-digest-nats").await;
     let cluster = support::unique("digest");
     let stream = support::unique("DIGEST").to_uppercase().replace('-', "_");
-    let sink = NatsConfig {
-        subject_template: Template::parse(&format!("{cluster}.{{group}}.{{kind}}.{{namespace}}.{{name}}")).unwrap(),
-        marker_subject_template: Template::parse(&format!("{cluster}.{{group}}.{{kind}}._sync")).unwrap(),
-        jetstream: JetStreamConfig { stream: stream.clone(), subjects: vec![format!("{cluster}.>")], ..JetStreamConfig::default() },
-        ..nats(&env.nats)
-    };
+    let sink = nats_stream(&env.nats, &cluster, &stream);
     let mut bridge = Bridge::start(&TestConfig::new().cluster(&cluster).configmaps(&ns).nats(sink).toml());
     bridge.wait_ready(Duration::from_secs(90));
     let js = support::nats::jetstream().await;
@@ -178,6 +179,40 @@ async fn the_nats_completed_marker_carries_the_scopes_count_and_digest() {
     let msgs = support::nats::read_until(&js, &stream, Duration::from_secs(60), |m| m.iter().any(completed)).await;
     let marker = msgs.iter().find(|m| completed(m)).unwrap();
     assert_eq!(marker.json()["state"], state_of(&objects(&cms).await), "{}", marker.json());
+    bridge.stop(Duration::from_secs(30));
+    delete_namespace(&kube, &ns).await;
+}
+
+/// State markers (`delivery.state_marker_secs`): between syncs, without a list, each watch
+/// ships a `state` pair whose `completed` copies carry each partition's count and digest of
+/// the state held then; here checked after live changes.
+#[tokio::test(flavor = "multi_thread")]
+async fn periodic_state_markers_carry_the_state_held_between_syncs() {
+    let env = support::env();
+    let kube = client().await;
+    let (ns, cms, topic, config) = on_kafka(&kube, "it-digest-state", |c| c.delivery.state_marker_secs = 1).await;
+    let mut bridge = Bridge::start(&config);
+    bridge.wait_ready(Duration::from_secs(90));
+    change(&cms).await;
+    let now = objects(&cms).await;
+    let is_state = |r: &support::kafka::Record| r.json()["reason"] == "state";
+    // State markers come every second: after a few, the last copies hold the changes.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (brokers, t) = (env.kafka.clone(), topic.clone());
+    let total = support::kafka::total(&brokers, &t);
+    let records =
+        tokio::task::spawn_blocking(move || support::kafka::read_until(&brokers, &t, Duration::from_secs(60), |r| r.len() as i64 >= total)).await.unwrap();
+    let partition_of = partitions_of(&records);
+    for p in 0..3 {
+        let last = completed_markers(&records)
+            .into_iter()
+            .filter(|r| r.partition == p && is_state(r))
+            .max_by_key(|r| r.offset)
+            .expect("a state marker in every partition");
+        let held = now.iter().filter(|(key, ..)| partition_of.get(key) == Some(&p));
+        assert_eq!(last.json()["state"], state_of(held), "partition {p}: {}", last.json());
+        assert_eq!(last.json()["counts"], json!({"added": 0, "updated": 0, "deleted": 0, "synced": 0}), "no objects in a state marker");
+    }
     bridge.stop(Duration::from_secs(30));
     delete_namespace(&kube, &ns).await;
 }

@@ -29,10 +29,6 @@ struct Image {
     root: PathBuf,
 }
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// The blob of `digest` (`sha256:<hex>`), checked against its digest and size.
 fn blob(layout: &Path, descriptor: &Value) -> Vec<u8> {
     let digest = descriptor["digest"].as_str().unwrap();
@@ -47,14 +43,8 @@ fn blob(layout: &Path, descriptor: &Value) -> Vec<u8> {
 fn image() -> &'static Image {
     static IMAGE: OnceLock<Image> = OnceLock::new();
     IMAGE.get_or_init(|| {
-        assert!(running_as_root(), "tests/image.rs builds and runs the image as root, as deploy/image/build needs");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("image");
-        let layout = dir.join("layout");
-        let built = Command::new(repo().join("deploy/image/build"))
-            .args(["--binary", env!("CARGO_BIN_EXE_deltaship"), "--out", layout.to_str().unwrap(), "--tag", TAG])
-            .output()
-            .unwrap();
-        assert!(built.status.success(), "deploy/image/build failed:\n{}", String::from_utf8_lossy(&built.stderr));
+        let layout = support::image::build("image/layout", TAG);
+        let dir = layout.parent().unwrap().to_path_buf();
 
         let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
         let oci_layout: Value = serde_json::from_slice(&std::fs::read(layout.join("oci-layout")).unwrap()).unwrap();
@@ -86,11 +76,6 @@ fn image() -> &'static Image {
         }
         Image { layout, config, root }
     })
-}
-
-fn running_as_root() -> bool {
-    let id = Command::new("id").arg("-u").output().unwrap();
-    String::from_utf8_lossy(&id.stdout).trim() == "0"
 }
 
 /// The image's entrypoint and then `args`, as `user`, on the image's root mounted read-only

@@ -90,7 +90,7 @@ fn read_all(mock: &Mock, want: usize) -> Vec<(i32, String, String)> {
 /// Sends with a deadline: librdkafka never gives a record up (message.timeout.ms=0), so a
 /// send that cannot succeed would otherwise hang the test instead of failing it.
 async fn send(sink: &KafkaSink, env: &Envelope) -> Result<(), SendError> {
-    tokio::time::timeout(Duration::from_secs(30), sink.send(env)).await.expect("send resolved within 30 s")
+    tokio::time::timeout(Duration::from_secs(30), sink.send(env)).await.expect("send resolved within 30 s").map(|_| ())
 }
 
 /// Leadership changes and broker timeouts are the daily weather of a Kafka cluster: the

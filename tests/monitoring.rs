@@ -24,9 +24,10 @@ const DASHBOARD: &str = "deploy/helm/deltaship/monitoring/grafana-dashboard.json
 
 /// Counters that have no series until what they count happens once (labels are registered
 /// on the first increment, so that no series shows a count that never happened).
-const COUNTED_WHEN_IT_HAPPENS: [&str; 4] = [
+const COUNTED_WHEN_IT_HAPPENS: [&str; 5] = [
     "deltaship_relists_total",      // a watch that could not resume
     "deltaship_watch_errors_total", // a watch error
+    "deltaship_watch_stalls_total", // a watch given up
     "deltaship_bad_objects_total",  // an object that cannot be decoded or encoded
     "deltaship_sink_errors_total",  // a failed send
 ];

@@ -11,15 +11,14 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use deltaship::config::{JetStreamConfig, NatsConfig, ResumeConfig, Template};
+use deltaship::config::ResumeConfig;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::json;
 use support::bridge::Bridge;
-use support::config::{TestConfig, kafka, nats};
+use support::config::{TestConfig, kafka, nats_stream};
 use support::kube::{client, delete_namespace, namespace};
 use support::state::assert_rebuild_matches;
 use tokio::sync::Mutex;
@@ -70,7 +69,7 @@ impl Sink {
     async fn read(&self, at_least: usize, timeout: Duration) -> Vec<Ev> {
         match self {
             Sink::Kafka { brokers, topic, .. } => {
-                let total = kafka_total(brokers, topic).max(at_least as i64) as usize;
+                let total = support::kafka::total(brokers, topic).max(at_least as i64) as usize;
                 let (brokers, topic) = (brokers.clone(), topic.clone());
                 let records = tokio::task::spawn_blocking(move || support::kafka::read_until(&brokers, &topic, timeout, |r| r.len() >= total)).await.unwrap();
                 records
@@ -114,14 +113,6 @@ impl Sink {
     }
 }
 
-/// The records in `topic`: the sum of its partitions' high watermarks.
-fn kafka_total(brokers: &str, topic: &str) -> i64 {
-    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", brokers).set("group.id", support::unique("count")).create().unwrap();
-    let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) else { return 0 };
-    let partitions = md.topics().first().map(|t| t.partitions().len()).unwrap_or(0) as i32;
-    (0..partitions).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).map(|(_, high)| high).unwrap_or(0)).sum()
-}
-
 /// A ConfigMap setup of `OBJECTS`, a bridge started on it, its initial sync delivered and
 /// checkpointed.
 struct Setup {
@@ -142,12 +133,7 @@ impl Setup {
         let resume = ResumeConfig { interval_ms: 200, kafka_topic: support::unique("it-checkpoints"), ..ResumeConfig::default() };
         let (sink, config) = if nats_sink {
             let stream = support::unique("RESUME").to_uppercase().replace('-', "_");
-            let sink = NatsConfig {
-                subject_template: Template::parse(&format!("{cluster}.{{group}}.{{kind}}.{{namespace}}.{{name}}")).unwrap(),
-                marker_subject_template: Template::parse(&format!("{cluster}.{{group}}.{{kind}}._sync")).unwrap(),
-                jetstream: JetStreamConfig { stream: stream.clone(), subjects: vec![format!("{cluster}.>")], ..JetStreamConfig::default() },
-                ..nats(&env.nats)
-            };
+            let sink = nats_stream(&env.nats, &cluster, &stream);
             let config = TestConfig::new()
                 .cluster(&cluster)
                 .configmaps(&ns)
@@ -455,7 +441,7 @@ async fn a_start_with_resume_off_replaces_the_checkpoint() {
 fn edit_watch_records(sink: &Sink, edit: impl Fn(&mut serde_json::Value)) {
     let Sink::Kafka { brokers, checkpoints, .. } = sink else { unreachable!("a Kafka route") };
     // The whole topic: an older watch record would not match the object records' count.
-    let total = kafka_total(brokers, checkpoints) as usize;
+    let total = support::kafka::total(brokers, checkpoints) as usize;
     let records = support::kafka::read_until(brokers, checkpoints, Duration::from_secs(30), |r| r.len() >= total);
     // The latest value per key.
     let mut latest = BTreeMap::new();

@@ -1,13 +1,13 @@
 //! Classification: watch events against the index, into changes bracketed by markers.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::{Change, Entry, Index, Marker, ObjectChange, Payload, StateTerms, SyncCounts};
 use crate::model::digest;
-use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Observed, SyncMode, SyncReason};
+use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Observed, Stall, SyncMode, SyncReason};
 use crate::telemetry::metrics::{self as m, Counters};
 
 /// The classifier of one watch (a resource within one namespace scope). It owns that
@@ -33,10 +33,19 @@ pub struct Classifier {
     keep_content: bool,
     sync: Option<SyncInProgress>,
     synced_once: bool,
+    /// Per uid, the newest resourceVersion consumers received after the checkpoint the
+    /// index was loaded from (read from the log's tail), and the newest of them all: an
+    /// event of that uid at or below it is a repeat, never shipped. Dropped once the watch
+    /// stands past them all.
+    delivered: HashMap<String, u64>,
+    delivered_until: u64,
     /// Set while the index holds a checkpoint's state and nothing was observed yet: the
     /// checkpoint's resourceVersion. The watch either continues from it
     /// (`Observed::Resumed`) or lists, and the list is shipped as a diff against it.
     resuming: Option<String>,
+    /// The API server's history was replaced under the watch: the next list is a full sync
+    /// that replaces what was shipped.
+    replace_next: bool,
 }
 
 #[derive(Debug)]
@@ -68,7 +77,10 @@ impl Classifier {
             keep_content,
             sync: None,
             synced_once: false,
+            delivered: HashMap::new(),
+            delivered_until: 0,
             resuming: None,
+            replace_next: false,
         }
     }
 
@@ -89,7 +101,21 @@ impl Classifier {
     fn stood_at(&mut self, version: &str) {
         if let Ok(v) = version.parse::<u64>() {
             self.position = self.position.max(v);
+            if v > self.delivered_until && !self.delivered.is_empty() {
+                self.delivered = HashMap::new();
+            }
         }
+    }
+
+    /// Whether consumers already received `r`'s object at this version or a later one
+    /// (after the checkpoint, as its log's tail shows): counted as a skip, not shipped.
+    fn already_delivered(&mut self, r: &ObjectRef) -> bool {
+        let received = self.delivered.get(&r.uid).copied();
+        let repeat = matches!((received, r.resource_version.parse::<u64>()), (Some(received), Ok(v)) if v <= received);
+        if repeat {
+            self.count_skip("delivered");
+        }
+        repeat
     }
 
     /// Counts (and logs, the first time) an event not shipped because it is older than the
@@ -105,10 +131,14 @@ impl Classifier {
     /// Starts from a checkpoint instead of an empty index: `entries` is what was
     /// acknowledged, `resource_version` the watch position it was acknowledged at. The
     /// first sync is then a `resume` diff instead of an `initial` full sync.
-    pub fn resume_from(&mut self, entries: impl IntoIterator<Item = (String, Entry)>, resource_version: String) {
+    /// `delivered`: per uid, the newest resourceVersion consumers received after the
+    /// checkpoint.
+    pub fn resume_from(&mut self, entries: impl IntoIterator<Item = (String, Entry)>, resource_version: String, delivered: HashMap<String, String>) {
         for (key, entry) in entries {
             self.index.insert(key, entry);
         }
+        self.delivered = delivered.into_iter().filter_map(|(uid, v)| Some((uid, v.parse::<u64>().ok()?))).collect();
+        self.delivered_until = self.delivered.values().copied().max().unwrap_or(0);
         self.synced_once = true;
         self.stood_at(&resource_version);
         self.resuming = Some(resource_version);
@@ -149,6 +179,26 @@ impl Classifier {
         true
     }
 
+    /// A state marker: a `state` pair with no objects between, the `completed` carrying
+    /// the state consumers hold and the watch's position. Skipped (false) while a sync is
+    /// under way or before the first one completed.
+    pub fn state_marker(&mut self, out: &mut Vec<Change>) -> bool {
+        if self.sync.is_some() || !self.synced_once || self.resuming.is_some() {
+            return false;
+        }
+        let mut sync = SyncInProgress::new(SyncReason::State, SyncMode::Diff);
+        out.push(Change::Marker(marker(&sync, MarkerPhase::Started)));
+        if self.position > 0 {
+            sync.max_rv = Some((self.position, self.position.to_string()));
+        }
+        let mut done = marker(&sync, MarkerPhase::Completed);
+        done.counts = Some(SyncCounts::default());
+        done.state = Some(self.state_terms());
+        out.push(Change::Marker(done));
+        self.count_sync(SyncReason::State);
+        true
+    }
+
     /// Every indexed object's key and digest term: the state a consumer holds at a
     /// `completed` marker (the marker applied), for its count and digest.
     fn state_terms(&self) -> StateTerms {
@@ -171,6 +221,7 @@ impl Classifier {
             }
             Observed::Delete(obj) => self.deleted(obj, out),
             Observed::Resumed => self.resumed(out),
+            Observed::Stalled(stall) => self.stalled(&stall),
             // No object changed: nothing to ship (the worker moves the checkpoints). Within a
             // sync, the list's version, which its completed marker carries.
             Observed::Bookmark(version) => match self.sync.as_mut() {
@@ -194,8 +245,26 @@ impl Classifier {
         self.count_sync(SyncReason::Resume);
     }
 
+    /// The watch stalled; a list follows. When the API server's history was replaced
+    /// (etcd restored from a backup), the versions seen so far are another history's: the
+    /// position is forgotten, so that the list is trusted to show deletes, and the list is
+    /// a full sync whatever `relist` says: its `synced` events replace each object's state
+    /// (its version may be older than the one shipped) and consumers drop what it lacks.
+    fn stalled(&mut self, stall: &Stall) {
+        if stall.reason.rewound() {
+            self.position = 0;
+            self.resuming = None;
+            self.replace_next = true;
+            // Versions consumers received belong to the history that was replaced.
+            self.delivered = HashMap::new();
+            self.delivered_until = 0;
+        }
+    }
+
     fn start_sync(&mut self, out: &mut Vec<Change>) {
-        let (reason, mode) = if self.resuming.take().is_some() {
+        let (reason, mode) = if std::mem::take(&mut self.replace_next) {
+            (SyncReason::Relist, SyncMode::Full)
+        } else if self.resuming.take().is_some() {
             (SyncReason::Resume, SyncMode::Diff)
         } else if self.synced_once {
             (SyncReason::Relist, self.relist_mode)
@@ -272,6 +341,9 @@ impl Classifier {
 
     /// A live ADDED/MODIFIED, or a listed object in a diff sync (`sync` set).
     fn applied(&mut self, obj: Object, sync: Option<Arc<str>>, out: &mut Vec<Change>) {
+        if self.already_delivered(&obj.reference) {
+            return;
+        }
         let key = obj.reference.key();
         let previous = self.index.get(&key).cloned();
         if let Some(prev) = &previous
@@ -335,6 +407,9 @@ impl Classifier {
     }
 
     fn deleted(&mut self, obj: Object, out: &mut Vec<Change>) {
+        if self.already_delivered(&obj.reference) {
+            return;
+        }
         self.stood_at(&obj.reference.resource_version);
         let key = obj.reference.key();
         self.index.remove(&key);
@@ -550,6 +625,42 @@ mod tests {
         assert_eq!(summary(&out), ["started:Relist", "deleted:ns/new@20", "completed:Relist:0/0/1/0"], "a list at 25 shows ns/new gone");
     }
 
+    /// etcd restored from a backup under a running watch: the API server's list is older
+    /// than what was shipped. After a stall that says so, the list replaces the shipped
+    /// state (versions going back included) and the next diff relist, still below the old
+    /// position, infers deletes again. A plain stall changes nothing of that.
+    #[test]
+    fn after_a_rewound_history_the_list_replaces_the_shipped_state() {
+        let stall = |reason| Observed::Stalled(Stall { reason, position: "30".into(), current: "12".into() });
+        let mut c = classifier();
+        run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "5", "x")), Observed::InitApply(cm("b", "6", "x")), Observed::InitDone]);
+        run(&mut c, vec![Observed::Apply(cm("a", "20", "new")), Observed::Apply(cm("c", "25", "x")), Observed::Bookmark("30".into())]);
+        let restored = vec![
+            stall(crate::model::StallReason::Ahead),
+            Observed::Init,
+            Observed::InitApply(cm("a", "5", "x")),
+            Observed::InitApply(cm("b", "6", "x")),
+            Observed::Bookmark("12".into()),
+            Observed::InitDone,
+        ];
+        let out = run(&mut c, restored);
+        assert_eq!(summary(&out), ["started:Relist", "synced:ns/a@5", "synced:ns/b@6", "deleted:ns/c@25", "completed:Relist:0/0/1/2"]);
+        assert!(matches!(&out[0], Change::Marker(m) if m.mode == SyncMode::Full));
+        let out = run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "5", "x")), Observed::Bookmark("14".into()), Observed::InitDone]);
+        assert_eq!(summary(&out), ["started:Relist", "deleted:ns/b@6", "completed:Relist:0/0/1/0"], "a diff list at 14 after the restore shows ns/b gone");
+        let out = run(
+            &mut c,
+            vec![
+                stall(crate::model::StallReason::Silent),
+                Observed::Init,
+                Observed::InitApply(cm("a", "5", "x")),
+                Observed::Bookmark("16".into()),
+                Observed::InitDone,
+            ],
+        );
+        assert_eq!(summary(&out), ["started:Relist", "completed:Relist:0/0/0/0"], "a silent watch relists as configured (diff)");
+    }
+
     /// A classifier whose index holds what a checkpoint recorded of `a`, `b` and `gone`
     /// (as a first run would have shipped them), at resourceVersion 7.
     fn resumed() -> Classifier {
@@ -575,7 +686,7 @@ mod tests {
             Change::Marker(_) => None,
         });
         let mut c = classifier();
-        c.resume_from(entries.collect::<Vec<_>>(), "7".into());
+        c.resume_from(entries.collect::<Vec<_>>(), "7".into(), HashMap::new());
         c
     }
 
@@ -597,6 +708,49 @@ mod tests {
         assert!(matches!(&out[0], Change::Marker(m) if m.state.is_none()), "none on started");
         let out = run(&mut c, vec![Observed::Apply(cm("a", "5", "y")), Observed::Init, Observed::InitApply(cm("a", "5", "y")), Observed::InitDone]);
         assert_eq!(state(&out), [("ns/a".to_string(), digest::term("ns/a", "uid-a", "5"))], "b swept by the relist");
+    }
+
+    /// After a crash: the checkpoint held a@1 and gone@3; consumers then received a@8 and
+    /// gone's delete at 9 (the log's tail says so, and the index holds that). The watch,
+    /// continued from the checkpoint's position, sees those events again: none is shipped,
+    /// and what comes after them is.
+    #[test]
+    fn events_consumers_received_after_the_checkpoint_are_not_shipped_again() {
+        let mut c = classifier();
+        let entries = vec![("ns/a".to_string(), Entry { uid: "uid-a".into(), resource_version: "8".into(), fingerprint: 0, content: None })];
+        let delivered = [("uid-a", "8"), ("uid-gone", "9")].map(|(u, v)| (u.to_string(), v.to_string())).into();
+        c.resume_from(entries, "3".into(), delivered);
+        let replayed = vec![
+            Observed::Resumed,
+            Observed::Apply(cm("a", "5", "x")),
+            Observed::Apply(cm("gone", "6", "x")),
+            Observed::Apply(cm("a", "8", "y")),
+            Observed::Delete(cm("gone", "9", "y")),
+        ];
+        let out = run(&mut c, replayed);
+        assert_eq!(summary(&out), ["started:Resume", "completed:Resume:0/0/0/0"]);
+        let out = run(&mut c, vec![Observed::Apply(cm("a", "11", "z")), Observed::Apply(cm("gone2", "12", "z"))]);
+        assert_eq!(summary(&out), ["updated:ns/a@11", "added:ns/gone2@12"]);
+        assert!(c.delivered.is_empty(), "dropped once the watch stood past every delivered version");
+    }
+
+    /// A state marker ships no object and carries the state held and the watch's position;
+    /// none before the first sync completed or while a sync is under way.
+    #[test]
+    fn a_state_marker_carries_the_state_held_between_syncs() {
+        let mut c = classifier();
+        let mut out = Vec::new();
+        assert!(!c.state_marker(&mut out), "before the first sync");
+        run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "1", "x")), Observed::InitDone, Observed::Apply(cm("b", "4", "x"))]);
+        assert!(c.state_marker(&mut out));
+        assert_eq!(summary(&out), ["started:State", "completed:State:0/0/0/0"]);
+        let Change::Marker(done) = &out[1] else { panic!("a marker") };
+        let mut terms = done.state.as_ref().unwrap().to_vec();
+        terms.sort();
+        assert_eq!(terms, [("ns/a".to_string(), digest::term("ns/a", "uid-a", "1")), ("ns/b".to_string(), digest::term("ns/b", "uid-b", "4"))]);
+        assert_eq!((done.mode, done.resource_version.as_str()), (SyncMode::Diff, "4"));
+        run(&mut c, vec![Observed::Init]);
+        assert!(!c.state_marker(&mut Vec::new()), "during a relist");
     }
 
     #[test]

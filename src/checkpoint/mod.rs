@@ -7,14 +7,18 @@ mod progress;
 mod record;
 mod seal;
 mod store;
+mod tail;
 mod writer;
+
+use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 
-pub use progress::{Effect, Progress, Records, Start, key_hash};
-pub use record::{Loaded, Now, Parsed, Refused, Saved, Unusable, WatchRecord, object_key, parse, route_prefix, watch_prefix};
+pub use progress::{Effect, Hold, Progress, Records, Start, key_hash};
+pub use record::{Loaded, Now, Parsed, Refused, Saved, Tail, Unusable, WatchRecord, object_key, parse, route_prefix, watch_prefix};
 pub use seal::Seal;
 pub use store::{Store, StoreError};
+pub use tail::{Learned, Logged, Watched, learn};
 pub use writer::{Destination, Writer};
 
 use crate::change::Entry;
@@ -26,6 +30,9 @@ use crate::plan::{Output, Scope};
 pub struct Resume {
     pub entries: Vec<(String, Entry)>,
     pub resource_version: String,
+    /// Per uid, the newest resourceVersion consumers received after the checkpoint (read
+    /// from the log's tail): the resumed watch ships none of those again.
+    pub delivered: HashMap<String, String>,
 }
 
 /// The digest of what decides the events of one watch on one route: the cluster, the

@@ -3,14 +3,14 @@
 //! records that changed since the last write. What it records is exactly what the route's
 //! consumers hold at a position of the watch, never an event that was not acknowledged.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::record::{self, Saved, WatchRecord};
+use super::record::{self, Saved, Tail, WatchRecord};
 use crate::change::{Change, ObjectChange};
-use crate::model::{ChangeType, MarkerPhase, Position, SyncReason};
+use crate::model::{ChangeType, MarkerPhase, Placement, Position, SyncReason};
 
 /// What one change does to its watch's checkpoint once acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +42,7 @@ impl Effect {
     pub fn of(change: &Change) -> Effect {
         match change {
             Change::Object(o) => object(o),
-            Change::Marker(m) if m.reason == SyncReason::Resync => Effect::Nothing,
+            Change::Marker(m) if matches!(m.reason, SyncReason::Resync | SyncReason::State) => Effect::Nothing,
             Change::Marker(m) => match m.phase {
                 MarkerPhase::Started => Effect::SyncStarted,
                 MarkerPhase::Completed => Effect::SyncCompleted { resource_version: m.resource_version.clone() },
@@ -78,6 +78,28 @@ pub struct Start {
     pub clear: Vec<String>,
     /// The cluster's identity, written in the watch record.
     pub cluster_uid: Option<String>,
+    /// The log the watch's events go to (a Kafka topic, a JetStream stream), when the
+    /// route's sink can be read back; `None` records no tail.
+    pub log: Option<String>,
+    /// Per partition, where the log ended when the watch started: nothing of this run is
+    /// before it.
+    pub reach: BTreeMap<i32, u64>,
+    /// Object records to write at once: what a start learned from the log's tail.
+    pub dirty: Vec<(String, Option<Saved>)>,
+    /// The tail that start read, kept as the checkpoint's until its position passes every
+    /// version learned there.
+    pub hold: Option<Hold>,
+}
+
+/// A tail a checkpoint keeps naming: while the watch's position is not past `until`, the
+/// events learned from it (versions consumers received, which the resumed watch must not
+/// ship again) are known only by reading it again after a crash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// Per partition, where that tail began (a partition not named: from its start).
+    pub next: BTreeMap<i32, u64>,
+    /// The newest resourceVersion learned from it.
+    pub until: u64,
 }
 
 /// One route's progress, shared by its watches' workers (which register changes) and its
@@ -93,9 +115,10 @@ struct Watch {
     digest: String,
     /// The sequence number of `pending`'s first change.
     base: u64,
-    /// Registered changes not yet applied, in the watch's order, and whether each is done.
-    /// Shared by the routes of the watch: the last one to apply it takes it without a copy.
-    pending: VecDeque<(Arc<Effect>, bool)>,
+    /// Registered changes not yet applied, in the watch's order, whether each is done, and
+    /// where the broker stored it. Shared by the routes of the watch: the last one to
+    /// apply it takes it without a copy.
+    pending: VecDeque<(Arc<Effect>, bool, Option<Placement>)>,
     /// Hashes of the object keys recorded (for the watch record's count).
     keys: HashSet<u64>,
     resource_version: Option<String>,
@@ -105,6 +128,11 @@ struct Watch {
     clear: Vec<String>,
     watch_dirty: bool,
     cluster_uid: Option<String>,
+    log: Option<String>,
+    /// Per partition of the log, the offset just past the last of the watch's events
+    /// acknowledged there (or where the log ended at the start).
+    reach: BTreeMap<i32, u64>,
+    hold: Option<Hold>,
 }
 
 /// Records to write: key and value, `None` deletes the key. Objects come before the watch
@@ -114,7 +142,7 @@ pub type Records = Vec<(String, Option<Vec<u8>>)>;
 impl Progress {
     /// Tracks the watch `slot` from `start`; changes of untracked watches get no position.
     pub fn track(&self, slot: usize, start: Start) {
-        let resumed = start.resource_version.is_some();
+        let resumed = start.resource_version.is_some() && start.dirty.is_empty();
         let watch = Watch {
             keys: start.objects,
             prefix: start.prefix,
@@ -123,10 +151,13 @@ impl Progress {
             pending: VecDeque::new(),
             resource_version: start.resource_version,
             in_sync: false,
-            dirty: HashMap::new(),
+            dirty: start.dirty.into_iter().collect(),
             clear: start.clear,
             watch_dirty: !resumed,
             cluster_uid: start.cluster_uid,
+            log: start.log,
+            reach: start.reach,
+            hold: start.hold,
         };
         self.lock().insert(slot, watch);
     }
@@ -137,21 +168,26 @@ impl Progress {
         let mut watches = self.lock();
         let watch = watches.get_mut(&slot)?;
         let seq = watch.base + watch.pending.len() as u64;
-        watch.pending.push_back((effect, done));
+        watch.pending.push_back((effect, done, None));
         if done {
             watch.apply_done();
         }
         Some(Position { watch: slot, seq })
     }
 
-    /// The route's sink acknowledged the change at `position` (or gave up on it by
-    /// policy: an oversized event skipped).
-    pub fn acknowledged(&self, position: Position) {
+    /// The route's sink acknowledged the change at `position`, stored at `placed` when
+    /// the sink says where (or gave up on it by policy: an oversized event skipped).
+    pub fn acknowledged(&self, position: Position, placed: Option<Placement>) {
         let mut watches = self.lock();
         let Some(watch) = watches.get_mut(&position.watch) else { return };
         let Some(i) = position.seq.checked_sub(watch.base) else { return };
         if let Some(entry) = watch.pending.get_mut(i as usize) {
             entry.1 = true;
+            entry.2 = placed;
+            if let Some(p) = placed {
+                let reach = watch.reach.entry(p.partition).or_insert(0);
+                *reach = (*reach).max(p.offset + 1);
+            }
             watch.apply_done();
         }
     }
@@ -174,6 +210,7 @@ impl Progress {
                     resource_version: watch.resource_version.clone(),
                     objects: watch.keys.len() as u64,
                     cluster_uid: watch.cluster_uid.clone(),
+                    tail: watch.tail(),
                 };
                 out.push((record::watch_key(&watch.prefix), Some(serde_json::to_vec(&r).expect("a record serializes"))));
             }
@@ -201,10 +238,30 @@ impl Progress {
 }
 
 impl Watch {
+    /// Where the log may hold events of the watch that the records do not reflect: per
+    /// partition, the lowest offset of an acknowledged change not yet applied, or else
+    /// the reach (what is still in flight lands after it: the broker acknowledges a
+    /// partition's records in order). Reading the log from there to its end after a crash
+    /// gives everything the consumers received beyond the checkpoint.
+    fn tail(&self) -> Option<Tail> {
+        let log = self.log.clone()?;
+        let mut next = self.reach.clone();
+        for p in self.pending.iter().filter_map(|(_, _, placed)| *placed) {
+            let bound = next.entry(p.partition).or_insert(p.offset);
+            *bound = (*bound).min(p.offset);
+        }
+        let position = self.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
+        if let Some(hold) = self.hold.as_ref().filter(|h| position.is_none_or(|p| p <= h.until)) {
+            // A partition either side names not is read from its start.
+            next = next.into_iter().filter_map(|(p, at)| Some((p, at.min(*hold.next.get(&p)?)))).collect();
+        }
+        Some(Tail { log, next })
+    }
+
     /// Applies the done changes at the front, in order.
     fn apply_done(&mut self) {
-        while self.pending.front().is_some_and(|(_, done)| *done) {
-            let (effect, _) = self.pending.pop_front().expect("front checked");
+        while self.pending.front().is_some_and(|(_, done, _)| *done) {
+            let (effect, _, _) = self.pending.pop_front().expect("front checked");
             self.base += 1;
             self.apply(Arc::unwrap_or_clone(effect));
         }
@@ -277,14 +334,72 @@ mod tests {
         let a = p.register(0, Arc::new(upsert("ns/a", "5")), false).unwrap();
         let b = p.register(0, Arc::new(upsert("ns/b", "6")), false).unwrap();
         p.register(0, Arc::new(upsert("ns/c", "7")), true); // filtered out: done at once
-        p.acknowledged(b);
+        p.acknowledged(b, None);
         let (rv, count, _) = summary(&p.take());
         assert_eq!((rv, count), (None, 0), "b waits for a: nothing recorded yet");
-        p.acknowledged(a);
+        p.acknowledged(a, None);
         let (rv, count, objects) = summary(&p.take());
         assert_eq!((rv.as_deref(), count), (Some("7"), 3));
         assert_eq!(objects, ["c.r.configmaps.=.o.ns/a", "c.r.configmaps.=.o.ns/b", "c.r.configmaps.=.o.ns/c"]);
         assert!(p.take().is_empty(), "nothing changed since");
+    }
+
+    /// The tail recorded with the checkpoint starts, per partition, at the first event that
+    /// may not be reflected: an acknowledged one waiting behind an earlier change, or else
+    /// past the last acknowledged (what is in flight lands after it).
+    #[test]
+    fn the_tail_starts_where_the_log_may_hold_what_the_records_do_not() {
+        let p = Progress::default();
+        let reach = [(0, 10), (1, 20)].into();
+        p.track(0, Start { prefix: "c.r.configmaps.=".into(), digest: "d".into(), log: Some("topic".into()), reach, ..Start::default() });
+        let tail = |records: &Records| {
+            records.iter().find(|(k, _)| k.ends_with(".w")).map(|(_, v)| serde_json::from_slice::<WatchRecord>(v.as_ref().unwrap()).unwrap().tail.unwrap().next)
+        };
+        let a = p.register(0, Arc::new(upsert("ns/a", "5")), false).unwrap();
+        let b = p.register(0, Arc::new(upsert("ns/b", "6")), false).unwrap();
+        let c = p.register(0, Arc::new(upsert("ns/c", "7")), false).unwrap();
+        p.acknowledged(b, Some(Placement { partition: 0, offset: 14 }));
+        p.acknowledged(a, Some(Placement { partition: 1, offset: 30 }));
+        // a and b applied, c in flight: partition 0 from 15, partition 1 from 31.
+        assert_eq!(tail(&p.take()), Some([(0, 15), (1, 31)].into()));
+        let d = p.register(0, Arc::new(upsert("ns/d", "8")), false).unwrap();
+        p.acknowledged(d, Some(Placement { partition: 0, offset: 16 }));
+        p.acknowledged(c, None);
+        assert_eq!(tail(&p.take()), Some([(0, 17), (1, 31)].into()), "every change applied");
+        let e = p.register(0, Arc::new(upsert("ns/e", "9")), false).unwrap();
+        let f = p.register(0, Arc::new(upsert("ns/f", "10")), false).unwrap();
+        p.acknowledged(f, Some(Placement { partition: 1, offset: 40 }));
+        p.register(0, Arc::new(upsert("ns/g", "11")), true);
+        assert!(p.take().is_empty(), "nothing applied: the record is not written again");
+        p.acknowledged(e, Some(Placement { partition: 1, offset: 35 }));
+        assert_eq!(tail(&p.take()), Some([(0, 17), (1, 41)].into()));
+    }
+
+    /// A resumed watch keeps naming the tail it learned from until its position is past
+    /// every version learned there: a crash before that reads it again.
+    #[test]
+    fn a_learned_tail_is_kept_until_the_position_passes_it() {
+        let p = Progress::default();
+        let hold = Hold { next: [(0, 5), (1, 7)].into(), until: 20 };
+        let start = Start {
+            prefix: "c.r.configmaps.=".into(),
+            digest: "d".into(),
+            resource_version: Some("10".into()),
+            log: Some("topic".into()),
+            reach: [(0, 40), (1, 50), (2, 60)].into(),
+            hold: Some(hold),
+            ..Start::default()
+        };
+        p.track(0, start);
+        let tail = |records: &Records| {
+            records.iter().find(|(k, _)| k.ends_with(".w")).map(|(_, v)| serde_json::from_slice::<WatchRecord>(v.as_ref().unwrap()).unwrap().tail.unwrap().next)
+        };
+        let a = p.register(0, Arc::new(upsert("ns/a", "15")), false).unwrap();
+        p.acknowledged(a, Some(Placement { partition: 0, offset: 41 }));
+        assert_eq!(tail(&p.take()), Some([(0, 5), (1, 7)].into()), "position 15: the learned tail, partition 2 from its start");
+        let b = p.register(0, Arc::new(upsert("ns/b", "21")), false).unwrap();
+        p.acknowledged(b, Some(Placement { partition: 1, offset: 51 }));
+        assert_eq!(tail(&p.take()), Some([(0, 42), (1, 52), (2, 60)].into()), "position 21: past it");
     }
 
     #[test]
@@ -313,7 +428,7 @@ mod tests {
         let a = p.register(0, Arc::new(upsert("ns/a", "41")), false).unwrap();
         p.register(0, bookmark("90"), true);
         assert!(p.take().is_empty(), "the bookmark waits behind the unacknowledged change");
-        p.acknowledged(a);
+        p.acknowledged(a, None);
         assert_eq!(summary(&p.take()).0.as_deref(), Some("90"));
         p.register(0, bookmark("90"), true);
         assert!(p.take().is_empty(), "the same version again writes nothing");

@@ -6,7 +6,7 @@
 //! `<cluster>.<route>.<resource>.<namespace>.o.<object key>` for its objects, every part
 //! encoded by `token` (`=` for all namespaces).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -71,6 +71,19 @@ pub struct WatchRecord {
     /// when this identity could read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_uid: Option<String>,
+    /// Where, in the log the route's events go to, events of the watch that these records
+    /// may not reflect begin (`checkpoint::tail`); absent for sinks that cannot be read
+    /// back (HTTP, stdout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<Tail>,
+}
+
+/// A place in a route's log: the Kafka topic or JetStream stream, and per partition (0 for
+/// a stream) the offset or sequence to read from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tail {
+    pub log: String,
+    pub next: BTreeMap<i32, u64>,
 }
 
 /// Where the API server stands when a checkpoint is about to be resumed from.
@@ -89,13 +102,13 @@ impl WatchRecord {
     /// server's (an etcd restored from a backup, a cluster re-created under the same name),
     /// and it was written for this cluster.
     pub fn belongs_to(&self, now: &Now) -> Result<(), Unusable> {
-        let Some(at) = self.resource_version.as_deref() else { return Err(Unusable::Incomplete) };
-        let at = version_number(at).ok_or(Unusable::BadVersion)?;
         if let (Some(written), Some(current)) = (&self.cluster_uid, &now.cluster_uid)
             && written != current
         {
             return Err(Unusable::OtherCluster);
         }
+        let Some(at) = self.resource_version.as_deref() else { return Err(Unusable::Incomplete) };
+        let at = version_number(at).ok_or(Unusable::BadVersion)?;
         let current = now.version.as_deref().and_then(version_number).ok_or(Unusable::Unverified)?;
         if at > current {
             return Err(Unusable::Ahead);
@@ -325,7 +338,7 @@ mod tests {
     #[test]
     fn with_a_key_only_sealed_unchanged_records_are_read() {
         let seal = Seal::new(Some(b"a key of sixteen bytes or more"));
-        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 1, cluster_uid: None };
+        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 1, cluster_uid: None, tail: None };
         let plain = records(&watch, &[("ns/a", saved("1"))]);
         let sealed: HashMap<String, Vec<u8>> = plain.iter().map(|(k, v)| (k.clone(), seal.seal(k, v.clone()))).collect();
         assert_eq!(parse(sealed.clone(), &seal).into_values().next().unwrap().unwrap().watch, watch);
@@ -346,7 +359,7 @@ mod tests {
 
     #[test]
     fn a_watch_and_its_objects_read_back() {
-        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2, cluster_uid: None };
+        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2, cluster_uid: None, tail: None };
         let parsed = parse_plain(records(&watch, &[("ns/a", saved("1")), ("system:admin", saved("2"))]));
         let loaded = parsed.into_values().next().unwrap().unwrap();
         assert_eq!(loaded.watch, watch);
@@ -356,7 +369,7 @@ mod tests {
 
     #[test]
     fn lost_or_unparsable_records_make_the_checkpoint_corrupt() {
-        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2, cluster_uid: None };
+        let watch = WatchRecord { format: FORMAT, digest: "d".into(), resource_version: Some("7".into()), objects: 2, cluster_uid: None, tail: None };
         let parsed = parse_plain(records(&watch, &[("ns/a", saved("1"))]));
         let refused = parsed.into_values().next().unwrap().unwrap_err();
         assert_eq!((refused.why, refused.keys.len()), (Unusable::Corrupt, 1), "one object record lost");
@@ -384,6 +397,7 @@ mod tests {
             resource_version: rv.map(str::to_string),
             objects: 0,
             cluster_uid: uid.map(str::to_string),
+            tail: None,
         };
         let now = |v: Option<&str>, uid: Option<&str>| Now { version: v.map(str::to_string), cluster_uid: uid.map(str::to_string) };
         let here = now(Some("100"), Some("k"));

@@ -74,6 +74,11 @@ pub struct Writer {
     pub seal: Seal,
     /// The `route` metric label.
     pub route: String,
+    /// Told once the first write was tried, which the writer makes at once: a start's
+    /// records (where each watch's log ends, what its log's tail taught) are then stored
+    /// before the watches ship anything, so a crash at any moment leaves a checkpoint that
+    /// says where to read what was delivered.
+    pub first: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Writer {
@@ -88,14 +93,17 @@ impl Writer {
             pending.set(events as f64);
             behind.set((records + unwritten.len()) as f64);
         };
+        let mut wait = Duration::ZERO;
         loop {
             let stopping = tokio::select! {
                 _ = stop.cancelled() => true,
-                _ = tokio::time::sleep(self.interval) => false,
+                _ = tokio::time::sleep(wait) => false,
             };
+            wait = self.interval;
             // Until the store can be opened, the progress keeps what changed (the latest
             // state of each object): nothing is taken from it.
             let Some((store, first)) = self.store.open(&self.progress, &self.route).await else {
+                self.first.take().map(|tell| tell.send(()));
                 report(&self.progress, &unwritten);
                 if stopping {
                     tracing::warn!(route = %self.route, "Stopping without a checkpoint: its store could not be read all along (the next start begins with a full sync)");
@@ -129,6 +137,7 @@ impl Writer {
                 }
             }
             report(&self.progress, &unwritten);
+            self.first.take().map(|tell| tell.send(()));
             if stopping {
                 return;
             }

@@ -337,9 +337,19 @@ pub struct DeliveryConfig {
     /// 0 turns the check off. Default: 300.
     #[serde(default = "default_stall_timeout_secs")]
     pub stall_timeout_secs: u64,
+    /// How often each watch ships a state marker between syncs: a `sync.started` and
+    /// `sync.completed` pair with reason `state` and no objects, whose `completed` carries
+    /// the count and digest of the objects consumers hold, so that they can check their
+    /// state without waiting for a sync. In seconds; 0 turns them off. Default: 300.
+    #[serde(default = "default_state_marker_secs")]
+    pub state_marker_secs: u64,
 }
 
 fn default_stall_timeout_secs() -> u64 {
+    300
+}
+
+fn default_state_marker_secs() -> u64 {
     300
 }
 
@@ -362,6 +372,7 @@ impl Default for DeliveryConfig {
             shutdown_timeout_secs: default_shutdown_timeout_secs(),
             oversize: OversizePolicy::default(),
             stall_timeout_secs: default_stall_timeout_secs(),
+            state_marker_secs: default_state_marker_secs(),
         }
     }
 }

@@ -53,6 +53,7 @@ pub mod ranges {
     /// One day: Kubernetes kills a pod long before.
     pub const SHUTDOWN_TIMEOUT_SECS: RangeInclusive<u64> = 0..=86_400;
     pub const STALL_TIMEOUT_SECS: RangeInclusive<u64> = 0..=YEAR_SECS;
+    pub const STATE_MARKER_SECS: RangeInclusive<u64> = 0..=YEAR_SECS;
     /// One hour: the longest time acknowledged progress waits to be written.
     pub const CHECKPOINT_INTERVAL_MS: RangeInclusive<u64> = 1..=3_600_000;
     /// One day; a Lease holds seconds as a 32-bit number.
@@ -158,6 +159,7 @@ pub fn validate(c: &Config) -> Vec<Problem> {
     check_range(&mut out, "runtime.worker_threads", c.runtime.worker_threads, ranges::WORKER_THREADS, "a number of threads (e.g. 2)");
     check_range(&mut out, "delivery.shutdown_timeout_secs", d.shutdown_timeout_secs, ranges::SHUTDOWN_TIMEOUT_SECS, "seconds (e.g. 30)");
     check_range(&mut out, "delivery.stall_timeout_secs", d.stall_timeout_secs, ranges::STALL_TIMEOUT_SECS, "seconds (0 = off)");
+    check_range(&mut out, "delivery.state_marker_secs", d.state_marker_secs, ranges::STATE_MARKER_SECS, "seconds (0 = off)");
     check_range(&mut out, "resume.interval_ms", c.resume.interval_ms, ranges::CHECKPOINT_INTERVAL_MS, "milliseconds (e.g. 1000)");
     if d.retry_initial_ms == 0 || d.retry_initial_ms > d.retry_max_ms {
         out.push(problem(

@@ -327,6 +327,7 @@ mod tests {
             scanner: crate::json::Scanner::new(&[], &[]).unwrap(),
             relist: SyncMode::Diff,
             resync: None,
+            state_markers: None,
             outputs: vec![],
         }
     }

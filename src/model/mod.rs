@@ -6,6 +6,7 @@
 pub mod digest;
 mod object;
 mod resource;
+mod stall;
 pub mod subject;
 
 use schemars::JsonSchema;
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub use object::{Object, ObjectError, ObjectRef};
 pub use resource::ResourceType;
+pub use stall::{Stall, StallReason};
 
 /// What a watch observed, its object already decoded and redacted: kube-runtime's
 /// `watcher::Event` as the later stages take it.
@@ -34,6 +36,9 @@ pub enum Observed {
     /// The watch stands at this resourceVersion with nothing before it left to observe (a
     /// completed list's own version, a bookmark): where a checkpoint can resume from.
     Bookmark(String),
+    /// The watch stopped following the API server (see `Stall`); a list comes next. When the
+    /// API server's history was replaced, that list replaces what was shipped.
+    Stalled(Stall),
 }
 
 /// Where an event stands in its watch's order (`watch`: the watch's position in the plan,
@@ -43,6 +48,15 @@ pub enum Observed {
 pub struct Position {
     pub watch: usize,
     pub seq: u64,
+}
+
+/// Where the broker stored an event: its Kafka partition and offset, or (NATS JetStream,
+/// partition 0) its stream sequence. The checkpoint records how far its events reached, so
+/// that a start after a crash reads what was delivered after it (`checkpoint::tail`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub partition: i32,
+    pub offset: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -74,6 +88,8 @@ pub enum SyncReason {
     Resync,
     /// A start from a checkpoint: only what changed since it was written.
     Resume,
+    /// A periodic state marker: no objects, the count and digest of the state held.
+    State,
 }
 
 impl SyncReason {
@@ -83,6 +99,7 @@ impl SyncReason {
             SyncReason::Relist => "relist",
             SyncReason::Resync => "resync",
             SyncReason::Resume => "resume",
+            SyncReason::State => "state",
         }
     }
 }

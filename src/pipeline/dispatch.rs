@@ -20,6 +20,7 @@ use super::retry::RetryPolicy;
 use crate::checkpoint::Progress;
 use crate::config::OversizePolicy;
 use crate::event::{self, Envelope, EnvelopeKind};
+use crate::model::Placement;
 use crate::sink::{ErrorKind, Failure, Publisher, SendError};
 use crate::telemetry::{RouteHealth, metrics as m};
 
@@ -78,7 +79,7 @@ type Lanes = HashMap<Lane, VecDeque<Envelope>, BuildHasherDefault<LaneHasher>>;
 struct Outcome {
     env: Envelope,
     lane: Lane,
-    result: Result<(), SendError>,
+    result: Result<Option<Placement>, SendError>,
     attempt: u32,
     started: Instant,
 }
@@ -185,9 +186,9 @@ impl<P: Publisher> Dispatcher<P> {
                             continue;
                         }
                         Settled::Fatal(e) => return Err(e),
-                        Settled::Done(env) => {
+                        Settled::Done(env, placed) => {
                             if let (Some(progress), Some(position)) = (&self.progress, env.position) {
-                                progress.acknowledged(position);
+                                progress.acknowledged(position, placed);
                             }
                             if matches!(env.kind, EnvelopeKind::Marker(_)) {
                                 barrier = false;
@@ -241,7 +242,7 @@ impl<P: Publisher> Dispatcher<P> {
         let sink = self.sink.name();
         let env = done.env;
         match done.result {
-            Ok(()) => {
+            Ok(placed) => {
                 self.health.progressed();
                 meters.acknowledged(&env.resource, env.kind.label());
                 meters.latency.record(done.started.elapsed().as_secs_f64());
@@ -251,7 +252,7 @@ impl<P: Publisher> Dispatcher<P> {
                 if env.completes_initial_sync {
                     self.health.initial_sync_delivered();
                 }
-                Settled::Done(env)
+                Settled::Done(env, placed)
             }
             Err(e) => {
                 metrics::counter!(m::SINK_ERRORS, "sink" => sink, "route" => self.route.clone(), "error_kind" => e.kind().as_str()).increment(1);
@@ -271,7 +272,7 @@ impl<P: Publisher> Dispatcher<P> {
                         metrics::counter!(m::DROPPED, "resource" => env.resource.to_string(), "reason" => "rejected", "route" => self.route.clone())
                             .increment(1);
                         tracing::error!(sink, route = %self.route, resource = %env.resource, key = env.key(), id = env.attributes.id, error = %source, "Sink rejected an event; skipped (on_client_error = skip)");
-                        Settled::Done(env)
+                        Settled::Done(env, None)
                     }
                     SendError::Fatal { kind, source } => {
                         tracing::error!(sink, route = %self.route, resource = %env.resource, error_kind = kind.as_str(), error = %source, "Sink refused an event for good; stopping");
@@ -302,12 +303,13 @@ impl<P: Publisher> Dispatcher<P> {
         }
         metrics::counter!(m::DROPPED, "resource" => resource, "reason" => "too_large", "route" => self.route.clone()).increment(1);
         tracing::error!(sink, route = %self.route, resource = %env.resource, key = env.key(), error = %source, "Event too large for the sink; skipped");
-        Settled::Done(env)
+        Settled::Done(env, None)
     }
 }
 
 enum Settled {
-    Done(Envelope),
+    /// Acknowledged (or skipped by policy), with where the broker stored it, if known.
+    Done(Envelope, Option<Placement>),
     Retry(Envelope, u32, Duration),
     Fatal(DispatchError),
 }
@@ -349,7 +351,7 @@ mod tests {
             self.expedited.lock().unwrap().push((acked, sending));
         }
 
-        async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+        async fn send(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
             let id = env.attributes.id.clone();
             {
                 let mut c = self.max_concurrent.lock().unwrap();
@@ -369,7 +371,7 @@ mod tests {
                 return Err(SendError::Retryable { kind: ErrorKind::Timeout, source: kafka_error(RDKafkaErrorCode::MessageTimedOut) });
             }
             self.acked.lock().unwrap().push(id);
-            Ok(())
+            Ok(None)
         }
     }
 
@@ -536,7 +538,7 @@ mod tests {
             "meeting"
         }
 
-        async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+        async fn send(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
             let met = {
                 let mut s = self.inside.lock().unwrap();
                 s.0 += 1;
@@ -550,7 +552,7 @@ mod tests {
             }
             self.inside.lock().unwrap().0 -= 1;
             self.acked.lock().unwrap().push(env.attributes.id.clone());
-            Ok(())
+            Ok(None)
         }
     }
 
@@ -588,12 +590,12 @@ mod tests {
         fn name(&self) -> &'static str {
             "small"
         }
-        async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+        async fn send(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
             if !env.attributes.truncated {
                 return Err(SendError::TooLarge { source: kafka_error(RDKafkaErrorCode::MessageSizeTooLarge) });
             }
             self.acked.lock().unwrap().push(env.clone());
-            Ok(())
+            Ok(None)
         }
     }
 
@@ -636,7 +638,7 @@ mod tests {
             fn name(&self) -> &'static str {
                 "refuses"
             }
-            async fn send(&self, _: &Envelope) -> Result<(), SendError> {
+            async fn send(&self, _: &Envelope) -> Result<Option<Placement>, SendError> {
                 Err(SendError::Fatal { kind: ErrorKind::Authorization, source: kafka_error(RDKafkaErrorCode::TopicAuthorizationFailed) })
             }
         }

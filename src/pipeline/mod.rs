@@ -6,6 +6,7 @@ mod meters;
 mod resume;
 mod retry;
 mod startup;
+mod tail;
 mod worker;
 
 use std::collections::HashMap;
@@ -104,6 +105,8 @@ impl TaskNames {
 /// less often.
 const PROBE_UNTIL_REACHABLE: Duration = Duration::from_secs(1);
 const PROBE_WHILE_REACHABLE: Duration = Duration::from_secs(10);
+/// How long the start waits for the routes' first checkpoint writes before it ships.
+const FIRST_WRITE_FOR: Duration = Duration::from_secs(10);
 
 /// Runs the bridge until SIGTERM/SIGINT (or `stop`), then drains within the configured
 /// timeout. Start-up problems (credentials, unknown kinds, missing RBAC, sink config) are
@@ -172,11 +175,28 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     let starts = resume::load(&config, &seal, &client, &routes, &scopes, retry, &stop).await;
     let checkpoint_stop = CancellationToken::new();
     let mut writers = JoinSet::new();
+    let mut first_writes = Vec::new();
     for (route, tracked) in routes.iter().zip(&starts.routes) {
         let Some((store, progress)) = tracked else { continue };
         let interval = Duration::from_millis(config.resume.interval_ms);
-        let writer = checkpoint::Writer { store: store.clone(), progress: progress.clone(), interval, seal: seal.clone(), route: route.name.clone() };
+        let (first, written) = tokio::sync::oneshot::channel();
+        first_writes.push(written);
+        let writer = checkpoint::Writer {
+            store: store.clone(),
+            progress: progress.clone(),
+            interval,
+            seal: seal.clone(),
+            route: route.name.clone(),
+            first: Some(first),
+        };
         names.spawn(&mut writers, format!("checkpoint writer of route {}", route.name), writer.run(checkpoint_stop.clone()));
+    }
+    // The start's records stored before anything is shipped (a store that does not answer
+    // holds the start back for FIRST_WRITE_FOR at most).
+    if tokio::time::timeout(FIRST_WRITE_FOR, futures::future::join_all(first_writes)).await.is_err() {
+        tracing::warn!(
+            "The first checkpoint write did not finish within {FIRST_WRITE_FOR:?}; shipping starts all the same (a crash before it is written restarts with a full sync)"
+        );
     }
 
     // Each route: its own bounded queue, then its sink's preparation and dispatcher, so

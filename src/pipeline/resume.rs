@@ -2,19 +2,20 @@
 //! watch's start decided: resumed from its routes' checkpoints, or a full initial sync,
 //! logged and counted with the reason.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use super::RetryPolicy;
+use super::tail;
 use crate::change::Entry;
 use kube::Client;
 
-use crate::checkpoint::{self, Destination, Loaded, Now, Parsed, Progress, Refused, Resume, Seal, Start, Store, StoreError, Unusable};
+use crate::checkpoint::{self, Destination, Hold, Learned, Loaded, Now, Parsed, Progress, Refused, Resume, Seal, Start, Store, StoreError, Unusable, Watched};
 use crate::config::{Config, RouteConfig};
-use crate::plan::Scope;
+use crate::plan::{Output, Scope};
 use crate::telemetry::metrics as m;
 use crate::watch::position;
 
@@ -120,10 +121,37 @@ pub async fn load(
         // full sync, so that a later start with resume on never continues from knowledge
         // older than what this run shipped.
         let oldest = if enabled { decide(&found) } else { Err(found.first().map(|(route, ..)| (*route, Unusable::Disabled))) };
+        // What consumers received after the checkpoint resumed from, read from its log.
+        let (mut learned, mut reach, mut hold) = (Learned::default(), None, None);
+        if let Ok(i) = oldest
+            && let (route, _, _, Found::Usable(loaded)) = &mut found[i]
+        {
+            let route = &routes[*route];
+            let watched = Watched {
+                cluster: &config.cluster,
+                resource: &format!("{}/{}", scope.resource.api_version(), scope.resource.kind),
+                namespace: scope.namespace.as_deref(),
+            };
+            let read_from = loaded.watch.tail.as_ref().map(|t| t.next.clone());
+            if let Some((l, ends)) = read_tail(route, &scope.outputs[i], loaded, watched, &label).await {
+                // Kept as the checkpoint's tail until the watch is past all it taught.
+                let until = l.delivered.values().filter_map(|v| v.parse::<u64>().ok()).max();
+                hold = read_from.zip(until).map(|(next, until)| Hold { next, until });
+                (learned, reach) = (l, Some(ends));
+            }
+        }
         // Where each route's checkpoint of the watch starts: as read when the watch
-        // resumes, else cleared (the initial sync records what exists now).
-        for (route, prefix, digest, f) in &found {
+        // resumes, else cleared (the initial sync records what exists now); what it learned
+        // from the log's tail, and where its log ends.
+        for (i, (route, prefix, digest, f)) in found.iter().enumerate() {
             let Some((_, progress)) = &starts.routes[*route] else { continue };
+            let log = tail::log_of(&routes[*route].sink, &scope.outputs[i]);
+            // The route resumed from: where its tail ended; every other: where its log ends now.
+            let reach = match (oldest == Ok(i), &log) {
+                (true, _) if reach.is_some() => reach.take().unwrap_or_default(),
+                (_, Some(log)) => log_ends(&routes[*route], log).await,
+                (_, None) => BTreeMap::new(),
+            };
             let start = match (&oldest, f) {
                 (Ok(_), Found::Usable(loaded)) => Start {
                     prefix: prefix.clone(),
@@ -132,15 +160,29 @@ pub async fn load(
                     resource_version: loaded.watch.resource_version.clone(),
                     clear: Vec::new(),
                     cluster_uid: cluster_uid.clone(),
+                    log,
+                    reach,
+                    dirty: if oldest == Ok(i) { std::mem::take(&mut learned.records).into_iter().collect() } else { Vec::new() },
+                    hold: if oldest == Ok(i) { hold.take() } else { None },
                 },
-                _ => Start { prefix: prefix.clone(), digest: digest.clone(), clear: clearing(f, prefix), cluster_uid: cluster_uid.clone(), ..Start::default() },
+                _ => Start {
+                    prefix: prefix.clone(),
+                    digest: digest.clone(),
+                    clear: clearing(f, prefix),
+                    cluster_uid: cluster_uid.clone(),
+                    log,
+                    reach,
+                    ..Start::default()
+                },
             };
             progress.track(slot, start);
         }
-        let start = oldest.and_then(|i| resume_from(&mut found[i].3).ok_or(None));
+        let start = oldest.and_then(|i| resume_from(&mut found[i].3, std::mem::take(&mut learned.delivered)).ok_or(None));
         starts.watches.push(match start {
             Ok(resume) => {
-                let continue_from = (!scope.keeps_content()).then(|| resume.resource_version.clone());
+                // Without a position (a first sync cut short), or keeping content the
+                // checkpoint has not, the watch lists and ships the list as a diff.
+                let continue_from = (!scope.keeps_content() && !resume.resource_version.is_empty()).then(|| resume.resource_version.clone());
                 tracing::info!(watch = %scope.describe(), objects = resume.entries.len(), resource_version = %resume.resource_version, listing = continue_from.is_none(), "Resuming from the checkpoint");
                 (Some(resume), continue_from)
             }
@@ -161,19 +203,21 @@ pub async fn load(
     starts
 }
 
-/// The route's checkpoint of a watch: usable when its digest is the watch's, its first
-/// sync was acknowledged whole, and it belongs to the cluster's timeline as it stands `now`.
+/// The route's checkpoint of a watch: usable when its digest is the watch's, and it belongs
+/// to the cluster's timeline as it stands `now` with its first sync acknowledged whole, or
+/// names where its log's tail begins.
 fn classify(records: Option<Result<Loaded, Refused>>, prefix: &str, digest: &str, now: &Now) -> Found {
     match records {
         None => Found::Unusable(Unusable::Missing, Vec::new()),
         Some(Err(Refused { why, keys })) => Found::Unusable(why, keys),
         Some(Ok(loaded)) => {
-            let why = if loaded.watch.digest != digest {
-                Unusable::Foreign
-            } else if let Err(why) = loaded.watch.belongs_to(now) {
-                why
-            } else {
-                return Found::Usable(loaded);
+            let why = match loaded.watch.belongs_to(now) {
+                _ if loaded.watch.digest != digest => Unusable::Foreign,
+                // A first sync cut short, whose events the log holds: what consumers
+                // received of it is read back, and a list is shipped as a diff against it.
+                Err(Unusable::Incomplete) if loaded.watch.tail.is_some() => return Found::Usable(loaded),
+                Err(why) => why,
+                Ok(()) => return Found::Usable(loaded),
             };
             let keys = loaded.objects.keys().map(|k| checkpoint::object_key(prefix, k)).collect();
             Found::Unusable(why, keys)
@@ -216,7 +260,7 @@ fn decide(found: &[(usize, String, String, Found)]) -> Result<usize, Option<(usi
 
 /// The watch's start from a usable checkpoint, its objects moved out (not copied: at 100k
 /// objects a copy is tens of MB at the peak of start-up).
-fn resume_from(found: &mut Found) -> Option<Resume> {
+fn resume_from(found: &mut Found, delivered: HashMap<String, String>) -> Option<Resume> {
     let Found::Usable(loaded) = found else { return None };
     let entries = std::mem::take(&mut loaded.objects)
         .into_iter()
@@ -224,7 +268,58 @@ fn resume_from(found: &mut Found) -> Option<Resume> {
             (key, Entry { uid: s.uid.as_str().into(), resource_version: s.resource_version.as_str().into(), fingerprint: s.fingerprint, content: None })
         })
         .collect();
-    Some(Resume { entries, resource_version: loaded.watch.resource_version.clone().unwrap_or_default() })
+    Some(Resume { entries, resource_version: loaded.watch.resource_version.clone().unwrap_or_default(), delivered })
+}
+
+/// How long start-up reads a log's tail (or asks where it ends) before it gives up on it.
+const TAIL_FOR: Duration = Duration::from_secs(60);
+
+/// Reads what the route's log stored after `loaded`'s checkpoint and applies it: what
+/// consumers hold, learned, and where the log ends. `None` when the checkpoint names no
+/// tail (written by a version before 0.9, or for a sink that cannot be read back) or the
+/// log cannot be read: the watch then resumes from the checkpoint alone, and what was
+/// delivered after it is delivered again.
+async fn read_tail(route: &RouteConfig, output: &Output, loaded: &mut Loaded, watched: Watched<'_>, label: &str) -> Option<(Learned, BTreeMap<i32, u64>)> {
+    let log = tail::log_of(&route.sink, output)?;
+    let outcome = |o: &'static str| metrics::counter!(m::RESUME_TAILS, "resource" => label.to_string(), "outcome" => o).increment(1);
+    let Some(t) = loaded.watch.tail.as_ref().filter(|t| t.log == log) else {
+        tracing::warn!(route = %route.name, resource = label, log, "The checkpoint does not say where its log's tail begins; resuming from the checkpoint alone (what was delivered after it is delivered again)");
+        outcome("untracked");
+        return None;
+    };
+    let started = Instant::now();
+    match tokio::time::timeout(TAIL_FOR, tail::read(&route.sink, &log, &t.next)).await {
+        Ok(Ok(read)) => {
+            let records = read.events.len();
+            let learned = checkpoint::learn(&mut loaded.objects, watched, read.events);
+            let took_ms = started.elapsed().as_millis();
+            tracing::info!(route = %route.name, resource = label, log, records, events = learned.events, changed = learned.records.len(), took_ms, "Read what was delivered after the checkpoint");
+            outcome("read");
+            Some((learned, read.ends))
+        }
+        failed => {
+            let error = match failed {
+                Ok(Err(e)) => e.to_string(),
+                _ => format!("no end within {TAIL_FOR:?}"),
+            };
+            tracing::warn!(route = %route.name, resource = label, log, error, "Cannot read what was delivered after the checkpoint; resuming from the checkpoint alone (what was delivered after it is delivered again)");
+            outcome("failed");
+            None
+        }
+    }
+}
+
+/// Where `log` ends now; nothing known when it cannot be read (a log not created yet):
+/// the checkpoint then learns each partition's reach from the first acknowledgement there.
+async fn log_ends(route: &RouteConfig, log: &str) -> BTreeMap<i32, u64> {
+    match tokio::time::timeout(TAIL_FOR, tail::ends(&route.sink, log)).await {
+        Ok(Ok(ends)) => ends,
+        Ok(Err(e)) => {
+            tracing::debug!(route = %route.name, log, error = %e, "Cannot read where the log ends");
+            BTreeMap::new()
+        }
+        Err(_) => BTreeMap::new(),
+    }
 }
 
 /// How many times start-up asks the API server where it stands before it gives up on
@@ -306,7 +401,14 @@ mod tests {
         let objects: HashMap<String, Saved> =
             objects.iter().map(|k| (k.to_string(), Saved { uid: format!("uid-{k}"), resource_version: "1".into(), fingerprint: 1 })).collect();
         Loaded {
-            watch: WatchRecord { format: 1, digest: digest.into(), resource_version: rv.map(str::to_string), objects: objects.len() as u64, cluster_uid: None },
+            watch: WatchRecord {
+                format: 1,
+                digest: digest.into(),
+                resource_version: rv.map(str::to_string),
+                objects: objects.len() as u64,
+                cluster_uid: None,
+                tail: None,
+            },
             objects,
         }
     }
@@ -322,6 +424,9 @@ mod tests {
         let Found::Unusable(why, clear) = classify(Some(Ok(loaded("other", Some("5"), &["ns/a"]))), "p", "d", &now) else { panic!("foreign") };
         assert_eq!((why, clear), (Unusable::Foreign, vec!["p.o.ns/a".to_string()]), "a foreign checkpoint is cleared");
         assert!(matches!(classify(Some(Ok(loaded("d", None, &[]))), "p", "d", &now), Found::Unusable(Unusable::Incomplete, _)));
+        let mut cut_short = loaded("d", None, &["ns/a"]);
+        cut_short.watch.tail = Some(checkpoint::Tail { log: "t".into(), next: BTreeMap::new() });
+        assert!(matches!(classify(Some(Ok(cut_short)), "p", "d", &now), Found::Usable(_)), "a first sync cut short, its log's tail known");
         assert!(matches!(classify(Some(Ok(loaded("d", Some("5"), &[]))), "p", "d", &now), Found::Usable(_)));
         let Found::Unusable(why, clear) = classify(Some(Ok(loaded("d", Some("8"), &["ns/a"]))), "p", "d", &now) else { panic!("ahead") };
         assert_eq!((why, clear), (Unusable::Ahead, vec!["p.o.ns/a".to_string()]), "a checkpoint ahead of the API server is cleared");
@@ -332,7 +437,7 @@ mod tests {
         let both = [found(0, Found::Usable(loaded("d", Some("90"), &["ns/a", "ns/b"]))), found(1, Found::Usable(loaded("d", Some("9"), &["ns/a"])))];
         let mut both = both;
         let oldest = decide(&both).unwrap();
-        let resume = resume_from(&mut both[oldest].3).unwrap();
+        let resume = resume_from(&mut both[oldest].3, HashMap::new()).unwrap();
         assert_eq!((resume.resource_version.as_str(), resume.entries.len()), ("9", 1), "the oldest checkpoint (9 < 90, as numbers)");
         let one_missing = [found(0, Found::Usable(loaded("d", Some("9"), &[]))), found(1, Found::Unusable(Unusable::Missing, Vec::new()))];
         assert!(matches!(decide(&one_missing), Err(Some((1, Unusable::Missing)))));

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::change::{Change, Classifier};
 use crate::checkpoint::{Effect, Progress, Resume};
 use crate::event::{self, Envelope, WatchAttributes};
-use crate::model::{ChangeType, MarkerPhase, Observed};
+use crate::model::{ChangeType, MarkerPhase, Observed, Stall, StallReason};
 use crate::plan::Scope;
 use crate::telemetry::WatchHealth;
 use crate::telemetry::metrics::{self as m, Counters};
@@ -48,26 +48,33 @@ impl Worker {
         let mut observed = std::pin::pin!(observed);
         let mut classifier = Classifier::new(watch.resource.clone(), scope.relist, scope.keeps_content());
         if let Some(resume) = self.resume.take() {
-            classifier.resume_from(resume.entries, resume.resource_version);
+            classifier.resume_from(resume.entries, resume.resource_version, resume.delivered);
         }
         // Resyncs run in this task, between watch events: each object's resync event
         // carries its state at emission time, in order with its live events.
         let mut resync = scope.resync.map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
+        // State markers too, so each one's count and digest is the state at its place.
+        let mut state_markers = scope.state_markers.map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
         let mut changes = Vec::new();
         tracing::info!(watch = %scope.describe(), "Watch started");
         loop {
-            let item = tokio::select! {
+            let periodic = tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tick(&mut resync) => {
-                    if !classifier.resync(&mut changes) {
-                        tracing::debug!(watch = %scope.describe(), "Resync skipped: a sync is under way");
+                _ = tick(&mut resync) => Err((classifier.resync(&mut changes), "Resync")),
+                _ = tick(&mut state_markers) => Err((classifier.state_marker(&mut changes), "State marker")),
+                item = observed.next() => Ok(item),
+            };
+            let item = match periodic {
+                Ok(item) => item,
+                Err((ran, what)) => {
+                    if !ran {
+                        tracing::debug!(watch = %scope.describe(), "{what} skipped: a sync is under way");
                     }
                     if !self.enqueue(&watch, &mut changes, &mut meters, Instant::now(), &stop).await {
                         return;
                     }
                     continue;
                 }
-                item = observed.next() => item,
             };
             let Some(item) = item else { return };
             let arrived = Instant::now();
@@ -81,9 +88,12 @@ impl Worker {
                     continue;
                 }
             };
-            // `Init` comes before each list is even tried; anything else proves the watch
-            // works (an object, a completed list, a live event).
-            if !matches!(event, Observed::Init) {
+            if let Observed::Stalled(stall) = &event {
+                self.stalled(stall, &mut meters);
+            }
+            // `Init` comes before each list is even tried, a stall is the opposite; anything
+            // else proves the watch works (an object, a completed list, a live event).
+            if !matches!(event, Observed::Init | Observed::Stalled(_)) {
                 self.health.worked();
                 meters.last_event.set(unix_now());
             }
@@ -95,6 +105,22 @@ impl Worker {
             if !self.enqueue(&watch, &mut changes, &mut meters, arrived, &stop).await {
                 return;
             }
+        }
+    }
+
+    /// The watch stage gave the watch up (see `watch::stall`) and lists again: counted, logged
+    /// and reported to /readyz as a failure of kind `reason` until the list works. A history
+    /// replaced under the watch (etcd restored from a backup) is an ERROR: consumers held
+    /// state that the API server no longer has until the full relist that follows replaces it.
+    fn stalled(&self, stall: &Stall, meters: &mut Meters) {
+        let reason = stall.reason.as_str();
+        meters.stall(stall.reason);
+        self.health.failed(reason);
+        let watch = self.scope.describe();
+        if stall.reason.rewound() {
+            tracing::error!(watch = %watch, reason, position = %stall.position, current = %stall.current, "The API server's current version is behind the watch's position: its history was replaced (etcd restored from a backup?); listing in full to replace what was shipped");
+        } else {
+            tracing::warn!(watch = %watch, reason, position = %stall.position, current = %stall.current, silent_secs = crate::watch::stall::SILENCE_LIMIT.as_secs(), "The watch heard nothing while the API server's version moved on; listing again");
         }
     }
 
@@ -171,6 +197,7 @@ struct Meters {
     /// Each output's filtered events, by output position and change type.
     filtered: Vec<Counters<ChangeType>>,
     watch_errors: Counters<&'static str>,
+    stalls: Counters<StallReason>,
 }
 
 impl Meters {
@@ -182,6 +209,7 @@ impl Meters {
             queued: scope.outputs.iter().map(|o| metrics::gauge!(m::QUEUED, "route" => o.route_name.clone())).collect(),
             filtered: scope.outputs.iter().map(|_| Counters::default()).collect(),
             watch_errors: Counters::default(),
+            stalls: Counters::default(),
             resource: resource.clone(),
         }
     }
@@ -191,6 +219,12 @@ impl Meters {
     fn filtered(&mut self, i: usize, route: &Arc<str>, change: ChangeType) {
         let resource = &self.resource;
         self.filtered[i].increment(change, |t| metrics::counter!(m::FILTERED, "resource" => resource.clone(), "type" => t.as_str(), "route" => route.clone()));
+    }
+
+    /// Counts a stall of the watch.
+    fn stall(&mut self, reason: StallReason) {
+        let resource = &self.resource;
+        self.stalls.increment(reason, |r| metrics::counter!(m::WATCH_STALLS, "resource" => resource.clone(), "reason" => r.as_str()));
     }
 
     /// Counts a watch error of `kind` (`FailureKind::as_str`).
@@ -293,6 +327,36 @@ mod tests {
         assert_eq!(received(&mut rx[0]).await, ["sync.started", "synced ns/a", "sync.completed"]);
     }
 
+    /// A stall makes the watch fail (for /readyz, past the grace) until its list works; a
+    /// replaced history relists in full.
+    #[tokio::test]
+    async fn a_stalled_watch_fails_until_its_list_works() {
+        let (mut w, mut rx) = worker(scope(json!({"sink": {"type": "stdout"}})), 1);
+        let health = Health::new(vec![("default".into(), 0)], None, Some(Duration::ZERO));
+        health.route(0).set_sink_connected(true);
+        w.health = health.watch("configmaps".into());
+        let stall = crate::model::Stall { reason: crate::model::StallReason::Ahead, position: "30".into(), current: "12".into() };
+        let (tx, observed) = futures::channel::mpsc::unbounded();
+        let task = tokio::spawn(w.run(observed.map(Ok), CancellationToken::new()));
+        for o in [Observed::Init, Observed::InitApply(cm("a", "9", "x")), Observed::InitDone, Observed::Stalled(stall), Observed::Init] {
+            tx.unbounded_send(o).unwrap();
+        }
+        let rx = &mut rx[0];
+        let mut labels = Vec::new();
+        while labels.len() < 4 {
+            let e = rx.recv().await.unwrap();
+            labels.push(e.kind.label().to_string());
+        }
+        assert_eq!(labels, ["sync.started", "synced", "sync.completed", "sync.started"]);
+        let why = health.readiness().unwrap_err();
+        assert!(why.contains("watch of configmaps failing") && why.contains("(last error: ahead)"), "{why}");
+        tx.unbounded_send(Observed::InitApply(cm("a", "5", "x"))).unwrap();
+        assert_eq!(rx.recv().await.map(|e| e.kind.label()), Some("synced"), "a full relist: the restored state, its older version included");
+        assert_eq!(health.readiness(), Ok(()), "the list works");
+        drop(tx);
+        task.await.unwrap();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn resyncs_ship_the_index_between_observations_on_the_period() {
         let (w, rx) = worker(scope(json!({"kubernetes": {"resync_secs": 60}, "sink": {"type": "stdout"}})), 1);
@@ -335,7 +399,7 @@ mod tests {
             // before the sink acknowledges.
             assert!(p.backlog().0 >= positions.len(), "route {route}");
             for position in positions {
-                p.acknowledged(position);
+                p.acknowledged(position, None);
             }
             assert_eq!(p.backlog().0, 0);
             let records = p.take();

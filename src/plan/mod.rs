@@ -115,6 +115,7 @@ pub fn scopes(config: &Config, resources: &[ResourceType], api_server: &str) -> 
                 scanner: scanner.clone(),
                 relist: rc.relist,
                 resync: Some(rc.resync_secs.unwrap_or(config.kubernetes.resync_secs)).filter(|s| *s > 0).map(Duration::from_secs),
+                state_markers: Some(config.delivery.state_marker_secs).filter(|s| *s > 0).map(Duration::from_secs),
                 outputs: outputs.clone(),
             }));
         }

@@ -29,6 +29,8 @@ pub struct Scope {
     pub relist: SyncMode,
     /// Period of resyncs, when on.
     pub resync: Option<Duration>,
+    /// Period of state markers, when on.
+    pub state_markers: Option<Duration>,
     /// The routes that ship this resource, with their filters and shapes.
     pub outputs: Vec<Output>,
 }

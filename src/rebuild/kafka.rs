@@ -7,7 +7,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::decode::{Binding, decode};
+use super::decode::{Bad, Binding, Step, decode};
 use super::follow::{Follow, PERIOD, Writer};
 use super::{Consumer, Position, RebuildError};
 use crate::config::{ClientRole, KafkaConfig};
@@ -19,55 +19,87 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// `follow`, then reads every partition on from where it ended until stopped.
 /// Offsets a compacted topic no longer holds are not gaps to report: compaction removes
 /// records by design (Kafka has no way to tell them from records never written).
-pub fn read(brokers: &str, topics: &[String], connection: Option<&KafkaConfig>, follow: Option<&Follow>, consumer: &mut Consumer) -> Result<(), RebuildError> {
-    let mut config = match connection {
-        Some(k) => k.client_config(ClientRole::Consumer).map_err(|e| RebuildError::Source(e.to_string()))?,
-        None => ClientConfig::new(),
-    };
-    let reader = [("bootstrap.servers", brokers), ("group.id", "deltaship-rebuild"), ("enable.auto.commit", "false")];
-    for (key, value) in reader {
-        // The sink's raw librdkafka options win, as they do over its producer's settings.
-        if config.get(key).is_none() {
-            config.set(key, value);
-        }
-    }
-    let kafka: BaseConsumer = config.create().map_err(|e| RebuildError::Source(format!("cannot create a Kafka consumer: {e}")))?;
+pub(super) fn read(
+    brokers: &str,
+    topics: &[String],
+    connection: Option<&KafkaConfig>,
+    follow: Option<&Follow>,
+    consumer: &mut Consumer,
+) -> Result<(), RebuildError> {
+    let kafka = connect(brokers, connection, "deltaship-rebuild")?;
     // Where each partition ended: where following goes on.
     let mut ends = TopicPartitionList::new();
     for topic in topics {
-        let md = kafka.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| RebuildError::Source(format!("no metadata for topic {topic}: {e}")))?;
-        let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
-        if partitions.is_empty() {
-            return Err(RebuildError::Source(format!("topic {topic} does not exist")));
-        }
-        for p in partitions {
-            let (low, high) = kafka.fetch_watermarks(topic, p, TIMEOUT).map_err(|e| RebuildError::Source(format!("no offsets for {topic}/{p}: {e}")))?;
+        let read = read_topic(&kafka, topic, |_| 0, &mut |p, offset, step| {
+            let at = || Position::Kafka { topic: topic.clone(), partition: p, offset };
+            consumer.record(at, step)
+        })?;
+        for (p, high) in read {
             ends.add_partition_offset(topic, p, Offset::Offset(high)).expect("a valid partition");
-            if high <= low {
-                continue;
-            }
-            let mut tpl = TopicPartitionList::new();
-            tpl.add_partition_offset(topic, p, Offset::Beginning).expect("a valid partition");
-            kafka.assign(&tpl).map_err(|e| RebuildError::Source(e.to_string()))?;
-            loop {
-                let m = match kafka.poll(TIMEOUT) {
-                    Some(Ok(m)) => m,
-                    Some(Err(e)) => return Err(RebuildError::Source(format!("reading {topic}/{p}: {e}"))),
-                    None => return Err(RebuildError::Source(format!("no record from {topic}/{p} within {TIMEOUT:?}"))),
-                };
-                let offset = m.offset();
-                let at = || Position::Kafka { topic: topic.clone(), partition: p, offset };
-                consumer.record(at, decode(Binding::Kafka, &headers(&m), m.payload(), p))?;
-                if offset + 1 >= high {
-                    break;
-                }
-            }
         }
     }
     if let Some(f) = follow {
         follow_on(&kafka, ends, f, consumer)?;
     }
     Ok(())
+}
+
+/// A reader of `brokers` (with `connection`: that sink's TLS, SASL and librdkafka
+/// settings) that commits nothing under `group`.
+pub(crate) fn connect(brokers: &str, connection: Option<&KafkaConfig>, group: &str) -> Result<BaseConsumer, RebuildError> {
+    let mut config = match connection {
+        Some(k) => k.client_config(ClientRole::Consumer).map_err(|e| RebuildError::Source(e.to_string()))?,
+        None => ClientConfig::new(),
+    };
+    let reader = [("bootstrap.servers", brokers), ("group.id", group), ("enable.auto.commit", "false")];
+    for (key, value) in reader {
+        // The sink's raw librdkafka options win, as they do over its producer's settings.
+        if config.get(key).is_none() {
+            config.set(key, value);
+        }
+    }
+    config.create().map_err(|e| RebuildError::Source(format!("cannot create a Kafka consumer: {e}")))
+}
+
+/// Gives `record` (partition, offset, decoded record) every record of `topic` from offset
+/// `from(partition)` (or the partition's first, if later) to the end each partition had
+/// when its reading started, partition by partition, in offset order; returns those ends.
+pub(crate) fn read_topic(
+    kafka: &BaseConsumer,
+    topic: &str,
+    from: impl Fn(i32) -> i64,
+    record: &mut dyn FnMut(i32, i64, Result<Step, Bad>) -> Result<(), RebuildError>,
+) -> Result<Vec<(i32, i64)>, RebuildError> {
+    let md = kafka.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| RebuildError::Source(format!("no metadata for topic {topic}: {e}")))?;
+    let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    if partitions.is_empty() {
+        return Err(RebuildError::Source(format!("topic {topic} does not exist")));
+    }
+    let mut ends = Vec::with_capacity(partitions.len());
+    for p in partitions {
+        let (low, high) = kafka.fetch_watermarks(topic, p, TIMEOUT).map_err(|e| RebuildError::Source(format!("no offsets for {topic}/{p}: {e}")))?;
+        ends.push((p, high));
+        let start = from(p).max(low);
+        if high <= start {
+            continue;
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, p, Offset::Offset(start)).expect("a valid partition");
+        kafka.assign(&tpl).map_err(|e| RebuildError::Source(e.to_string()))?;
+        loop {
+            let m = match kafka.poll(TIMEOUT) {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => return Err(RebuildError::Source(format!("reading {topic}/{p}: {e}"))),
+                None => return Err(RebuildError::Source(format!("no record from {topic}/{p} within {TIMEOUT:?}"))),
+            };
+            let offset = m.offset();
+            record(p, offset, decode(Binding::Kafka, &headers(&m), m.payload(), p))?;
+            if offset + 1 >= high {
+                break;
+            }
+        }
+    }
+    Ok(ends)
 }
 
 /// Reads every partition on from `ends` until `f.stop`, writing the state as it changes.

@@ -3,8 +3,8 @@
 
 pub mod decode;
 mod follow;
-mod kafka;
-mod nats;
+pub(crate) mod kafka;
+pub(crate) mod nats;
 pub mod protocol;
 mod recorded;
 

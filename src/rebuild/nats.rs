@@ -10,7 +10,7 @@ use async_nats::jetstream::stream::{Info, Stream};
 use async_nats::jetstream::{self, ErrorCode, context::RequestError, stream::RawMessageErrorKind};
 use futures::StreamExt;
 
-use super::decode::{Bad, Binding, Reason, decode};
+use super::decode::{Bad, Binding, Reason, Step, decode};
 use super::follow::{Follow, PERIOD, Writer};
 use super::{Consumer, Position, RebuildError};
 use crate::config::{NatsConfig, has_userinfo, mask_urls};
@@ -53,7 +53,13 @@ enum Lookup {
 /// deleted and created again) meanwhile ends the read with `StreamGone`. With
 /// `connection`, connects to `url` with that sink's credentials and TLS. With `follow`,
 /// then reads on as the stream grows until stopped.
-pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, follow: Option<&Follow>, consumer: &mut Consumer) -> Result<(), RebuildError> {
+pub(super) async fn read(
+    url: &str,
+    stream: &str,
+    connection: Option<&NatsConfig>,
+    follow: Option<&Follow>,
+    consumer: &mut Consumer,
+) -> Result<(), RebuildError> {
     let shown = mask_urls(url);
     if has_userinfo(url) {
         return Err(RebuildError::Source(format!(
@@ -73,25 +79,32 @@ pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, foll
     let mut writer = follow.map(|f| Writer::new(&f.out));
     let mut seq = first;
     let mut reader: Option<PullConsumer> = None;
-    let mut failing_since: Option<Instant> = None;
-    let mut backoff = Duration::from_millis(100);
+    let mut retried = 0;
     loop {
-        if seq > last {
-            let (Some(f), Some(w)) = (follow, writer.as_mut()) else { break };
-            w.maybe_write(consumer, true)?;
-            // A batch may have taken messages past `last` without giving them: the next read
-            // starts a consumer of its own at `seq`.
-            if let Some(r) = reader.take() {
-                let _ = s.delete_consumer(&r.cached_info().name).await;
-            }
+        let name = &info.config.name;
+        let record = &mut |sequence, step| consumer.record(|| Position::Nats { stream: name.clone(), sequence }, step);
+        read_to(&mut s, &info, &mut seq, last, &mut reader, &mut retried, record).await.map_err(|e| match e {
+            Ended::Gone(how) => gone(how, seq),
+            Ended::Failed(e) => e,
+        })?;
+        consumer.state.summary.retried_reads = retried;
+        let (Some(f), Some(w)) = (follow, writer.as_mut()) else { break };
+        w.maybe_write(consumer, true)?;
+        // A batch may have taken messages past `last` without giving them: the next read
+        // starts a consumer of its own at `seq`.
+        if let Some(r) = reader.take() {
+            let _ = s.delete_consumer(&r.cached_info().name).await;
+        }
+        let mut failing_since: Option<Instant> = None;
+        loop {
             tokio::select! {
-                () = f.stop.cancelled() => break,
+                () = f.stop.cancelled() => return Ok(()),
                 () = tokio::time::sleep(PERIOD) => {}
             }
             match look_up(&mut s, &info).await {
                 Lookup::Last(now) => {
                     last = now;
-                    failing_since = None;
+                    break;
                 }
                 Lookup::Gone(how) => return Err(gone(how, seq)),
                 Lookup::Failed(e) => {
@@ -102,14 +115,74 @@ pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, foll
                     tracing::debug!(error = %e, "following: the stream's info is not available; trying again");
                 }
             }
-            continue;
         }
-        let read = match read_batch(&s, &mut reader, &mut seq, last, consumer).await {
+    }
+    // A consumer left behind goes at its inactivity threshold; deleting it is a courtesy.
+    if let Some(r) = reader {
+        let _ = s.delete_consumer(&r.cached_info().name).await;
+    }
+    Ok(())
+}
+
+/// Gives `record` the message of each sequence of `stream` from `from` (or its first, if
+/// later) to the last it holds now, a missing one as a bad record; returns the sequence
+/// after that last. `connection` connects with that sink's credentials and TLS.
+pub(crate) async fn read_from(
+    connection: &NatsConfig,
+    stream: &str,
+    from: u64,
+    record: &mut dyn FnMut(u64, Result<Step, Bad>) -> Result<(), RebuildError>,
+) -> Result<u64, RebuildError> {
+    let client = NatsSink::client(connection).await.map_err(|e| RebuildError::Source(format!("cannot connect to {}: {e}", mask_urls(&connection.url))))?;
+    let js = jetstream::new(client);
+    let mut s = js.get_stream(stream).await.map_err(|e| RebuildError::Source(format!("stream {stream}: {e}")))?;
+    let info = s.info().await.map_err(|e| RebuildError::Source(e.to_string()))?.clone();
+    let last = info.state.last_sequence;
+    let mut seq = from.max(info.state.first_sequence.max(1));
+    let mut reader = None;
+    read_to(&mut s, &info, &mut seq, last, &mut reader, &mut 0, record).await.map_err(|e| match e {
+        Ended::Gone(how) => RebuildError::Source(format!("stream {stream} {how}")),
+        Ended::Failed(e) => e,
+    })?;
+    if let Some(r) = reader {
+        let _ = s.delete_consumer(&r.cached_info().name).await;
+    }
+    Ok(last + 1)
+}
+
+/// Why reading up to a sequence stopped early.
+enum Ended {
+    /// The stream is not the one being read any more: how it went.
+    Gone(&'static str),
+    Failed(RebuildError),
+}
+
+/// What a read message is given to: its sequence and the decoded record.
+type Record<'a> = dyn FnMut(u64, Result<Step, Bad>) -> Result<(), RebuildError> + 'a;
+
+/// Gives `record` every message from `*seq` to `last` in stream order, in batches. A read
+/// that fails (the server restarting, the connection lost) is retried from the first
+/// sequence not yet given for up to `RETRY_FOR` (counted in `retried`), and a sequence the
+/// stream holds no message for is given as `missing`, so no message is ever skipped
+/// silently. A stream deleted (or deleted and created again) meanwhile ends the read.
+async fn read_to(
+    s: &mut Stream,
+    info: &Info,
+    seq: &mut u64,
+    last: u64,
+    reader: &mut Option<PullConsumer>,
+    retried: &mut u64,
+    record: &mut Record<'_>,
+) -> Result<(), Ended> {
+    let mut failing_since: Option<Instant> = None;
+    let mut backoff = Duration::from_millis(100);
+    while *seq <= last {
+        let read = match read_batch(s, reader, seq, last, record).await {
             // Nothing after `seq` for now: that sequence is asked for by itself (it may
             // hold no message), and the next batch starts after it.
             Ok(0) => {
-                reader = None;
-                read_one(&s, seq, consumer).await.map(|()| seq += 1)
+                *reader = None;
+                read_one(s, *seq, record).await.map(|()| *seq += 1)
             }
             Ok(_) => Ok(()),
             Err(failed) => Err(failed),
@@ -119,26 +192,23 @@ pub async fn read(url: &str, stream: &str, connection: Option<&NatsConfig>, foll
                 failing_since = None;
                 backoff = Duration::from_millis(100);
             }
-            Err(Failed::Rebuild(e)) => return Err(e),
+            Err(Failed::Rebuild(e)) => return Err(Ended::Failed(e)),
             Err(Failed::Read(e)) => {
-                reader = None;
+                *reader = None;
                 // A read fails on a stream that was deleted too: that one cannot come back.
-                if let Lookup::Gone(how) = look_up(&mut s, &info).await {
-                    return Err(gone(how, seq));
+                if let Lookup::Gone(how) = look_up(s, info).await {
+                    return Err(Ended::Gone(how));
                 }
                 let since = *failing_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= RETRY_FOR {
-                    return Err(RebuildError::Source(format!("reading {stream}#{seq} failed for {RETRY_FOR:?}: {e}")));
+                    let stream = &info.config.name;
+                    return Err(Ended::Failed(RebuildError::Source(format!("reading {stream}#{seq} failed for {RETRY_FOR:?}: {e}"))));
                 }
-                consumer.state.summary.retried_reads += 1;
+                *retried += 1;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
-    }
-    // A consumer left behind goes at its inactivity threshold; deleting it is a courtesy.
-    if let Some(r) = reader {
-        let _ = s.delete_consumer(&r.cached_info().name).await;
     }
     Ok(())
 }
@@ -167,13 +237,9 @@ fn stream_not_found(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-fn at(stream: &Stream, sequence: u64) -> Position {
-    Position::Nats { stream: stream.cached_info().config.name.clone(), sequence }
-}
-
 /// Gives `consumer` up to a batch of messages from `*seq` on, through `reader` (made at
 /// `*seq` when there is none), moving `*seq` past each; how many it gave.
-async fn read_batch(stream: &Stream, reader: &mut Option<PullConsumer>, seq: &mut u64, last: u64, consumer: &mut Consumer) -> Result<usize, Failed> {
+async fn read_batch(stream: &Stream, reader: &mut Option<PullConsumer>, seq: &mut u64, last: u64, record: &mut Record<'_>) -> Result<usize, Failed> {
     let failed = |e: &dyn std::fmt::Display| Failed::Read(e.to_string());
     let r = match reader {
         Some(r) => r,
@@ -206,14 +272,14 @@ async fn read_batch(stream: &Stream, reader: &mut Option<PullConsumer>, seq: &mu
             return Err(Failed::Read(format!("messages from #{} on were delivered to a lost connection", *seq)));
         }
         while *seq < sequence.min(last + 1) {
-            consumer.skip(at(stream, *seq), missing()).map_err(Failed::Rebuild)?;
+            record(*seq, Err(missing())).map_err(Failed::Rebuild)?;
             *seq += 1;
         }
         if sequence > last {
             // Published after the read started: not part of this rebuild.
             return Ok(given);
         }
-        consumer.record(|| at(stream, sequence), decode(Binding::Nats, &header_pairs(m.headers.as_ref()), Some(&m.payload), 0)).map_err(Failed::Rebuild)?;
+        record(sequence, decode(Binding::Nats, &header_pairs(m.headers.as_ref()), Some(&m.payload), 0)).map_err(Failed::Rebuild)?;
         *seq = sequence + 1;
         given += 1;
     }
@@ -221,13 +287,13 @@ async fn read_batch(stream: &Stream, reader: &mut Option<PullConsumer>, seq: &mu
 }
 
 /// Gives `consumer` the message at `seq` alone (or reports it missing) and moves on.
-async fn read_one(stream: &Stream, seq: u64, consumer: &mut Consumer) -> Result<(), Failed> {
+async fn read_one(stream: &Stream, seq: u64, record: &mut Record<'_>) -> Result<(), Failed> {
     match stream.get_raw_message(seq).await {
-        Ok(m) => consumer.record(|| at(stream, seq), decode(Binding::Nats, &header_pairs(Some(&m.headers)), Some(&m.payload), 0)),
-        Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => consumer.skip(at(stream, seq), missing()),
+        Ok(m) => record(seq, decode(Binding::Nats, &header_pairs(Some(&m.headers)), Some(&m.payload), 0)),
+        Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => record(seq, Err(missing())),
         // The answer came but is not a message the client can read (its headers).
         Err(e) if e.kind() == RawMessageErrorKind::Other && !is_request_failure(&e) => {
-            consumer.skip(at(stream, seq), Bad::new(Reason::WrongType, format!("the message cannot be read: {e}")))
+            record(seq, Err(Bad::new(Reason::WrongType, format!("the message cannot be read: {e}"))))
         }
         Err(e) => return Err(Failed::Read(e.to_string())),
     }

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::SinkConfig;
 use crate::event::Envelope;
+use crate::model::Placement;
 
 pub use error::{ErrorKind, Failure, SendError, SinkError};
 pub use http::HttpSink;
@@ -20,13 +21,14 @@ pub use kafka::KafkaSink;
 pub use nats::NatsSink;
 pub use stdout::StdoutSink;
 
-/// What the dispatcher needs of a sink: publish one event, resolving on acknowledgement.
+/// What the dispatcher needs of a sink: publish one event, resolving on acknowledgement
+/// with where the broker stored it, when the sink's log can be read back (Kafka, JetStream).
 /// The dispatcher polls the sends of many objects at once; a send's work before its first
 /// wait (encoding, the client's enqueue) should be short.
 pub trait Publisher: Send + Sync + 'static {
     /// The `sink` metric label.
     fn name(&self) -> &'static str;
-    fn send(&self, env: &Envelope) -> impl Future<Output = Result<(), SendError>> + Send;
+    fn send(&self, env: &Envelope) -> impl Future<Output = Result<Option<Placement>, SendError>> + Send;
     /// Asks the sink to send what it has batched at once: a barrier is up, and nothing more
     /// comes until what is in flight is acknowledged. Sinks that do not batch ignore it.
     fn expedite(&self) {}
@@ -58,15 +60,15 @@ impl Publisher for Sink {
         }
     }
 
-    async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+    async fn send(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
         match self {
-            Sink::Stdout(s) => s.send(env),
+            Sink::Stdout(s) => s.send(env).map(|()| None),
             Sink::Kafka(k) => k.send(env).await,
             // Their sends' futures are 3-4 times the Kafka send's (870 and 770 bytes): boxed,
             // so that the future of every send stays under 1 KB, which the dispatcher
             // allocates per event (`pipeline::dispatch`'s test says why).
             Sink::Nats(n) => Box::pin(n.send(env)).await,
-            Sink::Http(h) => Box::pin(h.send(env)).await,
+            Sink::Http(h) => Box::pin(h.send(env)).await.map(|()| None),
         }
     }
 }

@@ -16,6 +16,7 @@ use super::encode::{STRUCTURED_CONTENT_TYPE, percent_encode, structured_bytes};
 use super::{ErrorKind, Failure, SendError, SinkError};
 use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Secret, Storage};
 use crate::event::Envelope;
+use crate::model::Placement;
 
 #[derive(Clone)]
 pub struct NatsSink {
@@ -127,15 +128,16 @@ impl NatsSink {
     }
 
     /// Publishes one event to its subject; in JetStream mode resolves when the stream
-    /// stored it (or already had its id: a redelivery).
-    pub async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+    /// stored it (or already had its id: a redelivery), with its stream sequence.
+    pub async fn send(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
         let (payload, headers) = encode(env, self.content_mode);
         let subject = env.destination.to_string();
         match &self.jetstream {
             Some(js) => {
                 let message = PublishMessage::build().payload(payload).headers(headers).message_id(env.attributes.id.as_str());
                 let ack = js.send_publish(subject, message).await.map_err(classify)?;
-                ack.await.map_err(classify)?;
+                let ack = ack.await.map_err(classify)?;
+                Ok(Some(Placement { partition: 0, offset: ack.sequence }))
             }
             None => {
                 self.client
@@ -143,9 +145,9 @@ impl NatsSink {
                     .await
                     .map_err(|e| SendError::Retryable { kind: ErrorKind::Publish, source: Failure::NatsPublish(e) })?;
                 self.client.flush().await.map_err(|e| SendError::Retryable { kind: ErrorKind::Flush, source: Failure::NatsFlush(e) })?;
+                Ok(None)
             }
         }
-        Ok(())
     }
 
     /// Connected to a server now.

@@ -10,6 +10,7 @@ pub const FILTERED: &str = "deltaship_filtered_events_total";
 pub const SYNCS: &str = "deltaship_syncs_total";
 pub const RELISTS: &str = "deltaship_relists_total";
 pub const WATCH_ERRORS: &str = "deltaship_watch_errors_total";
+pub const WATCH_STALLS: &str = "deltaship_watch_stalls_total";
 pub const BAD_OBJECTS: &str = "deltaship_bad_objects_total";
 pub const REDACTED_FIELDS: &str = "deltaship_redacted_fields_total";
 pub const DROPPED: &str = "deltaship_events_dropped_total";
@@ -26,6 +27,7 @@ pub const SINK_REACHABLE: &str = "deltaship_sink_reachable";
 pub const LEADER: &str = "deltaship_leader";
 pub const LEASE_ERRORS: &str = "deltaship_lease_errors_total";
 pub const RESUME_FALLBACKS: &str = "deltaship_resume_fallbacks_total";
+pub const RESUME_TAILS: &str = "deltaship_resume_tail_reads_total";
 pub const CHECKPOINT_WRITES: &str = "deltaship_checkpoint_writes_total";
 pub const CHECKPOINT_RECORDS: &str = "deltaship_checkpoint_records_total";
 pub const CHECKPOINT_PENDING: &str = "deltaship_checkpoint_pending_events";
@@ -65,16 +67,23 @@ pub fn describe() {
         "Requests to the API server, by verb (discovery, list, watch, get, create, update, patch, delete) and code (the HTTP status, or error when no answer came; 429 means throttled)."
     );
     describe_counter!(EVENTS, "Events acknowledged by the sink, by resource, type and route.");
-    describe_counter!(DEDUPE_SKIPS, "Updates not shipped because nothing visible changed, by resource and reason (resource_version, fingerprint).");
+    describe_counter!(
+        DEDUPE_SKIPS,
+        "Updates not shipped because nothing visible changed or consumers already received them, by resource and reason (resource_version, fingerprint, delivered)."
+    );
     describe_counter!(
         STALE_EVENTS,
         "Object events not shipped because they are older than the object's state already shipped (a lagging API server), by resource."
     );
     describe_counter!(FILTERED, "Object events not shipped because of a filter (the resource's or the route's), by resource, type and route.");
-    describe_counter!(SYNCS, "Completed syncs, by resource and reason (initial, relist, resync, resume).");
+    describe_counter!(SYNCS, "Completed syncs, by resource and reason (initial, relist, resync, resume), and state markers (state).");
     describe_counter!(
         RESUME_FALLBACKS,
         "Watches that started with a full initial sync instead of resuming from their routes' checkpoints, by resource and reason (missing, corrupt, foreign, incomplete, unreadable, no_store, bad_version, ahead, other_cluster, unverified, disabled)."
+    );
+    describe_counter!(
+        RESUME_TAILS,
+        "Reads, by a watch resuming from a checkpoint, of what its log stored after the checkpoint, by resource and outcome (read; failed or untracked: the watch resumes from the checkpoint alone)."
     );
     describe_counter!(CHECKPOINT_WRITES, "Writes of acknowledged progress to the route's checkpoint store, by route and outcome (ok, failed).");
     describe_counter!(CHECKPOINT_RECORDS, "Checkpoint records written, by route.");
@@ -82,6 +91,7 @@ pub fn describe() {
     describe_gauge!(CHECKPOINT_UNWRITTEN, "Checkpoint records acknowledged and not yet written to the route's store, by route.");
     describe_counter!(RELISTS, "Relists after a watch could not resume (e.g. 410 Gone), by resource.");
     describe_counter!(WATCH_ERRORS, "Watch errors (each followed by a backoff and a restart of the watch), by resource and error_kind.");
+    describe_counter!(WATCH_STALLS, "Watches given up and listed again while they looked connected, by resource and reason (silent, ahead, too_large).");
     describe_counter!(BAD_OBJECTS, "Objects that could not be decoded and were skipped, by resource and reason.");
     describe_counter!(REDACTED_FIELDS, "Fields redacted by the resource's redact_fields rules, by resource and action (drop, mask, hash).");
     describe_counter!(DROPPED, "Events the sink refused and that were skipped by policy, by resource, reason and route.");

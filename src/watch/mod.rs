@@ -9,6 +9,7 @@ pub mod discovery;
 pub mod lines;
 pub mod position;
 mod requests;
+pub mod stall;
 mod stream;
 mod watched;
 

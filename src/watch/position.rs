@@ -5,6 +5,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube::Client;
 use kube::api::{Api, ListParams};
+use kube::core::Request;
 use serde::Deserialize;
 
 use crate::plan::Scope;
@@ -20,11 +21,18 @@ struct Head {
 /// The API server's current resourceVersion for `scope`: a consistent list of at most one
 /// object with the scope's selectors (the API server rejects a bad selector here, with 400).
 pub async fn current_version(client: &Client, scope: &Scope) -> kube::Result<String> {
-    let mut params = ListParams::default().limit(1);
-    params.label_selector = scope.label_selector.clone();
-    params.field_selector = scope.field_selector.clone();
     let url = super::api(client.clone(), scope).resource_url().to_string();
-    let mut req = kube::core::Request::new(url).list(&params).map_err(kube::Error::BuildRequest)?;
+    version_at(client, &Request::new(url), scope.label_selector.clone(), scope.field_selector.clone()).await
+}
+
+/// The API server's current resourceVersion for the resource of `request` (its URL): a
+/// consistent list of at most one object with these selectors. The start-up check and the
+/// running watch's stall check (`stream.rs`) both read it so.
+pub(super) async fn version_at(client: &Client, request: &Request, label_selector: Option<String>, field_selector: Option<String>) -> kube::Result<String> {
+    let mut params = ListParams::default().limit(1);
+    params.label_selector = label_selector;
+    params.field_selector = field_selector;
+    let mut req = request.list(&params).map_err(kube::Error::BuildRequest)?;
     req.extensions_mut().insert("list");
     let head: Head = client.request(req).await?;
     Ok(head.metadata.resource_version.unwrap_or_default())

@@ -4,7 +4,9 @@
 //! what kube-runtime's watcher keeps to itself: the list's own resourceVersion and the
 //! watch's bookmarks, which move a checkpoint's position while the watched objects stay
 //! quiet. With a checkpoint's version it starts by watching from that version instead of
-//! listing (a resume).
+//! listing (a resume). A watch that hears nothing for a while, or is reconnected after a
+//! failure, or is refused as "Too large resource version", asks the API server where it
+//! stands, and is given up and listed again when `stall::judge` says so.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -18,9 +20,11 @@ use kube::core::Request;
 use kube::runtime::watcher::Error;
 use rand::Rng;
 use serde::Deserialize;
+// tokio's clock, so that the tests can pause and advance it.
+use tokio::time::Instant;
 
-use super::{WatchedObject, lines};
-use crate::model::{Object, Observed};
+use super::{WatchedObject, lines, position, stall};
+use crate::model::{Object, Observed, Stall};
 
 /// How a scope is listed and watched.
 #[derive(Debug, Clone)]
@@ -99,6 +103,10 @@ struct ListWatch<D> {
     settling: bool,
     /// An item held back while `Observed::Resumed` goes first.
     held: Option<Observed>,
+    /// When the watch last heard from the API server (an event, a bookmark, its start).
+    heard: Instant,
+    /// When to ask the API server where it stands unless the watch hears from it first.
+    check_at: Instant,
 }
 
 /// The list and watch of `request`'s resource, each object decoded by `decode`; with
@@ -119,7 +127,8 @@ where
         Some(version) => (State::Connect(version), true),
         None => (State::List, false),
     };
-    let lw = ListWatch { client, request, settings, decode, state, failures: 0, settling, held: None };
+    let now = Instant::now();
+    let lw = ListWatch { client, request, settings, decode, state, failures: 0, settling, held: None, heard: now, check_at: now + stall::CHECK_AFTER };
     futures::stream::unfold(lw, |mut lw| async move {
         let item = lw.next().await;
         Some((item, lw))
@@ -182,7 +191,8 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
                     Ok((self.decode)(o).map(Observed::InitApply))
                 }
                 Some(Ok(WatchEvent::Bookmark(b))) if b.metadata.annotations.contains_key(INITIAL_EVENTS_END) => {
-                    self.state = State::Watching { version: b.metadata.resource_version.clone(), events };
+                    self.heard_now();
+                    self.watching(b.metadata.resource_version.clone(), events);
                     self.held = Some(Observed::InitDone);
                     Ok(Some(Observed::Bookmark(b.metadata.resource_version)))
                 }
@@ -196,16 +206,23 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
                 None => Ok(None),
             },
             State::Listed(version) => {
+                self.heard_now();
                 self.state = State::Connect(version);
                 Ok(Some(Observed::InitDone))
             }
             State::Connect(version) => match watch(&self.client, &self.request, &self.watch_params(), &version).await {
                 Ok(events) => {
-                    self.state = State::Watching { version, events };
+                    self.watching(version, events);
                     Ok(None)
                 }
                 Err(Error::WatchStartFailed(kube::Error::Api(s))) if s.code == 410 => Ok(self.expired(&version)),
                 Err(e) => {
+                    if let Error::WatchStartFailed(kube::Error::Api(s)) = &e
+                        && stall::too_large(s)
+                        && let Some(stall) = self.check(&version, true).await
+                    {
+                        return Ok(self.stalled(stall));
+                    }
                     self.state = State::Connect(version);
                     Err(e)
                 }
@@ -221,14 +238,33 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
                         }
                     }
                 } else {
-                    events.next().await
+                    match tokio::time::timeout_at(self.check_at, events.next()).await {
+                        Ok(item) => item,
+                        // Nothing heard for a while (or just reconnected): where does the API
+                        // server stand?
+                        Err(_) => {
+                            if let Some(stall) = self.check(&version, false).await {
+                                return Ok(self.stalled(stall));
+                            }
+                            self.state = State::Watching { version, events };
+                            return Ok(None);
+                        }
+                    }
                 };
+                if item.is_some() {
+                    self.heard_now();
+                }
                 let observed = match item {
                     Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o))) => (self.decode)(o).map(Observed::Apply),
                     Some(Ok(WatchEvent::Deleted(o))) => (self.decode)(o).map(Observed::Delete),
                     Some(Ok(WatchEvent::Bookmark(b))) => Some(Observed::Bookmark(b.metadata.resource_version)),
                     Some(Ok(WatchEvent::Error(s))) if s.code == 410 => return Ok(self.expired(&version)),
                     Some(Ok(WatchEvent::Error(s))) => {
+                        if stall::too_large(&s)
+                            && let Some(stall) = self.check(&version, true).await
+                        {
+                            return Ok(self.stalled(stall));
+                        }
                         self.state = State::Connect(version);
                         return Err(Error::WatchError(s));
                     }
@@ -264,6 +300,53 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
         params
     }
 
+    /// A watch from `version` is under way. Right after a failure (the API server may have
+    /// been restarted on another history) its silence counts from now and the API server is
+    /// asked at once where it stands. A renewal (the API server ended the watch on its
+    /// timeout) goes on counting: ending a watch says nothing of the resource's progress.
+    fn watching(&mut self, version: String, events: Events) {
+        if self.failures > 0 {
+            self.heard = Instant::now();
+            self.check_at = self.heard;
+        }
+        self.state = State::Watching { version, events };
+    }
+
+    /// The watch heard from the API server (an event, a bookmark, a completed list).
+    fn heard_now(&mut self) {
+        self.heard = Instant::now();
+        self.check_at = self.heard + stall::CHECK_AFTER;
+    }
+
+    /// Asks the API server for its current version and judges the watch at `position` by
+    /// it (`too_large`: the API server refused the watch so). A replaced history is only
+    /// believed when a second read `stall::CONFIRM_AFTER` later says so too (an API server
+    /// that has just started may answer once with a version it does not stand at). A failed
+    /// read is no verdict: the watch goes on, and is asked about again after
+    /// `stall::CHECK_AFTER`.
+    async fn check(&mut self, position: &str, too_large: bool) -> Option<Stall> {
+        self.check_at = Instant::now() + stall::CHECK_AFTER;
+        let judge = |current: &str, silent_for| if too_large { stall::judge_too_large(position, current) } else { stall::judge(position, current, silent_for) };
+        let mut current = current_version(&self.client, &self.request, &self.settings).await?;
+        let reason = judge(&current, self.heard.elapsed())?;
+        if reason.rewound() {
+            tokio::time::sleep(stall::CONFIRM_AFTER).await;
+            let first = std::mem::replace(&mut current, current_version(&self.client, &self.request, &self.settings).await?);
+            if judge(&current, self.heard.elapsed()) != Some(reason) {
+                tracing::debug!(position, first = %first, then = %current, "The API server's version was behind the watch's once, not twice; watching on");
+                return None;
+            }
+        }
+        Some(Stall { reason, position: position.to_string(), current })
+    }
+
+    /// The watch is given up (see `check`): the stall goes out, a list is next.
+    fn stalled(&mut self, stall: Stall) -> Option<Observed> {
+        self.settling = false;
+        self.state = State::List;
+        Some(Observed::Stalled(stall))
+    }
+
     /// The API server no longer has `version`: list again (a resume that never started
     /// ships that list as a diff against its checkpoint).
     fn expired(&mut self, version: &str) -> Option<Observed> {
@@ -271,6 +354,18 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
         self.settling = false;
         self.state = State::List;
         None
+    }
+}
+
+/// The API server's current version for the watch of `request`; `None` (logged) when it
+/// cannot be read.
+async fn current_version(client: &Client, request: &Request, settings: &Settings) -> Option<String> {
+    match position::version_at(client, request, settings.label_selector.clone(), settings.field_selector.clone()).await {
+        Ok(current) => Some(current),
+        Err(e) => {
+            tracing::debug!(error = %e, "Could not read the API server's current version; watching on");
+            None
+        }
     }
 }
 
@@ -316,6 +411,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::model::StallReason;
     use crate::model::fixtures::configmaps;
     use crate::redact::Redactor;
     use crate::watch::Decoder;
@@ -372,6 +468,7 @@ mod tests {
                 Observed::Delete(o) => format!("delete {}", o.reference.name),
                 Observed::Bookmark(v) => format!("at {v}"),
                 Observed::Resumed => "resumed".to_string(),
+                Observed::Stalled(s) => format!("stalled {} {}>{}", s.reason.as_str(), s.position, s.current),
             })
             .try_collect()
             .await
@@ -485,6 +582,135 @@ mod tests {
         ]);
         let seen: Vec<_> = seen.lock().unwrap().iter().map(|u| query(u)).collect();
         assert_eq!(seen, [streaming.clone(), streaming], "the streaming list, and again after 410 Gone");
+    }
+
+    fn version(v: &str) -> serde_json::Value {
+        json!({"metadata": {"resourceVersion": v}, "items": []})
+    }
+
+    /// The requests a scripted API server received.
+    type Seen = Arc<Mutex<Vec<String>>>;
+
+    /// A list-watch of the scripted API server (`lists` answer its version checks and
+    /// lists) already watching from `version` on a connection that stays silent.
+    fn silent(lists: Vec<serde_json::Value>, version: &str) -> (ListWatch<impl FnMut(WatchedObject) -> Option<Object>>, Seen) {
+        let (client, request, seen) = scripted(lists, Vec::new());
+        let decoder = Decoder::new(&configmaps(), crate::json::Scanner::new(&[], &[]).unwrap(), &[], Redactor::default());
+        let now = Instant::now();
+        let mut lw = ListWatch {
+            client,
+            request,
+            settings: settings(),
+            decode: move |o: WatchedObject| decoder.decode(&o.0).ok(),
+            state: State::List,
+            failures: 0,
+            settling: false,
+            held: None,
+            heard: now,
+            check_at: now + stall::CHECK_AFTER,
+        };
+        lw.watching(version.to_string(), futures::stream::pending().boxed());
+        (lw, seen)
+    }
+
+    fn stall_of(observed: Result<Observed, Error>) -> Stall {
+        match observed {
+            Ok(Observed::Stalled(stall)) => stall,
+            other => panic!("expected a stall, got {other:?}"),
+        }
+    }
+
+    /// etcd restored from a backup under a silent watch: the first check finds the API
+    /// server behind the watch's position, and the watch lists again (a consistent read).
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_watch_ahead_of_the_api_server_is_given_up_at_the_first_check() {
+        let (mut lw, seen) = silent(vec![version("420"), version("421"), json!({"metadata": {"resourceVersion": "422"}, "items": [cm("a", "5")]})], "500");
+        let start = Instant::now();
+        let stall = stall_of(lw.next().await);
+        assert_eq!(stall, Stall { reason: StallReason::Ahead, position: "500".into(), current: "421".into() });
+        assert_eq!(start.elapsed(), stall::CHECK_AFTER + stall::CONFIRM_AFTER, "asked after the check period of silence, and again to confirm");
+        let mut after = Vec::new();
+        for _ in 0..4 {
+            after.push(lw.next().await.unwrap());
+        }
+        assert_eq!(first(futures::stream::iter(after.into_iter().map(Ok)), 4).await, ["init", "listed a", "at 422", "listed"]);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.iter().map(|u| query(u)).collect::<Vec<_>>(), vec![pairs(&[("limit", "1")]); 3], "two consistent reads, then a consistent list");
+    }
+
+    /// An API server that answers once with a version behind the watch's, and then with
+    /// one past it, has not lost its history: the watch goes on.
+    #[tokio::test(start_paused = true)]
+    async fn one_answer_behind_the_watch_is_not_a_replaced_history() {
+        let (mut lw, seen) = silent(vec![version("1"), version("501")], "500");
+        let pending = tokio::time::timeout(stall::CHECK_AFTER * 2 - Duration::from_millis(1), lw.next()).await;
+        assert!(pending.is_err(), "no stall, and nothing else: {pending:?}");
+        assert_eq!(seen.lock().unwrap().len(), 2, "the read, and the one that did not confirm it");
+    }
+
+    /// A watch that hears nothing while the API server's version moves on: checked each
+    /// period, given up at the first check past the silence limit.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_silent_past_the_limit_while_the_api_server_moved_on_lists_again() {
+        let (mut lw, seen) = silent(vec![version("600"), version("600"), version("600"), version("610"), version("611")], "500");
+        let start = Instant::now();
+        let stall = stall_of(lw.next().await);
+        assert_eq!((stall.reason, stall.current.as_str()), (StallReason::Silent, "610"));
+        assert_eq!(start.elapsed(), stall::CHECK_AFTER * 4, "the fourth check is the first past {:?}", stall::SILENCE_LIMIT);
+        assert_eq!(seen.lock().unwrap().len(), 4, "one read per check");
+        assert!(matches!(lw.next().await, Ok(Observed::Init)), "a list follows");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_that_hears_bookmarks_is_never_checked() {
+        let bookmark = |v: &str| {
+            Ok(WatchEvent::Bookmark(serde_json::from_value(json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"resourceVersion": v}})).unwrap()))
+        };
+        let (mut lw, seen) = silent(Vec::new(), "500");
+        // A bookmark each minute, for ten minutes.
+        let events = futures::stream::iter((1..=10).map(move |i| bookmark(&(500 + i).to_string())))
+            .then(|e| async move {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                e
+            })
+            .chain(futures::stream::pending());
+        lw.watching("500".into(), events.boxed());
+        for i in 1..=10 {
+            assert!(matches!(lw.next().await, Ok(Observed::Bookmark(v)) if v == (500 + i).to_string()));
+        }
+        assert!(seen.lock().unwrap().is_empty(), "no check while bookmarks come");
+    }
+
+    /// Right after a failure the API server may have come back on another history: the
+    /// reconnected watch asks at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_reconnected_after_a_failure_asks_the_api_server_at_once() {
+        let (mut lw, _) = silent(vec![version("420"), version("420")], "500");
+        lw.failures = 1;
+        lw.watching("500".into(), futures::stream::pending().boxed());
+        let start = Instant::now();
+        assert_eq!(stall_of(lw.next().await).reason, StallReason::Ahead);
+        assert!(start.elapsed() < stall::CONFIRM_AFTER + Duration::from_secs(2), "after the backoff and the confirmation only: {:?}", start.elapsed());
+    }
+
+    fn too_large() -> serde_json::Value {
+        json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 504, "reason": "Timeout",
+            "message": "Timeout: Too large resource version: 500, current: 420", "details": {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]}}})
+    }
+
+    /// "Too large resource version" from an API server behind the watch is a replaced
+    /// history; from one whose current version has it (a lagging cache), an error to retry.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_refused_as_too_large_is_given_up_only_when_the_api_server_is_behind() {
+        let lists = vec![version("420"), version("420"), json!({"metadata": {"resourceVersion": "421"}, "items": []})];
+        let (stream, _) = watch(scripted(lists, vec![vec![too_large()]]), settings(), Some("500".into()));
+        assert_eq!(first(stream, 3).await, ["stalled too_large 500>420", "init", "at 421"]);
+        let watches = vec![vec![too_large()], vec![json!({"type": "ADDED", "object": cm("n", "501")})]];
+        let (stream, seen) = watch(scripted(vec![version("600")], watches), settings(), Some("500".into()));
+        let mut stream = std::pin::pin!(stream);
+        assert!(matches!(stream.next().await, Some(Err(Error::WatchError(s))) if s.code == 504), "the error, retried");
+        assert!(matches!(stream.next().await, Some(Ok(Observed::Resumed))));
+        assert!(seen.lock().unwrap()[2].contains("resourceVersion=500"), "retried from the same version");
     }
 
     #[tokio::test]

@@ -23,6 +23,21 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
+# install_debian_packages WHAT PACKAGE...: install those of Debian's packages that are
+# missing (as root; otherwise fail naming the apt-get command). WHAT names the logs.
+install_debian_packages() {
+  local what=$1 missing=() p; shift
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [ "$(id -u)" = 0 ] || die "$what needs Debian packages ${missing[*]}; install them as root (apt-get install ${missing[*]})"
+  log "installing ${missing[*]} from Debian's packages"
+  run_logged "apt-get update" "$LOG_DIR/$what-apt.log" apt-get update
+  DEBIAN_FRONTEND=noninteractive run_logged "apt-get install ${missing[*]}" "$LOG_DIR/$what-apt-install.log" \
+    apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
 # port_in_use PORT: true when something accepts connections on 127.0.0.1:PORT.
 port_in_use() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
@@ -118,4 +133,19 @@ run_logged() {
 write_env() {
   local comp=$1; shift
   printf '%s\n' "$@" > "$STATE_DIR/$comp.env"
+}
+
+# issue_cert CA_DIR OUT_DIR NAME SUBJECT EXT...: OUT_DIR/NAME.{crt,key}, a 10-year certificate
+# signed by CA_DIR/ca.{crt,key}, with the openssl extension lines EXT (subjectAltName=...,
+# extendedKeyUsage=...). Output goes to the caller's log.
+issue_cert() {
+  local ca=$1 out=$2 name=$3 subj=$4; shift 4
+  (
+    umask 077
+    openssl req -new -newkey rsa:2048 -nodes -keyout "$out/$name.key" -out "$out/$name.csr" -subj "$subj"
+    printf '%s\n' "$@" > "$out/$name.ext"
+    openssl x509 -req -in "$out/$name.csr" -CA "$ca/ca.crt" -CAkey "$ca/ca.key" -CAcreateserial \
+      -CAserial "$out/$name.srl" -days 3650 -extfile "$out/$name.ext" -out "$out/$name.crt"
+    rm -f "$out/$name.csr" "$out/$name.ext" "$out/$name.srl"
+  )
 }

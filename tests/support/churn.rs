@@ -174,6 +174,8 @@ pub enum Item {
         sync_id: String,
     },
     Completed,
+    /// A state marker (reason `state`): no sync, nothing to excuse.
+    State,
 }
 
 impl Item {
@@ -181,6 +183,7 @@ impl Item {
     pub fn decode(ty: &str, subject: Option<&str>, id: &str, sync_id: Option<&str>, data: &[u8]) -> Item {
         let json = || serde_json::from_slice::<Value>(data).unwrap_or(Value::Null);
         match ty.strip_prefix("dev.deltaship.").unwrap_or(ty) {
+            "sync.started" | "sync.completed" if json()["reason"] == "state" => Item::State,
             "sync.started" => Item::Started { reason: json()["reason"].as_str().unwrap_or("").to_string(), sync_id: sync_id.unwrap_or("").to_string() },
             "sync.completed" => Item::Completed,
             t => {
@@ -297,6 +300,7 @@ pub fn audit(logs: &[Vec<Item>], written: &BTreeMap<String, u64>) -> Audit {
                     in_initial = false;
                     continue;
                 }
+                Item::State => continue,
                 Item::Object { key, seq, id, digest, synced } => (key.as_str(), seq, id.as_str(), *digest, *synced),
             };
             if let Some(first) = ids.insert(id, digest) {

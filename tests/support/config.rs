@@ -1,7 +1,7 @@
 //! Test configs built as `deltaship::config::Config` values and written as TOML, so that a
 //! test names the options it sets and a typo fails to compile instead of at start-up.
 
-use deltaship::config::{Config, HttpSinkConfig, KafkaConfig, NatsConfig, ResourceConfig, SinkConfig, TopicCreation};
+use deltaship::config::{Config, HttpSinkConfig, KafkaConfig, NatsConfig, ResourceConfig, SinkConfig, Template, TopicCreation};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -41,6 +41,17 @@ pub fn partitions(n: i32) -> Option<TopicCreation> {
 /// an outage quickly.
 pub fn nats(url: &str) -> NatsConfig {
     from_json(json!({"url": url, "jetstream": {"ack_timeout_secs": 2}}))
+}
+
+/// A NATS sink at `url` whose subjects start with `cluster` and land in a JetStream stream
+/// of their own named `stream` (subjects `<cluster>.>`), so a test reads only its events.
+pub fn nats_stream(url: &str, cluster: &str, stream: &str) -> NatsConfig {
+    let mut n = nats(url);
+    n.subject_template = Template::parse(&format!("{cluster}.{{group}}.{{kind}}.{{namespace}}.{{name}}")).unwrap();
+    n.marker_subject_template = Template::parse(&format!("{cluster}.{{group}}.{{kind}}._sync")).unwrap();
+    n.jetstream.stream = stream.to_string();
+    n.jetstream.subjects = vec![format!("{cluster}.>")];
+    n
 }
 
 /// An HTTP sink POSTing to `url`, answering within 1 s or retried (so that a test sees a

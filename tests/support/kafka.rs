@@ -32,6 +32,15 @@ impl Record {
     }
 }
 
+/// The records in `topic`: the sum of its partitions' high watermarks (0 when it does not
+/// exist).
+pub fn total(brokers: &str, topic: &str) -> i64 {
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", brokers).set("group.id", super::unique("count")).create().unwrap();
+    let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) else { return 0 };
+    let partitions = md.topics().first().map(|t| t.partitions().len()).unwrap_or(0) as i32;
+    (0..partitions).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).map(|(_, high)| high).unwrap_or(0)).sum()
+}
+
 /// Reads `topic` from the beginning of every partition until `done` accepts what was read
 /// (then returns it) or `timeout` passes (then panics showing what was read).
 pub fn read_until(brokers: &str, topic: &str, timeout: Duration, done: impl Fn(&[Record]) -> bool) -> Vec<Record> {

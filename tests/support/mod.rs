@@ -1,16 +1,19 @@
 //! Shared helpers of the integration tests: the real test environment (tests/env), the
-//! deltaship binary as a child process, test configs, the Helm chart, a Kafka reader, and an
-//! HTTP receiver of CloudEvents.
+//! deltaship binary as a child process and in its image, test configs, the Helm chart, a
+//! Kafka reader, and an HTTP receiver of CloudEvents.
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod bridge;
 pub mod chart;
 pub mod churn;
 pub mod config;
+pub mod history;
+pub mod image;
 pub mod kafka;
 pub mod kube;
 pub mod nats;
 pub mod nats_server;
+pub mod node;
 pub mod receiver;
 pub mod state;
 

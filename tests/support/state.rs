@@ -50,15 +50,24 @@ pub async fn rebuilt_configmaps(args: Vec<String>, namespaces: &[String]) -> Res
 /// Polls until the rebuilt state equals the API server's, or panics after `timeout`
 /// showing the differences.
 pub async fn assert_rebuild_matches(client: &Client, rebuild_args: Vec<String>, namespaces: &[String], timeout: Duration) {
+    if let Err(problem) = rebuild_matches(client, rebuild_args, namespaces, timeout).await {
+        panic!("the rebuilt state never matched the API server:\n{problem}");
+    }
+}
+
+/// Polls until the rebuilt state equals the API server's; after `timeout`, the differences.
+pub async fn rebuild_matches(client: &Client, rebuild_args: Vec<String>, namespaces: &[String], timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     loop {
         let want = api_configmaps(client, namespaces).await;
         let problem = match rebuilt_configmaps(rebuild_args.clone(), namespaces).await {
-            Ok((got, _)) if got == want => return,
+            Ok((got, _)) if got == want => return Ok(()),
             Ok((got, summary)) => differences(&want, &got, &summary),
             Err(e) => e,
         };
-        assert!(Instant::now() < deadline, "the rebuilt state never matched the API server:\n{problem}");
+        if Instant::now() >= deadline {
+            return Err(problem);
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }

@@ -196,7 +196,7 @@ impl KafkaStore {
         let producer = &producer;
         let sent = inflight::in_order(records, WINDOW, |(key, value)| async move {
             let delivery = producer.send(&self.topic, key, value.as_deref(), None, Some(0)).map_err(Undelivered::Kafka)?;
-            Ok(async move { delivery.await.unwrap_or(Err(Undelivered::Kafka(KafkaError::Canceled))) })
+            Ok(async move { delivery.await.unwrap_or(Err(Undelivered::Kafka(KafkaError::Canceled))).map(|_| ()) })
         })
         .await;
         let (reason, stuck) = match sent {

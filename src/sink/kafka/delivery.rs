@@ -22,13 +22,15 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _,
 use tokio::sync::{Notify, oneshot};
 
 use super::log::QuietContext;
+use crate::model::Placement;
 
 /// How many polls of the report queue the task makes before it lets other tasks run (a poll
 /// takes at most one event, and returns at once when there is none).
 const SERVE_AT_ONCE: usize = 64;
 
-/// A record's delivery report: delivered (the brokers acknowledged it), or why not.
-pub type Delivered = Result<(), Undelivered>;
+/// A record's delivery report: delivered (the brokers acknowledged it) at its partition and
+/// offset, or why not.
+pub type Delivered = Result<Placement, Undelivered>;
 
 /// Why a record is not known to be delivered.
 #[derive(Debug, thiserror::Error)]
@@ -234,12 +236,14 @@ impl ProducerContext for QuietContext {
         let (outcome, m) = match result {
             // Every record the broker writes has an offset (deltaship's producers require
             // acknowledgements: `acks` is never 0).
-            Ok(m) if m.offset() < 0 => (Err(Undelivered::Unconfirmed), m),
-            Ok(m) => (Ok(()), m),
+            Ok(m) => match u64::try_from(m.offset()) {
+                Ok(offset) => (Ok(Placement { partition: m.partition(), offset }), m),
+                Err(_) => (Err(Undelivered::Unconfirmed), m),
+            },
             Err((e, m)) => (Err(Undelivered::Kafka(e.clone())), m),
         };
         let what = match &outcome {
-            Ok(()) => "delivered",
+            Ok(_) => "delivered",
             Err(Undelivered::Unconfirmed) => "unconfirmed",
             Err(Undelivered::Kafka(_)) => "not delivered",
         };
@@ -280,7 +284,7 @@ mod tests {
         let deliveries: Vec<Delivery> = (0..5000).map(|i| producer.send("t", &i.to_string(), Some(b"v"), None, None).unwrap()).collect();
         for (i, d) in deliveries.into_iter().enumerate() {
             let report = tokio::time::timeout(Duration::from_secs(30), d).await.unwrap_or_else(|_| panic!("record {i}: no report"));
-            assert!(matches!(report, Ok(Ok(()))), "record {i}: {report:?}");
+            assert!(matches!(report, Ok(Ok(_))), "record {i}: {report:?}");
         }
     }
 

@@ -17,7 +17,7 @@ use super::partition;
 use super::recover::{Progress, STATISTICS_INTERVAL_MS, Tracked};
 use crate::config::{ClientRole, ContentMode, KafkaConfig};
 use crate::event::{Envelope, EnvelopeKind};
-use crate::model::ChangeType;
+use crate::model::{ChangeType, Placement};
 use crate::sink::{ErrorKind, Failure, SendError, SinkError};
 
 /// How long one `expedite` keeps librdkafka from lingering, at most. While the brokers
@@ -83,8 +83,9 @@ impl KafkaSink {
     }
 
     /// Sends one event; markers go to every partition of the topic. Resolves when the
-    /// broker acknowledged every record (acks=all).
-    pub async fn send(&self, env: &Envelope) -> Result<(), SendError> {
+    /// broker acknowledged every record (acks=all), with where an object event was stored
+    /// (a marker, stored once per partition, has no one place).
+    pub async fn send(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
         let (payload, headers) = encode(env, self.content_mode);
         match env.kind {
             EnvelopeKind::Marker(_) => {
@@ -107,17 +108,18 @@ impl KafkaSink {
                 for d in pending {
                     await_delivery(d).await?;
                 }
+                Ok(None)
             }
             EnvelopeKind::Object(change) => {
                 let d = self.produce(&env.destination, env.key(), Some(&payload[..]), headers, None)?;
-                await_delivery(d).await?;
+                let placed = await_delivery(d).await?;
                 if self.tombstones && change == ChangeType::Deleted {
                     let d = self.produce(&env.destination, env.key(), None, OwnedHeaders::new(), None)?;
                     await_delivery(d).await?;
                 }
+                Ok(Some(placed))
             }
         }
-        Ok(())
     }
 
     fn produce(&self, topic: &str, key: &str, payload: Option<&[u8]>, headers: OwnedHeaders, partition: Option<i32>) -> Result<Tracked<Delivery>, SendError> {
@@ -157,9 +159,9 @@ fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<Prod
     Producer::create(&config, context).map_err(|e| client_refused("producer", &config, e))
 }
 
-async fn await_delivery(d: Tracked<Delivery>) -> Result<(), SendError> {
+async fn await_delivery(d: Tracked<Delivery>) -> Result<Placement, SendError> {
     match d.delivery.await {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(placed)) => Ok(placed),
         Ok(Err(Undelivered::Kafka(e))) => Err(classify(e)),
         Ok(Err(Undelivered::Unconfirmed)) => Err(SendError::Retryable { kind: ErrorKind::Unconfirmed, source: Failure::Unconfirmed }),
         Err(e) => Err(SendError::Retryable { kind: ErrorKind::Canceled, source: Failure::DeliveryDropped(e) }),
