@@ -11,14 +11,14 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use support::chart::helm;
 use support::kube::{delete_namespace, eventually, namespace};
-use support::node::{container_status, install, kubectl, kubectl_ok, leader_among, names, node_client, release};
+use support::node::{container_status, install, kubectl, kubectl_ok, leader_among, names, node_client, release, report};
 
 /// A pod of the test busybox image running `script` with `sh -c`, plus `extra` merged into
 /// its container.
@@ -37,13 +37,18 @@ fn busybox_pod(name: &str, script: &str, extra: Value) -> Pod {
     .unwrap()
 }
 
-async fn wait_running(pods: &Api<Pod>, name: &str) -> Pod {
-    eventually(Duration::from_secs(90), &format!("pod {name} running"), || async {
-        let pod = pods.get(name).await.ok()?;
-        let running = container_status(&pod)?.state.as_ref()?.running.is_some();
-        running.then_some(pod)
-    })
-    .await
+/// The pod `name` once its container runs; after 90 s, a failure with what explains it.
+async fn wait_running(pods: &Api<Pod>, ns: &str, name: &str) -> Pod {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Ok(pod) = pods.get(name).await
+            && container_status(&pod).and_then(|s| s.state.as_ref()).is_some_and(|s| s.running.is_some())
+        {
+            return pod;
+        }
+        assert!(Instant::now() < deadline, "pod {name} not running after 90 s:\n{}", report(ns));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test]
@@ -54,7 +59,7 @@ async fn a_pod_runs_and_its_logs_and_exec_work_through_the_api_server() {
     let pod = busybox_pod("hello", "echo hello from the node; exec sleep 600", json!({}));
     pods.create(&PostParams::default(), &pod).await.unwrap();
 
-    let running = wait_running(&pods, "hello").await;
+    let running = wait_running(&pods, &ns, "hello").await;
     assert_eq!(running.spec.unwrap().node_name.as_deref(), Some("localhost"), "scheduled to the test node");
     assert!(running.status.unwrap().pod_ip.unwrap().starts_with("10.244.0."), "an address of the node's pod bridge");
 
@@ -99,7 +104,7 @@ async fn a_failing_liveness_probe_restarts_the_container() {
     }});
     let pod = busybox_pod("probed", "echo started; touch /tmp/healthy; sleep 2; rm /tmp/healthy; exec sleep 600", probe);
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    wait_running(&pods, "probed").await;
+    wait_running(&pods, &ns, "probed").await;
 
     let restarted = eventually(Duration::from_secs(90), "a restart by the liveness probe", || async {
         let pod = pods.get("probed").await.ok()?;

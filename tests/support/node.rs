@@ -90,12 +90,7 @@ pub fn install(release: &Release, ns: &str, extra: &[&str]) -> Vec<Pod> {
     let mut args = vec!["install", ns, &release.chart, "--version", &release.version, "--plain-http", "--namespace", ns, "--wait", "--timeout", "5m"];
     args.extend_from_slice(extra);
     let out = helm(&args);
-    assert!(
-        out.status.success(),
-        "helm install --wait failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&kubectl(&["describe", "pods", "-n", ns]).stdout)
-    );
+    assert!(out.status.success(), "helm install --wait failed:\n{}\n{}", String::from_utf8_lossy(&out.stderr), report(ns));
     let pods: Vec<Pod> = serde_json::from_str::<Value>(&kubectl_ok(&["get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=deltaship", "-o", "json"]))
         .unwrap()["items"]
         .as_array()
@@ -105,6 +100,24 @@ pub fn install(release: &Release, ns: &str, extra: &[&str]) -> Vec<Pod> {
         .collect();
     assert_eq!(pods.len(), 2, "two replicas: {:?}", pods.iter().map(|p| &p.metadata.name).collect::<Vec<_>>());
     pods
+}
+
+/// What explains pods in `ns` that do not run: their descriptions (with their events), the
+/// node's (conditions, taints, allocations), and the last lines of the kubelet's, the
+/// scheduler's and containerd's logs.
+pub fn report(ns: &str) -> String {
+    let mut text = String::new();
+    for args in [&["describe", "pods", "-n", ns][..], &["describe", "nodes"][..]] {
+        let out = kubectl(args);
+        text += &format!("--- kubectl {}\n{}{}\n", args.join(" "), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+    let logs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/env/.state/logs");
+    for daemon in ["kubelet", "kube-scheduler", "containerd"] {
+        let log = std::fs::read_to_string(logs.join(format!("{daemon}.log"))).unwrap_or_else(|e| format!("({e})"));
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        text += &format!("--- the last lines of {daemon}.log\n{}\n", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+    }
+    text
 }
 
 /// The pod of `names` that the Lease `deltaship` in `ns` names (identity: pod name plus a
