@@ -1,17 +1,20 @@
 //! What an operator alerts on, exported by a running bridge: the build, each watch's
-//! freshness (last event, last sync), the lag from a watch event to its acknowledgement, the
-//! API client's requests by verb and code, and the process's CPU, memory, fds and threads.
+//! freshness (last event, last sync) and index size, per namespace, the lag from a watch
+//! event to its acknowledgement, the API client's requests by verb and code, and the
+//! process's CPU, memory, fds and threads.
 
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
-use support::config::TestConfig;
+use support::chart::service_account_kubeconfig_from;
+use support::config::{TestConfig, resource};
 use support::kube::{client, delete_namespace, eventually, namespace};
 
 fn unix_now() -> f64 {
@@ -97,4 +100,88 @@ async fn a_running_bridge_exports_its_build_freshness_lag_api_requests_and_proce
 
     drop(bridge);
     delete_namespace(&kube, &ns).await;
+}
+
+/// With `namespaces = [a, b]`, each namespace's watch has its own freshness and index gauges
+/// (label watch_namespace). The bridge runs as a ServiceAccount that may read ConfigMaps in
+/// both, through the HA control plane's load balancer; then its Role in b is revoked and the
+/// load balancer cuts every connection: the watch of a reconnects and goes on, the watch of b
+/// is refused (403) at every retry. b's last event time stands still while a's moves on,
+/// which is what the silent-watch alert looks for; with one series per resource, a's watch
+/// would have kept it fresh.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_namespace_is_not_hidden_by_a_healthy_one() {
+    let kube = client().await;
+    let (a, b) = (namespace(&kube, "it-watch-a").await, namespace(&kube, "it-watch-b").await);
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "watcher"}})).unwrap();
+    Api::<ServiceAccount>::namespaced(kube.clone(), &a).create(&PostParams::default(), &sa).await.unwrap();
+    for ns in [&a, &b] {
+        let role: Role = serde_json::from_value(json!({
+            "metadata": {"name": "read-configmaps"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}],
+        }))
+        .unwrap();
+        Api::<Role>::namespaced(kube.clone(), ns).create(&PostParams::default(), &role).await.unwrap();
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": "read-configmaps"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-configmaps"},
+            "subjects": [{"kind": "ServiceAccount", "name": "watcher", "namespace": &a}],
+        }))
+        .unwrap();
+        Api::<RoleBinding>::namespaced(kube.clone(), ns).create(&PostParams::default(), &binding).await.unwrap();
+    }
+    let (kubeconfig, _) = service_account_kubeconfig_from(&kube, &a, "watcher", &support::var("DELTASHIP_TEST_HA_KUBECONFIG")).await;
+    let config = TestConfig::new().resource(resource("", "ConfigMap", &[&a, &b])).toml();
+    let mut bridge = Bridge::start_with_env(&config, &[("KUBECONFIG", &kubeconfig.display().to_string())]);
+    bridge.wait_ready(Duration::from_secs(60));
+    let scrape = |bridge: &Bridge| samples(&bridge.get("/metrics").expect("/metrics answers").1);
+    let in_ns = |ns: &str| format!("watch_namespace=\"{ns}\"");
+    let (in_a, in_b) = (in_ns(&a), in_ns(&b));
+    let of = |s: &BTreeMap<String, f64>, name: &str, ns: &str| value(s, name, &["resource=\"configmaps\"", ns]);
+    let synced = scrape(&bridge);
+    for ns in [&in_a, &in_b] {
+        assert!(of(&synced, "deltaship_watch_last_sync_timestamp_seconds", ns).is_some(), "{ns} synced: {synced:?}");
+        assert!(of(&synced, "deltaship_watch_last_event_timestamp_seconds", ns).is_some(), "{ns}: {synced:?}");
+    }
+
+    // Two ConfigMaps in b, one in a (besides kube-root-ca.crt in each): each watch's index.
+    let cm = |name: &str| serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap();
+    let (cms_a, cms_b) = (Api::<ConfigMap>::namespaced(kube.clone(), &a), Api::<ConfigMap>::namespaced(kube.clone(), &b));
+    cms_b.create(&PostParams::default(), &cm("b1")).await.unwrap();
+    cms_b.create(&PostParams::default(), &cm("b2")).await.unwrap();
+    cms_a.create(&PostParams::default(), &cm("a1")).await.unwrap();
+    eventually(Duration::from_secs(30), "each namespace's index gauge", || {
+        let s = scrape(&bridge);
+        let (ia, ib) = (of(&s, "deltaship_indexed_objects", &in_a), of(&s, "deltaship_indexed_objects", &in_b));
+        std::future::ready((ia == Some(2.0) && ib == Some(3.0)).then_some(()))
+    })
+    .await;
+
+    // b's Role revoked, every connection cut: b's watch is refused from now on.
+    Api::<RoleBinding>::namespaced(kube.clone(), &b).delete("read-configmaps", &DeleteParams::default()).await.unwrap();
+    let before = scrape(&bridge);
+    let b_heard = of(&before, "deltaship_watch_last_event_timestamp_seconds", &in_b).unwrap();
+    let cut = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/env/ha/ctl")).arg("cut").output().unwrap();
+    assert!(cut.status.success(), "ha/ctl cut: {}", String::from_utf8_lossy(&cut.stderr));
+    let cut_at = unix_now();
+    let forbidden =
+        |s: &BTreeMap<String, f64>| value(s, "deltaship_watch_errors_total", &["resource=\"configmaps\"", "error_kind=\"forbidden\""]).unwrap_or(0.0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut n = 0;
+    let after = loop {
+        n += 1;
+        cms_a.create(&PostParams::default(), &cm(&format!("a-after-{n}"))).await.unwrap();
+        let s = scrape(&bridge);
+        if of(&s, "deltaship_watch_last_event_timestamp_seconds", &in_a).is_some_and(|t| t > cut_at) && forbidden(&s) >= 2.0 {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "a's watch heard no change after the cut, or b's was not refused twice, within 60 s: {s:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(of(&after, "deltaship_watch_last_event_timestamp_seconds", &in_b), Some(b_heard), "b's watch heard nothing since the cut: {after:?}");
+    assert_eq!(of(&after, "deltaship_indexed_objects", &in_b), Some(3.0), "b's index as it was");
+
+    drop(bridge);
+    delete_namespace(&kube, &a).await;
+    delete_namespace(&kube, &b).await;
 }

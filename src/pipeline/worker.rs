@@ -202,10 +202,12 @@ struct Meters {
 
 impl Meters {
     fn new(resource: &Arc<str>, scope: &Scope) -> Meters {
+        // Each namespace's watch has its own gauges: one that stalls is not hidden by another.
+        let ns: Arc<str> = scope.namespace.as_deref().unwrap_or_default().into();
         Meters {
-            indexed: metrics::gauge!(m::INDEXED, "resource" => resource.clone()),
-            last_event: metrics::gauge!(m::WATCH_LAST_EVENT, "resource" => resource.clone()),
-            last_sync: metrics::gauge!(m::WATCH_LAST_SYNC, "resource" => resource.clone()),
+            indexed: metrics::gauge!(m::INDEXED, "resource" => resource.clone(), "watch_namespace" => ns.clone()),
+            last_event: metrics::gauge!(m::WATCH_LAST_EVENT, "resource" => resource.clone(), "watch_namespace" => ns.clone()),
+            last_sync: metrics::gauge!(m::WATCH_LAST_SYNC, "resource" => resource.clone(), "watch_namespace" => ns),
             queued: scope.outputs.iter().map(|o| metrics::gauge!(m::QUEUED, "route" => o.route_name.clone())).collect(),
             filtered: scope.outputs.iter().map(|_| Counters::default()).collect(),
             watch_errors: Counters::default(),

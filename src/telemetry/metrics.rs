@@ -1,5 +1,7 @@
 //! Metric names (`deltaship_<noun>_<unit>[_total]`) and their descriptions. Labels come
-//! from bounded sets only: resource, type, reason, sink, route, error_kind.
+//! from bounded sets only: resource, type, reason, sink, route, error_kind, and the
+//! watch_namespace of a watch (a namespace of the config's `namespaces`, empty for a watch of
+//! every namespace or of a cluster-scoped kind).
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
@@ -58,9 +60,13 @@ pub fn describe() {
     describe_gauge!(
         WATCH_LAST_EVENT,
         Unit::Seconds,
-        "Unix time of the last thing a watch received from the API server (an object of a list, a change, a bookmark), by resource."
+        "Unix time of the last thing a watch received from the API server (an object of a list, a change, a bookmark), by resource and watch_namespace."
     );
-    describe_gauge!(WATCH_LAST_SYNC, Unit::Seconds, "Unix time a watch last completed a sync (initial, relist, resync, resume), by resource.");
+    describe_gauge!(
+        WATCH_LAST_SYNC,
+        Unit::Seconds,
+        "Unix time a watch last completed a sync (initial, relist, resync, resume), by resource and watch_namespace."
+    );
     describe_histogram!(EVENT_LAG, Unit::Seconds, "Time from the watch event's arrival to the sink's acknowledgement of the event built from it, by route.");
     describe_counter!(
         KUBE_REQUESTS,
@@ -105,7 +111,7 @@ pub fn describe() {
     describe_gauge!(IN_FLIGHT, "Events sent and not yet acknowledged, by route.");
     describe_gauge!(HELD, "Events waiting behind an earlier event of the same object, by route.");
     describe_gauge!(QUEUED, "Events queued between the watches and the route's sink, by route.");
-    describe_gauge!(INDEXED, "Objects in the index, by resource.");
+    describe_gauge!(INDEXED, "Objects in the index, by resource and watch_namespace.");
     describe_counter!(
         LEASE_ERRORS,
         "Failed Lease API calls of leader election, retried, by error_kind (throttled, server_error, timeout, connection, rejected)."

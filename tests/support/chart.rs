@@ -151,6 +151,12 @@ pub async fn create(client: &Client, docs: &[Value], kinds: &[&str]) {
 /// A kubeconfig for ServiceAccount `namespace/name` (the admin's, with a bound token
 /// instead), written to a file, and a client with it.
 pub async fn service_account_kubeconfig(client: &Client, namespace: &str, name: &str) -> (PathBuf, Client) {
+    service_account_kubeconfig_from(client, namespace, name, &super::env().kubeconfig).await
+}
+
+/// As `service_account_kubeconfig`, from the admin kubeconfig at `admin` (e.g. the HA
+/// control plane's, through its load balancer).
+pub async fn service_account_kubeconfig_from(client: &Client, namespace: &str, name: &str, admin: &str) -> (PathBuf, Client) {
     let token = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
         .create_token_request(
             name,
@@ -162,7 +168,7 @@ pub async fn service_account_kubeconfig(client: &Client, namespace: &str, name: 
         .status
         .unwrap()
         .token;
-    let admin = std::fs::read_to_string(super::env().kubeconfig).unwrap();
+    let admin = std::fs::read_to_string(admin).unwrap_or_else(|e| panic!("{admin}: {e}"));
     let mut kubeconfig: serde_yaml::Value = serde_yaml::from_str(&admin).unwrap();
     kubeconfig["users"] = serde_yaml::from_str(&format!("[{{name: sa, user: {{token: {token}}}}}]")).unwrap();
     for ctx in kubeconfig["contexts"].as_sequence_mut().unwrap() {
