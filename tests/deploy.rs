@@ -22,13 +22,13 @@ use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 use support::bridge::Bridge;
 use support::chart::{
-    allowed, chart, create, dry_run_all, helm, kinds, one, read_grants, render, render_text, rendered_config, root, service_account_kubeconfig, strings,
+    allowed, chart, create, docs, dry_run_all, helm, kinds, one, read_grants, render, render_text, rendered_config, root, service_account_kubeconfig, strings,
     template,
 };
 
 const MANIFEST: &str = "deploy/kubernetes/deltaship.yaml";
 const REGENERATE: &str = "{ sed '/^---$/,$d' deploy/kubernetes/deltaship.yaml; \
-    helm template deltaship deploy/helm/deltaship --namespace deltaship; } > /tmp/deltaship.yaml \
+    helm template deltaship deploy/helm/deltaship --namespace deltaship --skip-tests; } > /tmp/deltaship.yaml \
     && mv /tmp/deltaship.yaml deploy/kubernetes/deltaship.yaml";
 /// The config of the extended renders: ConfigMaps and Deployments, with matching RBAC.
 const TWO_RESOURCES: [&str; 4] = [
@@ -134,7 +134,7 @@ fn the_packaged_chart_lints_and_carries_its_readme_schema_and_monitoring() {
     for f in ["deltaship/values.schema.json", "deltaship/monitoring/alerts.yaml", "deltaship/monitoring/grafana-dashboard.json"] {
         assert!(files.lines().any(|l| l == f), "{f} not in the package:\n{files}");
     }
-    let from_archive = helm(&["template", "deltaship", archive, "--namespace", "deltaship"]);
+    let from_archive = helm(&["template", "deltaship", archive, "--namespace", "deltaship", "--skip-tests"]);
     assert_eq!(String::from_utf8_lossy(&from_archive.stdout), render_text("deltaship", "deltaship", &[]));
     std::fs::remove_dir_all(&out_dir).unwrap();
 }
@@ -174,7 +174,10 @@ fn the_committed_manifest_is_a_fresh_render() {
     let committed = std::fs::read_to_string(root().join(MANIFEST)).expect("deploy/kubernetes/deltaship.yaml");
     let (header, body) = committed.split_once("\n---\n").map(|(h, b)| (h, format!("---\n{b}"))).expect("a header comment, then the rendered documents");
     assert!(header.lines().all(|l| l.starts_with('#')), "the header is comments only:\n{header}");
-    assert!(header.contains("helm template deltaship deploy/helm/deltaship --namespace deltaship"), "the header says how the file was generated:\n{header}");
+    assert!(
+        header.contains("helm template deltaship deploy/helm/deltaship --namespace deltaship --skip-tests"),
+        "the header says how the file was generated:\n{header}"
+    );
     let fresh = render_text("deltaship", "deltaship", &[]);
     assert!(body == fresh, "{MANIFEST} is stale (it differs from a fresh render of the chart); regenerate it with:\n  {REGENERATE}");
 }
@@ -226,6 +229,36 @@ fn the_hardening_options_render_a_network_policy_spread_and_priority() {
     );
     assert_eq!(egress[1]["ports"], json!([{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]));
     assert_eq!(egress[2]["ports"], json!([{"port": 9092, "protocol": "TCP"}]));
+}
+
+/// `helm test`'s pod (rendered on its own: the other renders leave it out) runs `deltaship
+/// check` on the release's config like the Deployment's pods run deltaship: same image,
+/// ServiceAccount, environment, mounts, volumes and security contexts; and neither the
+/// Service nor the PodDisruptionBudget selects it.
+#[test]
+fn the_helm_test_pod_checks_the_release_as_its_pods_run() {
+    for extra in [&[][..], &["--set", "digestKeySecret.name=keys", "--set-json", r#"extraEnv=[{"name":"A","value":"b"}]"#][..]] {
+        let chart_dir = chart();
+        let mut args = vec!["template", "deltaship", &chart_dir, "--namespace", "deltaship", "--show-only", "templates/tests/check.yaml"];
+        args.extend_from_slice(extra);
+        let out = helm(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let test = &docs(&String::from_utf8(out.stdout).unwrap())[0];
+        assert_eq!(test["metadata"]["annotations"]["helm.sh/hook"], "test");
+        let deploy = one(&render("deltaship", "deltaship", extra), "Deployment")["spec"]["template"].clone();
+        let (pod, runs) = (&test["spec"], &deploy["spec"]);
+        let (check, container) = (&pod["containers"][0], &runs["containers"][0]);
+        assert_eq!(check["args"], json!(["check", "--config", "/etc/deltaship/deltaship.yaml"]));
+        for key in ["image", "imagePullPolicy", "env", "volumeMounts", "securityContext", "resources"] {
+            assert_eq!(check[key], container[key], "{key} of the test pod's container ({extra:?})");
+        }
+        for key in ["serviceAccountName", "securityContext", "volumes", "enableServiceLinks"] {
+            assert_eq!(pod[key], runs[key], "{key} of the test pod ({extra:?})");
+        }
+        assert_eq!(pod["restartPolicy"], "Never");
+        let selector = deploy["metadata"]["labels"].as_object().unwrap();
+        assert!(selector.iter().any(|(k, v)| test["metadata"]["labels"][k] != *v), "the Service would select the test pod: {}", test["metadata"]["labels"]);
+    }
 }
 
 #[test]

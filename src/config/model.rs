@@ -333,8 +333,9 @@ pub struct DeliveryConfig {
     #[serde(default)]
     pub oversize: OversizePolicy,
     /// /healthz fails when events have waited this long without any acknowledgement from
-    /// the sink (a stuck client; the restart re-delivers with an initial sync), in seconds;
-    /// 0 turns the check off. Default: 300.
+    /// the sink while the sink answered its probes (a stuck client; the restart resumes from
+    /// the checkpoint), in seconds; 0 turns the check off. A sink that does not answer makes
+    /// /readyz fail, not /healthz, and the wait starts again when it answers. Default: 300.
     #[serde(default = "default_stall_timeout_secs")]
     pub stall_timeout_secs: u64,
     /// How often each watch ships a state marker between syncs: a `sync.started` and

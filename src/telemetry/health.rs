@@ -123,14 +123,17 @@ impl Health {
     }
 
     /// `Ok` while alive; an error when a route's events have waited for the stall timeout
-    /// without any acknowledgement (its client is stuck: a restart re-delivers with an
-    /// initial sync).
+    /// without any acknowledgement while its sink answered the probes (its client is stuck:
+    /// a restart resumes from the checkpoint). A sink that does not answer is an outage,
+    /// which a restart would not end: not ready, but alive, so that the pod is not
+    /// restarted again and again while the brokers are down.
     pub fn liveness(&self) -> Result<(), String> {
         let Some(stall) = self.stall else { return Ok(()) };
         self.problems(|r| {
             let waiting = r.outstanding.load(Ordering::Acquire);
             let since = self.started.elapsed().saturating_sub(Duration::from_millis(r.progress_ms.load(Ordering::Acquire)));
-            (waiting > 0 && since >= stall).then(|| format!("{waiting} event(s) not acknowledged for {}s", since.as_secs()))
+            let outage = r.sink.load(Ordering::Acquire) == UNREACHABLE;
+            (waiting > 0 && since >= stall && !outage).then(|| format!("{waiting} event(s) not acknowledged for {}s", since.as_secs()))
         })
     }
 
@@ -211,7 +214,12 @@ impl RouteHealth {
     /// probe always does, so a sink that is down from the start is reported too).
     pub fn set_sink_connected(&self, connected: bool) -> bool {
         let state = if connected { REACHABLE } else { UNREACHABLE };
-        let changed = self.state().sink.swap(state, Ordering::AcqRel) != state;
+        let was = self.state().sink.swap(state, Ordering::AcqRel);
+        if was == UNREACHABLE && connected {
+            // After an outage the client gets the whole stall timeout to deliver again.
+            self.progressed();
+        }
+        let changed = was != state;
         metrics::gauge!(super::metrics::SINK_REACHABLE, "route" => self.state().name.clone()).set(if connected { 1.0 } else { 0.0 });
         self.health.publish();
         changed
@@ -257,6 +265,25 @@ mod tests {
         r.progressed();
         assert!(h.liveness().is_ok());
         assert!(Health::single(0).liveness().is_ok(), "no timeout, never stalled");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sink_outage_is_not_ready_but_alive_and_the_stall_timeout_starts_again_after_it() {
+        let h = Health::new(vec![("default".into(), 0)], Some(Duration::from_millis(50)), None);
+        let r = h.route(0);
+        r.set_sink_connected(true);
+        r.set_outstanding(3);
+        tokio::time::advance(Duration::from_millis(30)).await;
+        r.set_sink_connected(false);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert!(h.liveness().is_ok(), "events wait, but the brokers are down: a restart would not help");
+        assert_eq!(h.readiness().unwrap_err(), "the sink is not reachable");
+        r.set_sink_connected(true);
+        assert_eq!(h.readiness(), Ok(()), "reachable again");
+        tokio::time::advance(Duration::from_millis(49)).await;
+        assert!(h.liveness().is_ok(), "the client has the whole stall timeout after the outage");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(h.liveness().unwrap_err().contains("3 event(s) not acknowledged"), "reachable and still stuck: stalled");
     }
 
     #[tokio::test(start_paused = true)]

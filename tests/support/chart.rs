@@ -35,10 +35,11 @@ pub fn render_text(release: &str, namespace: &str, extra: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// `helm template RELEASE <chart> --namespace NAMESPACE EXTRA...`, as it went.
+/// `helm template RELEASE <chart> --namespace NAMESPACE --skip-tests EXTRA...` (what an
+/// install creates: `helm test`'s pod is rendered on its own), as it went.
 pub fn template(release: &str, namespace: &str, extra: &[&str]) -> std::process::Output {
     let chart = chart();
-    let mut args = vec!["template", release, &chart, "--namespace", namespace];
+    let mut args = vec!["template", release, &chart, "--namespace", namespace, "--skip-tests"];
     args.extend_from_slice(extra);
     helm(&args)
 }

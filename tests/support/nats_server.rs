@@ -37,8 +37,19 @@ impl NatsServer {
     /// Kills the server (SIGKILL) and starts it again with the same config, port and
     /// JetStream store; waits until it is ready.
     pub fn restart(&mut self) {
+        self.stop();
+        self.start_again();
+    }
+
+    /// Kills the server (SIGKILL): clients see an outage until `start_again`.
+    pub fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Starts the stopped server again with the same config, port and JetStream store;
+    /// waits until it is ready.
+    pub fn start_again(&mut self) {
         let bin = std::env::var("DELTASHIP_TEST_NATS_SERVER_BIN").expect("set at start");
         self.child = spawn(&bin, &self.dir.join("nats.conf"), &self.log);
         self.wait_ready(Duration::from_secs(20));

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod};
 use kube::Client;
 use kube::api::Api;
 use serde_json::{Value, json};
@@ -30,11 +30,58 @@ pub fn kubectl_ok(args: &[&str]) -> String {
 }
 
 /// A client of the test API server, after checking tests/env/up started the node (the
-/// brokers are not needed here).
+/// brokers are not needed here) and that it takes pods: should one of its daemons have
+/// stopped, or the node be unready or tainted, what was found is printed and
+/// `tests/env/node/ctl start` (idempotent: it starts what does not run and waits until the
+/// node is Ready) runs; a node still unusable after it fails the test with the report.
 pub async fn node_client() -> Client {
     assert_eq!(super::var("DELTASHIP_TEST_NODE"), "localhost", "tests/env/up node names its node localhost (the kubelet refuses a loopback node IP)");
     super::var("KUBECONFIG");
-    Client::try_default().await.expect("a client for the test API server (KUBECONFIG)")
+    let client = Client::try_default().await.expect("a client for the test API server (KUBECONFIG)");
+    // Tests of a binary run side by side: one of them starts what stopped, the others wait.
+    static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one = STARTING.lock().await;
+    if let Err(found) = usable(&client).await {
+        eprintln!("the test node does not take pods ({found}); starting what stopped:\n{}", report("default"));
+        let ctl = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/env/node/ctl");
+        let out = Command::new(ctl).arg("start").output().unwrap_or_else(|e| panic!("run {ctl}: {e}"));
+        eprintln!("{ctl} start: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        if let Err(found) = usable(&client).await {
+            panic!("the test node does not take pods ({found}), even after {ctl} start:\n{}", report("default"));
+        }
+    }
+    client
+}
+
+/// The daemons of tests/env/node, by their pid files.
+const NODE_DAEMONS: [&str; 4] = ["containerd", "kubelet", "kube-scheduler", "kube-proxy"];
+
+/// Ok when every daemon of the node runs and the Node is Ready without taints; else what is not so.
+async fn usable(client: &Client) -> Result<(), String> {
+    let pids = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/env/.state/pids");
+    let mut found: Vec<String> = NODE_DAEMONS
+        .iter()
+        .filter(|d| {
+            let pid = std::fs::read_to_string(pids.join(format!("{d}.pid"))).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+            // The state follows the parenthesised command name; Z is a zombie.
+            stat.rsplit_once(") ").is_none_or(|(_, rest)| rest.starts_with('Z'))
+        })
+        .map(|d| format!("{d} is not running"))
+        .collect();
+    match Api::<Node>::all(client.clone()).get("localhost").await {
+        Ok(node) => {
+            let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
+            if !conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True") {
+                found.push("the Node is not Ready".into());
+            }
+            for t in node.spec.and_then(|s| s.taints).unwrap_or_default() {
+                found.push(format!("the Node is tainted {}:{}", t.key, t.effect));
+            }
+        }
+        Err(e) => found.push(format!("no Node localhost: {e}")),
+    }
+    if found.is_empty() { Ok(()) } else { Err(found.join("; ")) }
 }
 
 pub fn container_status(pod: &Pod) -> Option<&ContainerStatus> {
@@ -102,9 +149,40 @@ pub fn install(release: &Release, ns: &str, extra: &[&str]) -> Vec<Pod> {
     pods
 }
 
+/// A process of a container the kubelet runs.
+#[derive(Debug)]
+pub struct PodProcess {
+    pub pid: u32,
+    /// /proc/PID/status.
+    pub status: String,
+    /// The memory limit of its cgroup (v1), in bytes.
+    pub memory_limit: u64,
+}
+
+/// The processes named `comm` whose memory cgroup is one of `pods`' (the kubelet's cgroups
+/// are `/kubepods/<class>/pod<uid>/<container>`).
+pub fn pod_processes(comm: &str, pods: &[Pod]) -> Vec<PodProcess> {
+    let cgroups: Vec<String> = pods.iter().map(|p| format!("/pod{}/", p.metadata.uid.as_ref().unwrap())).collect();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let dir = entry.path();
+        let (Ok(name), Ok(cgroup), Ok(status)) =
+            (std::fs::read_to_string(dir.join("comm")), std::fs::read_to_string(dir.join("cgroup")), std::fs::read_to_string(dir.join("status")))
+        else {
+            continue;
+        };
+        let Some(memory) = cgroup.lines().find_map(|l| l.split_once(":memory:").map(|(_, path)| path.to_owned())) else { continue };
+        if name.trim() == comm && memory.starts_with("/kubepods") && cgroups.iter().any(|c| memory.contains(c.as_str())) {
+            let limit = std::fs::read_to_string(format!("/sys/fs/cgroup/memory{memory}/memory.limit_in_bytes")).unwrap();
+            found.push(PodProcess { pid, status, memory_limit: limit.trim().parse().unwrap() });
+        }
+    }
+    found
+}
+
 /// What explains pods in `ns` that do not run: their descriptions (with their events), the
-/// node's (conditions, taints, allocations), and the last lines of the kubelet's, the
-/// scheduler's and containerd's logs.
+/// node's (conditions, taints, allocations), and the last lines of the node's daemons' logs.
 pub fn report(ns: &str) -> String {
     let mut text = String::new();
     for args in [&["describe", "pods", "-n", ns][..], &["describe", "nodes"][..]] {
@@ -112,7 +190,7 @@ pub fn report(ns: &str) -> String {
         text += &format!("--- kubectl {}\n{}{}\n", args.join(" "), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     }
     let logs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/env/.state/logs");
-    for daemon in ["kubelet", "kube-scheduler", "containerd"] {
+    for daemon in NODE_DAEMONS {
         let log = std::fs::read_to_string(logs.join(format!("{daemon}.log"))).unwrap_or_else(|e| format!("({e})"));
         let tail: Vec<&str> = log.lines().rev().take(30).collect();
         text += &format!("--- the last lines of {daemon}.log\n{}\n", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
@@ -143,9 +221,9 @@ pub fn metrics(ns: &str, pod: &str) -> Option<String> {
 }
 
 /// The release installed in a namespace of its own, shipping the ConfigMaps of another
-/// namespace (`watched`, churned by the test) to a JetStream stream of its own on the test
-/// NATS server, which the pods reach at the node's host address (tests/env/node's DNAT to
-/// 127.0.0.1, same port).
+/// namespace (`watched`, churned by the test) to a JetStream stream of its own on a NATS
+/// server of the host's 127.0.0.1, which the pods reach at the node's host address
+/// (tests/env/node's DNAT to 127.0.0.1, same port).
 pub struct NatsInstall {
     pub ns: String,
     pub watched: String,
@@ -153,16 +231,24 @@ pub struct NatsInstall {
     pub churn: Churn,
     /// The pods `helm install` brought up.
     pub pods: Vec<String>,
+    /// The NATS server's URL on the host, `nats://127.0.0.1:PORT`.
+    pub nats: String,
 }
 
 impl NatsInstall {
+    /// On the test NATS server, with the chart's defaults.
     pub async fn start(client: &Client, release: &Release, prefix: &str) -> NatsInstall {
+        NatsInstall::start_with(client, release, prefix, &super::var("DELTASHIP_TEST_NATS"), json!({})).await
+    }
+
+    /// On the NATS server at `nats` (`nats://127.0.0.1:PORT`), with `extra` (e.g. a
+    /// `delivery` section) added to the config.
+    pub async fn start_with(client: &Client, release: &Release, prefix: &str, nats: &str, extra: Value) -> NatsInstall {
         let ns = namespace(client, prefix).await;
         let watched = namespace(client, &format!("{prefix}-watched")).await;
         let cluster = super::unique("c");
         let stream = cluster.to_uppercase().replace('-', "_");
-        let nats = super::var("DELTASHIP_TEST_NATS");
-        let values = json!({"config": {
+        let mut config = json!({
             "cluster": cluster,
             "resources": [{"group": "", "version": "v1", "kind": "ConfigMap", "namespaces": [watched]}],
             "sink": {
@@ -172,25 +258,65 @@ impl NatsInstall {
                 "marker_subject_template": format!("{cluster}.{{group}}.{{kind}}._sync"),
                 "jetstream": {"stream": stream, "subjects": [format!("{cluster}.>")]},
             },
-        }});
+        });
+        config.as_object_mut().unwrap().extend(extra.as_object().expect("extra config is an object").clone());
         let values_file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{cluster}.json"));
-        std::fs::write(&values_file, values.to_string()).unwrap();
+        std::fs::write(&values_file, json!({"config": config}).to_string()).unwrap();
         let churn = Churn::create(client, &watched, 20, 0).await;
         let pods = names(&install(release, &ns, &["--values", values_file.to_str().unwrap()]));
-        NatsInstall { ns, watched, stream, churn, pods }
+        NatsInstall { ns, watched, stream, churn, pods, nats: nats.to_owned() }
     }
 
     /// `deltaship rebuild` of the stream, for support::state.
     pub fn rebuild_args(&self) -> Vec<String> {
-        vec!["--nats".into(), super::var("DELTASHIP_TEST_NATS"), "--stream".into(), self.stream.clone()]
+        vec!["--nats".into(), self.nats.clone(), "--stream".into(), self.stream.clone()]
     }
 
-    /// `helm uninstall`, then the stream and the namespaces go.
+    /// `helm test` (deltaship check from a pod: the sink answers it), `helm uninstall`,
+    /// which leaves what the README says; then the stream and the namespaces go.
     pub async fn remove(self, client: &Client) {
-        let out = helm(&["uninstall", &self.ns, "--namespace", &self.ns, "--wait", "--timeout", "2m"]);
-        assert!(out.status.success(), "helm uninstall failed:\n{}", String::from_utf8_lossy(&out.stderr));
-        super::nats::jetstream().await.delete_stream(&self.stream).await.unwrap();
+        helm_test(&self.ns);
+        uninstall(&self.ns).await;
+        let nats = async_nats::connect(&self.nats).await.unwrap_or_else(|e| panic!("connect to {}: {e}", self.nats));
+        async_nats::jetstream::new(nats).delete_stream(&self.stream).await.unwrap();
         delete_namespace(client, &self.ns).await;
         delete_namespace(client, &self.watched).await;
+    }
+}
+
+/// `helm test` of release `ns` (its pod runs `deltaship check` as the release's
+/// ServiceAccount), which must pass; its output. (Not `--logs`: Helm 3.19 deletes a
+/// succeeded test pod before it reads the logs; a failed one is kept for them.)
+pub fn helm_test(ns: &str) -> String {
+    let out = helm(&["test", ns, "--namespace", ns, "--timeout", "3m"]);
+    assert!(out.status.success(), "helm test failed:\n{}\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr), report(ns));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// What README's "Uninstall" says `helm uninstall` leaves in the cluster: the Lease of
+/// leader election, which deltaship itself creates.
+pub const LEFT_BY_UNINSTALL: [&str; 1] = ["lease.coordination.k8s.io/deltaship"];
+
+/// `helm uninstall --wait` of release `ns`; then, once its pods are gone, exactly
+/// `LEFT_BY_UNINSTALL` is left of it in its namespace and the cluster.
+pub async fn uninstall(ns: &str) {
+    let out = helm(&["uninstall", ns, "--namespace", ns, "--wait", "--timeout", "2m"]);
+    assert!(out.status.success(), "helm uninstall failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let kinds = "pods,services,deployments,replicasets,configmaps,secrets,serviceaccounts,roles,rolebindings,leases,poddisruptionbudgets,networkpolicies";
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut left: Vec<String> = kubectl_ok(&["get", kinds, "-n", ns, "-o", "name"])
+            .lines()
+            .filter(|l| !["configmap/kube-root-ca.crt", "serviceaccount/default"].contains(l))
+            .map(str::to_owned)
+            .collect();
+        // The chart's cluster-wide objects are named after the release.
+        let cluster = kubectl_ok(&["get", "clusterroles,clusterrolebindings", "-o", "name"]);
+        left.extend(cluster.lines().filter(|l| l.contains(ns)).map(str::to_owned));
+        if left == LEFT_BY_UNINSTALL {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "90 s after helm uninstall of {ns}, left: {left:?}; README says {LEFT_BY_UNINSTALL:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }

@@ -67,3 +67,52 @@ release namespace (deltaship's default is $POD_NAMESPACE, the pod's own). */}}
 {{- end }}
 {{- $scope }}
 {{- end }}
+
+{{/* The container's environment, in the Deployment and the helm test's pod. */}}
+{{- define "deltaship.env" -}}
+# The default namespace of the leader election Lease.
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- if .Values.digestKeySecret.name }}
+- name: DELTASHIP_REDACTION__DIGEST_KEY_FILE
+  value: /etc/deltaship-redaction/digest-key
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The container's mounts: the config, the digest key, extraVolumeMounts. */}}
+{{- define "deltaship.volumeMounts" -}}
+- name: config
+  mountPath: /etc/deltaship
+  readOnly: true
+{{- if .Values.digestKeySecret.name }}
+- name: digest-key
+  mountPath: /etc/deltaship-redaction
+  readOnly: true
+{{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The pod's volumes behind those mounts. */}}
+{{- define "deltaship.volumes" -}}
+- name: config
+  configMap:
+    name: {{ include "deltaship.fullname" . }}
+{{- if .Values.digestKeySecret.name }}
+- name: digest-key
+  secret:
+    secretName: {{ .Values.digestKeySecret.name }}
+    items:
+      - key: {{ .Values.digestKeySecret.key }}
+        path: digest-key
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
