@@ -231,6 +231,16 @@ fn the_hardening_options_render_a_network_policy_spread_and_priority() {
     assert_eq!(egress[2]["ports"], json!([{"port": 9092, "protocol": "TCP"}]));
 }
 
+/// The chart states the Kubernetes versions it supports: rendering for 1.32 fails naming
+/// the constraint; for the tested 1.34.4 it renders.
+#[test]
+fn the_chart_refuses_a_kubernetes_older_than_its_client() {
+    let old = template("deltaship", "deltaship", &["--kube-version", "1.32.9"]);
+    let err = String::from_utf8_lossy(&old.stderr);
+    assert!(!old.status.success() && err.contains(">=1.33.0-0"), "{err}");
+    assert!(template("deltaship", "deltaship", &["--kube-version", "1.34.4"]).status.success());
+}
+
 /// `helm test`'s pod (rendered on its own: the other renders leave it out) runs `deltaship
 /// check` on the release's config like the Deployment's pods run deltaship: same image,
 /// ServiceAccount, environment, mounts, volumes and security contexts; and neither the

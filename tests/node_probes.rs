@@ -52,8 +52,8 @@ async fn a_broker_outage_makes_the_leader_unready_without_a_restart_and_a_frozen
     let client = node_client().await;
     let mut nats = NatsServer::start("");
     let url = format!("nats://{}", nats.addr());
-    let extra = json!({"delivery": {"stall_timeout_secs": STALL_SECS, "shutdown_timeout_secs": 5}});
-    let mut it = NatsInstall::start_with(&client, release(), "node-probes", &url, extra).await;
+    let delivery = json!({"stall_timeout_secs": STALL_SECS, "shutdown_timeout_secs": 5});
+    let mut it = NatsInstall::start_with(&client, release(), "node-probes", &url, |_, values| values["config"]["delivery"] = delivery).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &it.ns);
     let leader = leader_among(&client, &it.ns, &it.pods, Duration::from_secs(60)).await;
     it.churn.start(2, Duration::from_millis(100), None);

@@ -233,22 +233,24 @@ pub struct NatsInstall {
     pub pods: Vec<String>,
     /// The NATS server's URL on the host, `nats://127.0.0.1:PORT`.
     pub nats: String,
+    /// `config.cluster`: the first token of every subject.
+    pub cluster: String,
 }
 
 impl NatsInstall {
     /// On the test NATS server, with the chart's defaults.
     pub async fn start(client: &Client, release: &Release, prefix: &str) -> NatsInstall {
-        NatsInstall::start_with(client, release, prefix, &super::var("DELTASHIP_TEST_NATS"), json!({})).await
+        NatsInstall::start_with(client, release, prefix, &super::var("DELTASHIP_TEST_NATS"), |_, _| ()).await
     }
 
-    /// On the NATS server at `nats` (`nats://127.0.0.1:PORT`), with `extra` (e.g. a
-    /// `delivery` section) added to the config.
-    pub async fn start_with(client: &Client, release: &Release, prefix: &str, nats: &str, extra: Value) -> NatsInstall {
+    /// On the NATS server at `nats` (`nats://127.0.0.1:PORT`), with the chart's values
+    /// (`{"config": ...}`) changed by `edit`, which is given the watched namespace too.
+    pub async fn start_with(client: &Client, release: &Release, prefix: &str, nats: &str, edit: impl FnOnce(&str, &mut Value)) -> NatsInstall {
         let ns = namespace(client, prefix).await;
         let watched = namespace(client, &format!("{prefix}-watched")).await;
         let cluster = super::unique("c");
         let stream = cluster.to_uppercase().replace('-', "_");
-        let mut config = json!({
+        let mut values = json!({"config": {
             "cluster": cluster,
             "resources": [{"group": "", "version": "v1", "kind": "ConfigMap", "namespaces": [watched]}],
             "sink": {
@@ -258,13 +260,13 @@ impl NatsInstall {
                 "marker_subject_template": format!("{cluster}.{{group}}.{{kind}}._sync"),
                 "jetstream": {"stream": stream, "subjects": [format!("{cluster}.>")]},
             },
-        });
-        config.as_object_mut().unwrap().extend(extra.as_object().expect("extra config is an object").clone());
+        }});
+        edit(&watched, &mut values);
         let values_file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{cluster}.json"));
-        std::fs::write(&values_file, json!({"config": config}).to_string()).unwrap();
+        std::fs::write(&values_file, values.to_string()).unwrap();
         let churn = Churn::create(client, &watched, 20, 0).await;
         let pods = names(&install(release, &ns, &["--values", values_file.to_str().unwrap()]));
-        NatsInstall { ns, watched, stream, churn, pods, nats: nats.to_owned() }
+        NatsInstall { ns, watched, stream, churn, pods, nats: nats.to_owned(), cluster }
     }
 
     /// `deltaship rebuild` of the stream, for support::state.
