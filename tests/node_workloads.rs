@@ -64,6 +64,9 @@ async fn scale(deploys: &Api<Deployment>, replicas: i32) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deployment_rolled_out_on_the_node_triggers_once_per_pod_template_change() {
+    // support::nats reads what was stored since its clock started: start it now, before
+    // the rollouts (it starts at its first use otherwise, after them).
+    let _ = *support::nats::STARTED;
     let client = node_client().await;
     let nats = support::var("DELTASHIP_TEST_NATS");
     let it = NatsInstall::start_with(&client, release(), "node-workload", &nats, |watched, values| {
@@ -95,7 +98,7 @@ async fn a_deployment_rolled_out_on_the_node_triggers_once_per_pod_template_chan
     // The leader's filter left out every other update of the Deployment.
     let leader = leader_among(&client, &it.ns, &it.pods, Duration::from_secs(30)).await;
     let text = metrics(&it.ns, &leader).expect("the leader's /metrics");
-    let deployments: String = text.lines().filter(|l| l.contains("resource=\"deployments\"")).map(|l| format!("{l}\n")).collect();
+    let deployments: String = text.lines().filter(|l| l.contains("resource=\"deployments.apps\"")).map(|l| format!("{l}\n")).collect();
     let left_out = metric(&deployments, "deltaship_filtered_events_total");
     assert_eq!(
         triggers,
