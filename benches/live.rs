@@ -31,6 +31,10 @@
 //! machine, ms): p50 and p99 over the delivered updates; it can be below 0 when the watch
 //! event travels faster than the patch's answer.
 //!
+//! `deltaship_fenced` is the bridge with leader election and its default fencing
+//! (`leader_election.fence`): one replica, whose Kafka records go in transactions, each
+//! event acknowledged once its transaction committed.
+//!
 //! The informer program: client-go's SharedInformerFactory for the namespace's ConfigMaps,
 //! each add/update/delete sent as one JSON record (the object, key namespace/name) with
 //! franz-go, with the bridge's producer settings (idempotent, acks=all, lz4, linger 5 ms).
@@ -45,7 +49,8 @@
 //! (updates per second, default `100,300,1000,3000`), DELTASHIP_TEST_BENCH_LIVE_SECS (per rate,
 //! default 20), DELTASHIP_TEST_BENCH_LIVE_CONCURRENCY (patches in flight, default 64),
 //! DELTASHIP_TEST_BENCH_RUNS (default 3), DELTASHIP_TEST_BENCH_BIN (default: the bench build's
-//! deltaship binary). Without `--bench` (`cargo test --benches`): 20 ConfigMaps, one run, one
+//! deltaship binary), DELTASHIP_TEST_BENCH_PROGRAMS (comma separated, default all:
+//! `deltaship,deltaship_fenced,informer,floor`). Without `--bench` (`cargo test --benches`): 20 ConfigMaps, one run, one
 //! rate of 50/s for 2 s, both programs, asserting only that the updates arrived.
 
 #[path = "common/mod.rs"]
@@ -82,16 +87,23 @@ const IDLE: Duration = Duration::from_secs(5);
 #[derive(Clone, Copy, PartialEq)]
 enum Program {
     Deltaship,
+    DeltashipFenced,
     Informer,
     Floor,
 }
 
-const PROGRAMS: [Program; 3] = [Program::Deltaship, Program::Informer, Program::Floor];
+const PROGRAMS: [Program; 4] = [Program::Deltaship, Program::DeltashipFenced, Program::Informer, Program::Floor];
 
 impl Program {
+    /// DELTASHIP_TEST_BENCH_PROGRAMS (comma separated names) limits the programs.
+    fn selected(self) -> bool {
+        std::env::var("DELTASHIP_TEST_BENCH_PROGRAMS").map_or(true, |list| list.split(',').any(|n| n.trim() == self.as_str()))
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Program::Deltaship => "deltaship",
+            Program::DeltashipFenced => "deltaship_fenced",
             Program::Informer => "informer",
             Program::Floor => "floor",
         }
@@ -149,7 +161,7 @@ fn main() {
         let record = floor::template(serde_json::to_value(record).unwrap());
         let mut results: Vec<(usize, Phase)> = Vec::new();
         for run in 0..runs {
-            for program in PROGRAMS {
+            for program in PROGRAMS.into_iter().filter(|p| p.selected()) {
                 let id = common::unique("dsbench-live");
                 let topic = live::events_topic(&id);
                 rt.block_on(create_topic(&brokers, &topic));
@@ -157,6 +169,12 @@ fn main() {
                     Program::Deltaship => {
                         let port = live::free_port();
                         Running::Bridge(Bridge::spawn(&bin, &id, port, &live::kafka_config("bench", &ns, &brokers, &id, port, "warn")))
+                    }
+                    Program::DeltashipFenced => {
+                        let port = live::free_port();
+                        let mut config = live::kafka_config("bench", &ns, &brokers, &id, port, "warn");
+                        config.push_str(&format!("[leader_election]\nenabled = true\nnamespace = \"{ns}\"\nlease_name = \"{id}\"\nfence = true\n"));
+                        Running::Bridge(Bridge::spawn(&bin, &id, port, &config))
                     }
                     Program::Informer => Running::Informer(Informer::spawn(&informer, &id, &kubeconfig, &brokers, &topic, &ns)),
                     Program::Floor => Running::Floor(Floor::spawn(&id, &brokers, &topic, &ns, &record)),
@@ -229,6 +247,7 @@ fn summarize(count: usize, rates: &[f64], results: &[(usize, Phase)], bench: boo
             "{}",
             json!({"bench": "live", "ratio": true, "objects": count, "rate": rate,
                    "cpu_deltaship_over_informer": s(ratios(Program::Deltaship, Program::Informer)),
+                   "cpu_fenced_over_deltaship": s(ratios(Program::DeltashipFenced, Program::Deltaship)),
                    "cpu_floor_over_informer": s(ratios(Program::Floor, Program::Informer)), "smoke": !bench})
         );
     }

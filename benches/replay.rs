@@ -11,11 +11,14 @@
 //! Environment: DELTASHIP_TEST_BENCH_EVENTS (N, default 20000), DELTASHIP_TEST_BENCH_RUNS (R,
 //! default 9), DELTASHIP_TEST_BENCH_OBJECT (`pod` or `configmap`, default pod),
 //! DELTASHIP_TEST_BENCH_SINKS (default `kafka,nats`), DELTASHIP_TEST_BENCH_VARIANTS (default
-//! all: `pipeline,end_to_end,raw,raw_unbounded`). Without `--bench` (`cargo test
+//! all: `pipeline,fenced,end_to_end,raw,raw_unbounded`). Without `--bench` (`cargo test
 //! --benches`) it does one small run of each as a smoke test.
 //!
 //! Variants, per sink, run in turn within each repetition (the order rotates):
 //! - `pipeline`: Dispatcher + Sink, max_in_flight 1000 and queue 2000 (the defaults).
+//! - `fenced`: the same through a sink a leader claimed (sink::fence): Kafka records in
+//!   transactions, each event acknowledged once its transaction committed; JetStream
+//!   publishes expecting the leader's fence record.
 //! - `end_to_end`: the recorded watch events decoded, classified and built by a producer
 //!   task (as the watch task does) while the Dispatcher + Sink deliver them: the bridge's
 //!   whole per-event path, timed and its CPU counted from the first event to the last ack.
@@ -63,6 +66,7 @@ const NATS_MAX_ACK_INFLIGHT: usize = 5000;
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 enum Variant {
     Pipeline,
+    Fenced,
     EndToEnd,
     Raw,
     RawUnbounded,
@@ -72,6 +76,7 @@ impl Variant {
     fn name(self) -> &'static str {
         match self {
             Variant::Pipeline => "pipeline",
+            Variant::Fenced => "fenced",
             Variant::EndToEnd => "end_to_end",
             Variant::Raw => "raw",
             Variant::RawUnbounded => "raw_unbounded",
@@ -79,7 +84,7 @@ impl Variant {
     }
 }
 
-const VARIANTS: [Variant; 4] = [Variant::Pipeline, Variant::EndToEnd, Variant::Raw, Variant::RawUnbounded];
+const VARIANTS: [Variant; 5] = [Variant::Pipeline, Variant::Fenced, Variant::EndToEnd, Variant::Raw, Variant::RawUnbounded];
 
 struct Measured {
     seconds: f64,
@@ -207,8 +212,11 @@ impl Report<'_> {
             );
         }
         // Ratios per repetition (the runs of one repetition ran back to back).
-        for num in [Variant::Pipeline, Variant::EndToEnd] {
-            for base in [Variant::Raw, Variant::RawUnbounded] {
+        for num in [Variant::Pipeline, Variant::Fenced, Variant::EndToEnd] {
+            for base in [Variant::Raw, Variant::RawUnbounded, Variant::Pipeline] {
+                if num == base {
+                    continue;
+                }
                 let (Some(p), Some(b)) = (self.runs.get(&num), self.runs.get(&base)) else { continue };
                 let ratios: Vec<f64> = p.iter().zip(b).map(|(p, b)| p.0 / b.0).collect();
                 let (median, min, max) = common::stats(&ratios);
@@ -311,6 +319,7 @@ async fn kafka_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, ru
     let sink_config = config.effective_routes().remove(0).sink;
     let sink = Sink::from_config(&sink_config).await.expect("kafka sink");
     sink.prepare(&sink_config, std::slice::from_ref(&topic)).await.expect("create the bench topic");
+    let fenced = fenced_sink(&sink_config, run_id).await;
     let producer = raw_producer(brokers);
     wait_for_partitions(&producer, &topic).await;
     eprintln!("replay: kafka topic {topic}");
@@ -319,14 +328,16 @@ async fn kafka_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, ru
     let warm = Arc::new(recorded[..recorded.len().min(2000)].to_vec());
     for v in VARIANTS.into_iter().filter(|v| selected(*v)) {
         let cluster = format!("warm{}", v.name().replace('_', ""));
-        run_kafka_variant(v, &cluster, kind, &sink_toml, &sink, &producer, &warm, health.clone()).await;
+        let sink = if v == Variant::Fenced { &fenced } else { &sink };
+        run_kafka_variant(v, &cluster, kind, &sink_toml, sink, &producer, &warm, health.clone()).await;
     }
 
     let mut report = Report { sink: "kafka", kind, events: 0, runs: BTreeMap::new(), bench };
     for run in 0..runs {
         for v in order(run) {
             let cluster = format!("r{run}{}", v.name().replace('_', ""));
-            let (m, events, prepare_us) = run_kafka_variant(v, &cluster, kind, &sink_toml, &sink, &producer, recorded, health.clone()).await;
+            let sink = if v == Variant::Fenced { &fenced } else { &sink };
+            let (m, events, prepare_us) = run_kafka_variant(v, &cluster, kind, &sink_toml, sink, &producer, recorded, health.clone()).await;
             report.events = events;
             report.record(run, v, m, prepare_us);
         }
@@ -356,7 +367,7 @@ async fn run_kafka_variant(
     let (envs, prepare_us) = prepare(cluster, &scope, recorded).await;
     let events = envs.len();
     let m = match v {
-        Variant::Pipeline => through_pipeline(sink.clone(), envs, health).await,
+        Variant::Pipeline | Variant::Fenced => through_pipeline(sink.clone(), envs, health).await,
         Variant::EndToEnd => unreachable!(),
         Variant::Raw | Variant::RawUnbounded => {
             let records = envs
@@ -377,7 +388,17 @@ async fn run_kafka_variant(
             raw_kafka(producer, records, window).await
         }
     };
-    (m, events, if v == Variant::Pipeline { prepare_us } else { 0.0 })
+    (m, events, if matches!(v, Variant::Pipeline | Variant::Fenced) { prepare_us } else { 0.0 })
+}
+
+/// A sink of `config` that a leader claimed (sink::fence), as a bridge with leader election
+/// and `leader_election.fence` has it.
+async fn fenced_sink(config: &deltaship::config::SinkConfig, run_id: &str) -> Sink {
+    let sink = Sink::from_config(config).await.expect("a sink");
+    sink.prepare(config, &[]).await.expect("the destination");
+    let lease = deltaship::sink::fence::Lease { cluster: run_id.into(), namespace: "bench".into(), name: common::unique("lease"), holder: "bench".into() };
+    sink.fence(config, &lease, "default").await.expect("the route claimed");
+    sink
 }
 
 async fn wait_for_partitions(producer: &FutureProducer, topic: &str) {
@@ -443,7 +464,7 @@ async fn nats_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, run
     let sink_toml = format!(
         "[sink]\ntype = \"nats\"\nurl = \"{url}\"\nsubject_template = \"{run_id}.{{cluster}}.{{group}}.{{kind}}.{{namespace}}.{{name}}\"\n\
          marker_subject_template = \"{run_id}.{{cluster}}.{{group}}.{{kind}}._sync\"\n\
-         [sink.jetstream]\nstream = \"{stream}\"\nsubjects = [\"{run_id}.>\"]\n"
+         [sink.jetstream]\nstream = \"{stream}\"\nsubjects = [\"{run_id}.>\"]\nfence_subject = \"{run_id}._fence\"\n"
     );
     let config = common::load_config(&format!("[[resources]]\nversion = \"v1\"\nkind = \"{}\"\n{sink_toml}", kind.resource().kind));
     let sink_config = config.effective_routes().remove(0).sink;
@@ -457,7 +478,8 @@ async fn nats_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, run
     let warm = Arc::new(recorded[..recorded.len().min(2000)].to_vec());
     for v in VARIANTS.into_iter().filter(|v| selected(*v)) {
         let cluster = format!("warm{}", v.name().replace('_', ""));
-        run_nats_variant(v, &cluster, kind, &sink_toml, &sink, &js, &warm, health.clone()).await;
+        let fenced = fenced_unless(v, &sink_config, run_id).await;
+        run_nats_variant(v, &cluster, kind, &sink_toml, fenced.as_ref().unwrap_or(&sink), &js, &warm, health.clone()).await;
         purge(&js, &stream).await;
     }
 
@@ -465,7 +487,10 @@ async fn nats_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, run
     for run in 0..runs {
         for v in order(run) {
             let cluster = format!("r{run}{}", v.name().replace('_', ""));
-            let (m, events, prepare_us) = run_nats_variant(v, &cluster, kind, &sink_toml, &sink, &js, recorded, health.clone()).await;
+            // A fence record of its own per run: the purge below removes the last one.
+            let fenced = fenced_unless(v, &sink_config, run_id).await;
+            let (m, events, prepare_us) =
+                run_nats_variant(v, &cluster, kind, &sink_toml, fenced.as_ref().unwrap_or(&sink), &js, recorded, health.clone()).await;
             report.events = events;
             report.record(run, v, m, prepare_us);
             // Keep the stream small between runs (storage, not the measurement).
@@ -497,7 +522,7 @@ async fn run_nats_variant(
     let (envs, prepare_us) = prepare(cluster, &scope, recorded).await;
     let events = envs.len();
     let m = match v {
-        Variant::Pipeline => through_pipeline(sink.clone(), envs, health).await,
+        Variant::Pipeline | Variant::Fenced => through_pipeline(sink.clone(), envs, health).await,
         Variant::EndToEnd => unreachable!(),
         Variant::Raw | Variant::RawUnbounded => {
             let messages = envs
@@ -513,7 +538,12 @@ async fn run_nats_variant(
             raw_nats(js, messages, if v == Variant::Raw { MAX_IN_FLIGHT } else { NATS_MAX_ACK_INFLIGHT }).await
         }
     };
-    (m, events, if v == Variant::Pipeline { prepare_us } else { 0.0 })
+    (m, events, if matches!(v, Variant::Pipeline | Variant::Fenced) { prepare_us } else { 0.0 })
+}
+
+/// For the `fenced` variant, a newly fenced sink; None for the others.
+async fn fenced_unless(v: Variant, config: &deltaship::config::SinkConfig, run_id: &str) -> Option<Sink> {
+    if v == Variant::Fenced { Some(fenced_sink(config, run_id).await) } else { None }
 }
 
 async fn purge(js: &jetstream::Context, stream: &str) {

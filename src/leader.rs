@@ -193,6 +193,11 @@ impl Elector {
         }
     }
 
+    /// The lease's namespace and name, and this replica's identity in it.
+    pub fn lease(&self) -> (&str, &str, &str) {
+        (&self.namespace, &self.name, &self.identity)
+    }
+
     /// The error that ends the election, by what the API server said.
     fn error(&self, source: kube::Error) -> LeaderError {
         let (namespace, name) = (self.namespace.clone(), self.name.clone());

@@ -89,7 +89,7 @@ fn generate() -> String {
          <!-- Generated from values.yaml by tests/chart_readme.rs; regenerate with\n     DELTASHIP_BLESS=1 cargo test --test chart_readme -->\n\n\
          {}\n\n\
          Chart version {}, deltaship {}. How to install it, the RBAC it grants and what was tested: the\n\
-         repository's README, *Install in a cluster*; the dashboard and alerts: docs/operating.md.\n\
+         repository's docs/setup/install.md; the dashboard and alerts: docs/operations/monitoring.md.\n\
          `values.schema.json` refuses unknown keys and wrong types.\n\n\
          ## Values\n\n| value | default | description |\n|---|---|---|\n{}\n",
         chart["description"].as_str().unwrap().trim(),

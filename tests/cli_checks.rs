@@ -143,11 +143,11 @@ brokers = "from-the-file:9092"
     assert_eq!(shown["sink"]["brokers"], "from-the-env:9093", "the environment wins over the file");
 }
 
-/// README "Configuration": values of the file from the environment, secrets masked, an
+/// docs/reference/configuration.md: values of the file from the environment, secrets masked, an
 /// unset variable refused naming the key and the variable.
 #[test]
 fn the_readme_environment_example_takes_its_values_from_the_environment() {
-    let config = support::readme_block("config: environment", "toml");
+    let config = support::docs::block("config: environment", "toml");
     let env = [("APP_NAMESPACE", "shop"), ("KAFKA_BROKERS", "k0:9092,k1:9092"), ("KAFKA_PASSWORD", "pw-from-the-env")];
     let (status, stdout, stderr) = command(&["print-config"], &config, &env);
     assert!(status.success(), "{stderr}");
@@ -187,7 +187,7 @@ fn an_unknown_top_level_key_is_refused_as_an_invalid_config_naming_it_and_listin
     assert!(stderr.contains("fix:"), "{stderr}");
 }
 
-/// README: "an invalid config (every problem listed)". A typo and a bad value in one file
+/// docs/reference/configuration.md: "every problem at once". A typo and a bad value in one file
 /// must both be reported, so the operator fixes them in one round.
 #[test]
 fn a_config_that_parses_lists_every_validation_problem_at_once() {
@@ -244,7 +244,8 @@ async fn an_unreachable_broker_keeps_the_bridge_alive_and_unready() {
     delete_namespace(&client, &ns).await;
 }
 
-/// README: "`/readyz` reports the sink unreachable; the state change is logged once."
+/// docs/operations/behaviour-under-trouble.md: "`/readyz` reports the sink unreachable; the
+/// state change is logged once."
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_broker_is_logged_once_not_once_per_reconnect() {
     let (bridge, client, ns) = run_with_a_closed_broker("it-nobroker-log").await;
@@ -268,7 +269,7 @@ fn tail(log: &str) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
-/// README "Commands": start-up waits end on SIGTERM. An API server that accepts connections
+/// docs/reference/cli.md: start-up waits end on SIGTERM. An API server that accepts connections
 /// and never answers holds the first start-up step until the client's timeouts; a SIGTERM
 /// meanwhile ends the run at once, with 0.
 #[test]

@@ -1,5 +1,5 @@
 //! Every example in config/ loads, and the stdout and Kafka examples run as they are
-//! against the test environment with the env overrides the README shows.
+//! against the test environment with the env overrides the documentation shows.
 
 mod support;
 
@@ -41,19 +41,19 @@ fn the_all_options_example_shows_every_default() {
     assert_eq!(serde_json::to_value(&all).unwrap(), serde_json::to_value(&min).unwrap());
 }
 
-/// Resources the README's config snippets refer to, for snippets that show other keys.
+/// Resources the documentation's config snippets refer to, for snippets that show other keys.
 const SNIPPET_RESOURCES: &str =
     "[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n[[resources]]\ngroup = \"apps\"\nversion = \"v1\"\nkind = \"Deployment\"\n";
 
-/// The TOML block that follows `<!-- config: NAME -->` in the README, loaded as a config
+/// The TOML block that follows `<!-- config: NAME -->` in the documentation, loaded as a config
 /// (with ConfigMaps and Deployments as resources).
 fn readme_config(name: &str) -> config::Config {
-    let snippet = support::readme_block(&format!("config: {name}"), "toml");
+    let snippet = support::docs::block(&format!("config: {name}"), "toml");
     let dir = std::env::temp_dir().join(support::unique("readme-cfg"));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(format!("{name}.toml"));
     std::fs::write(&file, format!("{SNIPPET_RESOURCES}{snippet}")).unwrap();
-    config::load(&file).unwrap_or_else(|e| panic!("README config {name}: {e}"))
+    config::load(&file).unwrap_or_else(|e| panic!("config snippet {name}: {e}"))
 }
 
 #[test]
@@ -72,7 +72,7 @@ fn example(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("config").join(name).display().to_string()
 }
 
-/// `check`, then `run` until ready, as the README shows.
+/// `check`, then `run` until ready, as the documentation shows.
 fn check_and_run(name: &str, overrides: &[(&str, &str)]) {
     let deltaship = env!("CARGO_BIN_EXE_deltaship");
     let out = std::process::Command::new(deltaship).args(["check", "--config", &example(name)]).envs(overrides.iter().copied()).output().unwrap();

@@ -154,19 +154,19 @@ fn the_all_options_example_points_editors_at_the_schema() {
     assert!(example.parent().unwrap().join(path).is_file(), "{path} is not a file beside config/");
 }
 
-/// The README's configuration snippets (`<!-- config: NAME -->` before a TOML block): each
-/// is valid by the schema once it has resources (those of snippets that show other keys).
+/// The documentation's configuration snippets (`<!-- config: NAME -->` before a TOML block,
+/// in any page): each is valid by the schema once it has resources (those of snippets that
+/// show other keys).
 #[test]
-fn the_readmes_config_snippets_are_valid() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let names: Vec<&str> = readme.split("<!-- config: ").skip(1).map(|rest| rest.split(" -->").next().unwrap()).collect();
-    assert!(names.contains(&"http-webhook") && names.contains(&"http-knative"), "{names:?}");
+fn the_documentations_config_snippets_are_valid() {
+    let names: Vec<String> = support::docs::marked("config").into_iter().map(|(name, _)| name).collect();
+    assert!(names.iter().any(|n| n == "http-webhook") && names.iter().any(|n| n == "http-knative"), "{names:?}");
     for name in names {
-        let snippet = support::readme_block(&format!("config: {name}"), "toml");
-        let mut config: Value = toml::from_str(&snippet).unwrap_or_else(|e| panic!("README config {name}: {e}"));
+        let snippet = support::docs::block(&format!("config: {name}"), "toml");
+        let mut config: Value = toml::from_str(&snippet).unwrap_or_else(|e| panic!("config snippet {name}: {e}"));
         if config.get("resources").is_none() {
             config["resources"] = json!([{"version": "v1", "kind": "ConfigMap"}]);
         }
-        assert_eq!(schema_errors(&config), Vec::<String>::new(), "README config {name}");
+        assert_eq!(schema_errors(&config), Vec::<String>::new(), "config snippet {name}");
     }
 }

@@ -1,7 +1,8 @@
 //! The consumer libraries of consumers/ (vectors/README.md: the protocol they share): each
 //! passes the shared test vectors in its own test runner, and rebuilds the API server's
-//! state from the real Kafka broker and NATS server after a bridge shipped live changes;
-//! and `deltaship rebuild --follow` keeps a state file current as more changes come.
+//! state from the real Kafka broker and NATS server after a bridge shipped live changes,
+//! and from committed Kafka transactions only; and `deltaship rebuild --follow` keeps a
+//! state file current as more changes come.
 
 mod support;
 
@@ -13,6 +14,11 @@ use std::time::Duration;
 use deltaship::config::{FilterConfig, RouteConfig, SinkConfig, Template};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
 use serde_json::{Value, json};
 
 use support::bridge::Bridge;
@@ -373,4 +379,84 @@ async fn every_consumer_rebuilds_the_api_servers_state_from_the_real_brokers() {
     std::fs::remove_dir_all(&dir).unwrap();
     drop(bridge);
     delete_namespace(&client, &ns).await;
+}
+
+/// A ConfigMap of namespace `ns` written in a transaction: (partition, name, `data.v`).
+type TxnRecord = (i32, &'static str, &'static str);
+
+/// Writes `txns` (committed or not, their records) to a new topic of 3 partitions, as
+/// deltaship's Kafka records are written; returns the topic.
+async fn write_transactions(brokers: &str, txns: &[(bool, &[TxnRecord])]) -> String {
+    let topic = support::unique("it-consumers-txn");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", brokers).create().unwrap();
+    let created = admin.create_topics(&[NewTopic::new(&topic, 3, TopicReplication::Fixed(1))], &AdminOptions::new()).await.unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", brokers).set("transactional.id", support::unique("it-txn")).create().unwrap();
+    let t = Duration::from_secs(30);
+    producer.init_transactions(t).unwrap();
+    for (n, (commit, records)) in txns.iter().enumerate() {
+        producer.begin_transaction().unwrap();
+        for (i, &(p, name, v)) in records.iter().enumerate() {
+            let value = json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": format!("{n}{i}")}, "data": {"v": v}}).to_string();
+            let (id, subject) = (format!("{topic}-{n}-{i}"), format!("ns/{name}"));
+            let mut headers = OwnedHeaders::new();
+            for (key, value) in [
+                ("ce_id", id.as_str()),
+                ("ce_type", "dev.deltaship.object.added"),
+                ("ce_subject", &subject),
+                ("ce_apiversion", "v1"),
+                ("ce_kind", "ConfigMap"),
+                ("ce_cluster", "c1"),
+            ] {
+                headers = headers.insert(Header { key, value: Some(value) });
+            }
+            producer.send(BaseRecord::to(&topic).partition(p).key(&subject).payload(&value).headers(headers)).unwrap();
+        }
+        // An abort would purge records not yet sent: the aborted ones must reach the log.
+        producer.flush(t).unwrap();
+        if *commit { producer.commit_transaction(t) } else { producer.abort_transaction(t) }.unwrap();
+    }
+    topic
+}
+
+/// A fenced route writes its records inside Kafka transactions (src/sink/kafka/transaction.rs):
+/// each reader applies the committed records only, and ends a partition whose last offsets
+/// hold transaction markers (no record is delivered at them) as soon as it reached them,
+/// not after its 30 s wait for a record.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_consumer_applies_committed_records_only_and_ends_at_a_transaction_marker() {
+    let env = support::env();
+    // Partitions 0 and 1 end with a commit marker, partition 2 holds an aborted record only.
+    let aborted: &[TxnRecord] = &[(0, "a", "aborted"), (0, "x", "aborted"), (1, "y", "aborted"), (2, "z", "aborted")];
+    let txns: [(bool, &[TxnRecord]); 3] = [(true, &[(0, "a", "1"), (0, "b", "1"), (1, "c", "1")]), (false, aborted), (true, &[(0, "d", "1"), (1, "c", "2")])];
+    let topic = write_transactions(&env.kafka, &txns).await;
+    // 9 records and 7 markers (one per transaction and partition): the aborted records are in the log.
+    assert_eq!(support::kafka::total(&env.kafka, &topic), 16);
+    let want = BTreeMap::from([("ns/a", "1"), ("ns/b", "1"), ("ns/c", "2"), ("ns/d", "1")].map(|(k, v)| (k.to_string(), v.to_string())));
+
+    let rebuild = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltaship"));
+        cmd.arg("rebuild");
+        cmd
+    };
+    let commands: [(&str, Consumer, &str); 4] =
+        [("rebuild", rebuild, "--"), ("Python", python_rebuild, "--"), ("Go", go_rebuild, "-"), ("Java", java_rebuild, "--")];
+    for (consumer, command, dash) in commands {
+        let mut cmd = command();
+        for (name, value) in [("kafka", env.kafka.as_str()), ("topic", &topic), ("cluster", "c1")] {
+            cmd.arg(format!("{dash}{name}")).arg(value);
+        }
+        let started = std::time::Instant::now();
+        let printed: Value = serde_json::from_str(&run(cmd, &format!("the {consumer} consumer"))).unwrap();
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(10), "{consumer} took {took:?} to read {topic}");
+        let state = if consumer == "rebuild" { &printed["resources"] } else { &printed };
+        let data: BTreeMap<String, String> = state["v1/ConfigMap"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{consumer}: no ConfigMaps: {printed}"))
+            .iter()
+            .map(|(key, o)| (key.clone(), o["data"]["v"].as_str().unwrap_or_default().to_string()))
+            .collect();
+        assert_eq!(data, want, "{consumer}");
+    }
 }

@@ -22,8 +22,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
 use support::config::{TestConfig, kafka, nats_stream};
-use support::history::{Event, History, history, history_of};
 use support::kube::{client, delete_namespace, namespace};
+use support::log::Log;
 use support::state::assert_rebuild_matches;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -74,49 +74,6 @@ fn cm(name: &str, n: u64) -> ConfigMap {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"n": n.to_string()}})).unwrap()
 }
 
-/// The audit of every object event of the test's log, in log order (per partition on
-/// Kafka), against the uids that exist at the end.
-async fn audited(log: &Log, existing: &HashSet<String>) -> History {
-    match log {
-        Log::Kafka { brokers, topic } => {
-            let (brokers, topic) = (brokers.clone(), topic.clone());
-            let total = support::kafka::total(&brokers, &topic);
-            let mut records =
-                tokio::task::spawn_blocking(move || support::kafka::read_until(&brokers, &topic, Duration::from_secs(120), |r| r.len() as i64 >= total))
-                    .await
-                    .unwrap();
-            records.sort_by_key(|r| (r.partition, r.offset));
-            history(&records, existing)
-        }
-        Log::Nats { stream } => {
-            let js = support::nats::jetstream().await;
-            let last = js.get_stream(stream).await.unwrap().info().await.unwrap().state.last_sequence;
-            let msgs = support::nats::read_until(&js, stream, Duration::from_secs(120), |m| m.last().is_some_and(|m| m.sequence >= last)).await;
-            let events = msgs.iter().filter_map(|m| {
-                let h = |name: &str| m.headers.get(name).map(String::as_str);
-                Some(Event { uid: h("ce-uid")?, resource_version: h("ce-resourceversion")?, ty: h("ce-type")?, subject: h("ce-subject").unwrap_or("") })
-            });
-            history_of(events, existing)
-        }
-    }
-}
-
-enum Log {
-    Kafka { brokers: String, topic: String },
-    Nats { stream: String },
-}
-
-impl Log {
-    fn rebuild_args(&self) -> Vec<String> {
-        let mut args: Vec<String> = match self {
-            Log::Kafka { brokers, topic } => vec!["--kafka".into(), brokers.clone(), "--topic".into(), topic.clone()],
-            Log::Nats { stream } => vec!["--nats".into(), support::env().nats, "--stream".into(), stream.clone()],
-        };
-        args.push("--verify".into());
-        args
-    }
-}
-
 async fn killed_again_and_again(on_nats: bool) {
     let _serial = SERIAL.lock().await;
     let _busy = support::CpuBurner::start();
@@ -156,7 +113,7 @@ async fn killed_again_and_again(on_nats: bool) {
     last.wait_ready(Duration::from_secs(120));
     assert_rebuild_matches(&kube, log.rebuild_args(), std::slice::from_ref(&ns), Duration::from_secs(120)).await;
     let existing: HashSet<String> = cms.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|c| c.metadata.uid).collect();
-    let h = audited(&log, &existing).await;
+    let h = log.audited(&existing).await;
     let sink = if on_nats { "nats" } else { "kafka" };
     eprintln!(
         "ONCE-FIGURES sink={sink} kills={KILLS} writes={writes} events={} repeats={} steps_back={} resurrections={} spurious_deletes={} state=exact markers=verified",

@@ -26,6 +26,7 @@ fn config(ns: &str, lease: &str, prefix: &str, brokers: &str) -> String {
         lease_duration_secs: LEASE_SECS,
         renew_deadline_secs: 4,
         retry_period_secs: 1,
+        fence: true,
     };
     TestConfig::new().configmaps(ns).kafka(kafka(brokers, &format!("{prefix}.{{group}}.{{plural}}"))).with(|c| c.leader_election = election).toml()
 }

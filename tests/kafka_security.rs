@@ -2,7 +2,7 @@
 //! listeners (tests/env/kafka/ctl): events arrive through each mechanism and are read back
 //! through the plaintext listener of the same broker; secrets stay out of logs and
 //! print-config; a wrong password and a client certificate of another CA fail `check`
-//! naming the cause, and `run` waits unready saying why; the README's examples pass `check`.
+//! naming the cause, and `run` waits unready saying why; the documentation's examples pass `check`.
 
 mod support;
 
@@ -237,25 +237,25 @@ fn print_config_masks_the_sasl_password_inline_or_from_the_environment() {
     }
 }
 
-/// Where the README's examples keep their files.
+/// Where the documentation's examples keep their files.
 const README_DIR: &str = "/etc/deltaship/kafka/";
 
-/// The README's snippet `name` as it is, with its files (README_DIR + the names in
+/// The documentation's snippet `name` as it is, with its files (README_DIR + the names in
 /// `files`) copied from the test set into a scratch folder, passes `check` against
 /// `brokers` with the environment overrides `envs`.
 fn readme_example_passes_check(name: &str, files: &[(&str, &str)], envs: &[(&str, &str)]) {
     let s = secured();
-    let snippet = support::readme_block(&format!("config: {name}"), "toml");
+    let snippet = support::docs::block(&format!("config: {name}"), "toml");
     let dir = std::env::temp_dir().join(support::unique("readme-kafka"));
     std::fs::create_dir_all(&dir).unwrap();
     for (readme_name, test_name) in files {
-        assert!(snippet.contains(&format!("{README_DIR}{readme_name}")), "README {name} does not name {readme_name}:\n{snippet}");
+        assert!(snippet.contains(&format!("{README_DIR}{readme_name}")), "config snippet {name} does not name {readme_name}:\n{snippet}");
         std::fs::copy(s.file(test_name), dir.join(readme_name)).unwrap();
     }
-    // The snippet's own text, not the builder's: the README is tested as users copy it.
+    // The snippet's own text, not the builder's: the documentation is tested as users copy it.
     let toml = format!("[[resources]]\nversion = \"v1\"\nkind = \"ConfigMap\"\n{}", snippet.replace(README_DIR, &format!("{}/", dir.display())));
     let (status, out, err) = command(&["check"], &toml, envs);
-    assert!(status.success(), "README {name} fails check:\n{out}{err}");
+    assert!(status.success(), "config snippet {name} fails check:\n{out}{err}");
     assert!(out.contains("[ok]   Kafka brokers reachable"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

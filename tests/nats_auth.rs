@@ -1,7 +1,7 @@
 //! The NATS sink's [sink.auth] and [sink.tls] against real nats-servers of the tests' own
 //! (support::nats_server), each configured for one method: events arrive through each,
 //! secrets stay out of logs and print-config, and wrong or missing credentials, an
-//! untrusted certificate and a missing stream fail the way the README promises.
+//! untrusted certificate and a missing stream fail the way the documentation promises.
 
 mod support;
 
@@ -212,7 +212,7 @@ async fn a_wrong_password_keeps_the_bridge_alive_and_unready_and_the_log_says_wh
     delete_namespace(&client, &ns).await;
 }
 
-/// README: `run` "runs until SIGTERM or SIGINT, then drains (exit 0)", and start-up waits
+/// docs/reference/cli.md: `run` "runs until SIGTERM or SIGINT, then drains (exit 0)", and start-up waits
 /// end on SIGTERM too; a bridge that never got through to its server is no exception.
 #[test]
 fn sigterm_ends_a_bridge_that_cannot_authenticate() {

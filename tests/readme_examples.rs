@@ -1,4 +1,5 @@
-//! The example events in the README are what deltaship really emits: same attributes,
+//! The example events of the event contract (docs/reference/event-contract.md) are what
+//! deltaship really emits: same attributes,
 //! extensions, types and data shape as events produced here against the real API server.
 
 mod support;
@@ -11,10 +12,10 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use support::bridge::Bridge;
 
-/// The JSON block that follows `<!-- example: NAME -->` in the README.
+/// The JSON block that follows `<!-- example: NAME -->` in the documentation.
 fn readme_example(name: &str) -> Value {
-    let block = support::readme_block(&format!("example: {name}"), "json");
-    serde_json::from_str(&block).unwrap_or_else(|e| panic!("README example {name} is not JSON: {e}"))
+    let block = support::docs::block(&format!("example: {name}"), "json");
+    serde_json::from_str(&block).unwrap_or_else(|e| panic!("example {name} is not JSON: {e}"))
 }
 
 fn keys(v: &Value) -> BTreeSet<String> {
@@ -23,7 +24,7 @@ fn keys(v: &Value) -> BTreeSet<String> {
 
 /// Same attribute names, same values for the fixed ones, same data shape.
 fn assert_same_shape(doc: &Value, real: &Value, fixed: &[&str]) {
-    assert_eq!(keys(doc), keys(real), "attributes differ:\nREADME: {doc:#}\nreal:   {real:#}");
+    assert_eq!(keys(doc), keys(real), "attributes differ:\ndocumented: {doc:#}\nreal:   {real:#}");
     for k in fixed {
         assert_eq!(doc[k], real[k], "attribute {k} differs:\nreal event: {real:#}");
     }

@@ -312,7 +312,7 @@ fn the_readme_redaction_example_loads_as_documented() {
     std::fs::create_dir_all(&dir).unwrap();
     let key_file = dir.join("digest-key");
     std::fs::write(&key_file, KEY).unwrap();
-    let snippet = support::readme_block("config: redact-fields", "toml");
+    let snippet = support::docs::block("config: redact-fields", "toml");
     let documented = "/etc/deltaship-redaction/digest-key";
     assert!(snippet.contains(documented), "{snippet}");
     let file = dir.join("c.toml");

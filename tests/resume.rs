@@ -69,9 +69,21 @@ impl Sink {
     async fn read(&self, at_least: usize, timeout: Duration) -> Vec<Ev> {
         match self {
             Sink::Kafka { brokers, topic, .. } => {
-                let total = support::kafka::total(brokers, topic).max(at_least as i64) as usize;
+                // Read to the end (by position: a leader's transaction markers take offsets),
+                // again until at least `at_least` are there.
                 let (brokers, topic) = (brokers.clone(), topic.clone());
-                let records = tokio::task::spawn_blocking(move || support::kafka::read_until(&brokers, &topic, timeout, |r| r.len() >= total)).await.unwrap();
+                let records = tokio::task::spawn_blocking(move || {
+                    let deadline = std::time::Instant::now() + timeout;
+                    loop {
+                        let records = support::kafka::read_to_end(&brokers, &topic, timeout);
+                        if records.len() >= at_least || std::time::Instant::now() >= deadline {
+                            return records;
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                })
+                .await
+                .unwrap();
                 records
                     .iter()
                     .map(|r| Ev {
@@ -571,6 +583,7 @@ async fn a_graceful_handover_ships_nothing_the_old_leader_delivered() {
         lease_duration_secs: 6,
         renew_deadline_secs: 4,
         retry_period_secs: 1,
+        fence: true,
     };
     let s = Setup::new(false, |c| c.leader_election = election).await;
     let mut a = Bridge::start(&s.config);

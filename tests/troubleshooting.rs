@@ -1,25 +1,13 @@
-//! docs/troubleshooting.md quotes deltaship's own messages, and each one is still in the
+//! docs/operations/troubleshooting.md quotes deltaship's own messages, and each one is still in the
 //! code (`…` stands for what varies). Quoted commands, settings and metric names are not
 //! messages: a quote is one when it has a space, no `=`, and names no command or metric.
 
-use std::path::Path;
-
-fn sources(dir: &Path, out: &mut String) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push_str(&std::fs::read_to_string(&path).unwrap());
-        }
-    }
-}
+mod support;
 
 #[test]
 fn every_quoted_message_is_one_deltaship_prints() {
-    let doc = std::fs::read_to_string("docs/troubleshooting.md").unwrap();
-    let mut code = String::new();
-    sources(Path::new("src"), &mut code);
+    let doc = std::fs::read_to_string("docs/operations/troubleshooting.md").unwrap();
+    let code = support::docs::rust_sources("src");
     let mut checked = 0;
     for (i, quote) in doc.split('`').enumerate() {
         // Odd parts are inside backticks.
@@ -29,7 +17,7 @@ fn every_quoted_message_is_one_deltaship_prints() {
         }
         for fragment in quote.split('…').map(str::trim).filter(|f| f.len() >= 6) {
             let fragment = fragment.replace('\n', " ");
-            assert!(code.contains(&fragment), "docs/troubleshooting.md quotes {fragment:?}, which no source file has");
+            assert!(code.contains(&fragment), "docs/operations/troubleshooting.md quotes {fragment:?}, which no source file has");
             checked += 1;
         }
     }

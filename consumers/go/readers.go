@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -31,11 +32,25 @@ func report(c *Consumer, skipped Skipped, where string, err error) error {
 	return nil
 }
 
-// ReadKafka gives c every record of topics, partition by partition, in offset order, up
-// to the end each partition had when reading started.
+// ReadKafka gives c every committed record of topics, partition by partition, in offset
+// order, up to the end each partition had when reading started: its last stable offset (an
+// open transaction holds it back).
+//
+// deltaship writes inside Kafka transactions when it fences a deposed leader: the records of
+// an aborted transaction stay in the log, and the markers that end transactions take offsets
+// but are never delivered. sarama delivers neither under ReadCommitted but does not tell
+// where its fetching got to, so when no record comes for a while, the reader looks at what
+// is left before the end itself (committedBefore).
 func ReadKafka(brokers []string, topics []string, c *Consumer, skipped Skipped) error {
 	config := sarama.NewConfig()
 	config.Consumer.Return.Errors = true
+	// The isolation level takes Kafka 0.11's Fetch v4; 2.1 (Fetch v10, ListOffsets v4) is
+	// sarama's default and what Kafka 4, which dropped older requests, still serves.
+	config.Version = sarama.V2_1_0_0
+	config.Consumer.IsolationLevel = sarama.ReadCommitted
+	// The broker holds a fetch at a partition's end this long (sarama's default: 500 ms);
+	// closing a partition's consumer waits for its fetch, at every partition's end.
+	config.Consumer.MaxWaitTime = 100 * time.Millisecond
 	client, err := sarama.NewClient(brokers, config)
 	if err != nil {
 		return fmt.Errorf("cannot connect to Kafka at %v: %w", brokers, err)
@@ -52,45 +67,159 @@ func ReadKafka(brokers []string, topics []string, c *Consumer, skipped Skipped) 
 			return fmt.Errorf("topic %s: %w", topic, err)
 		}
 		for _, p := range partitions {
-			high, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-			if err != nil {
-				return fmt.Errorf("no offsets for %s/%d: %w", topic, p, err)
+			if err := readPartition(client, reader, topic, p, c, skipped); err != nil {
+				return err
 			}
-			low, err := client.GetOffset(topic, p, sarama.OffsetOldest)
-			if err != nil {
-				return fmt.Errorf("no offsets for %s/%d: %w", topic, p, err)
-			}
-			if high <= low {
-				continue
-			}
-			pc, err := reader.ConsumePartition(topic, p, sarama.OffsetOldest)
-			if err != nil {
-				return fmt.Errorf("reading %s/%d: %w", topic, p, err)
-			}
-			for done := false; !done; {
-				select {
-				case m := <-pc.Messages():
-					headers := make([]Header, 0, len(m.Headers))
-					for _, h := range m.Headers {
-						headers = append(headers, Header{Key: string(h.Key), Value: h.Value})
-					}
-					if err := report(c, skipped, fmt.Sprintf("%s/%d@%d", topic, p, m.Offset), c.KafkaRecord(p, m.Key, headers, m.Value)); err != nil {
-						pc.Close()
-						return err
-					}
-					done = m.Offset+1 >= high
-				case err := <-pc.Errors():
-					pc.Close()
-					return fmt.Errorf("reading %s/%d: %w", topic, p, err)
-				case <-time.After(30 * time.Second):
-					pc.Close()
-					return fmt.Errorf("no record from %s/%d within 30 s", topic, p)
-				}
-			}
-			pc.Close()
 		}
 	}
 	return nil
+}
+
+// kafkaTimeout bounds the wait for a record; kafkaIdle is how long no record comes before
+// the reader looks whether any is left to come.
+const (
+	kafkaTimeout = 30 * time.Second
+	kafkaIdle    = 200 * time.Millisecond
+)
+
+func readPartition(client sarama.Client, reader sarama.Consumer, topic string, p int32, c *Consumer, skipped Skipped) error {
+	low, err := client.GetOffset(topic, p, sarama.OffsetOldest)
+	if err != nil {
+		return fmt.Errorf("no offsets for %s/%d: %w", topic, p, err)
+	}
+	high, err := lastStableOffset(client, topic, p)
+	if err != nil {
+		return fmt.Errorf("no offsets for %s/%d: %w", topic, p, err)
+	}
+	if high <= low {
+		return nil
+	}
+	pc, err := reader.ConsumePartition(topic, p, sarama.OffsetOldest)
+	if err != nil {
+		return fmt.Errorf("reading %s/%d: %w", topic, p, err)
+	}
+	defer pc.Close()
+	idle := time.NewTimer(kafkaIdle)
+	defer idle.Stop()
+	deadline := time.Now().Add(kafkaTimeout)
+	for next := low; next < high; {
+		select {
+		case m := <-pc.Messages():
+			if m.Offset >= high {
+				return nil // committed after reading started
+			}
+			headers := make([]Header, 0, len(m.Headers))
+			for _, h := range m.Headers {
+				headers = append(headers, Header{Key: string(h.Key), Value: h.Value})
+			}
+			if err := report(c, skipped, fmt.Sprintf("%s/%d@%d", topic, p, m.Offset), c.KafkaRecord(p, m.Key, headers, m.Value)); err != nil {
+				return err
+			}
+			next = m.Offset + 1
+			deadline = time.Now().Add(kafkaTimeout)
+			idle.Reset(kafkaIdle)
+		case err := <-pc.Errors():
+			return fmt.Errorf("reading %s/%d: %w", topic, p, err)
+		case <-idle.C:
+			more, err := committedBefore(client, topic, p, next, high)
+			if err != nil {
+				return fmt.Errorf("reading %s/%d: %w", topic, p, err)
+			}
+			if !more {
+				return nil // the rest are transaction markers and aborted records
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("no record from %s/%d within %v", topic, p, kafkaTimeout)
+			}
+			idle.Reset(kafkaIdle)
+		}
+	}
+	return nil
+}
+
+// lastStableOffset is where the committed records of topic/p end now: the offset before
+// which every transaction is decided (the high watermark when none is open).
+// client.GetOffset asks at the read_uncommitted level: the high watermark.
+func lastStableOffset(client sarama.Client, topic string, p int32) (int64, error) {
+	broker, err := client.Leader(topic, p)
+	if err != nil {
+		return 0, err
+	}
+	request := &sarama.OffsetRequest{Version: 4, IsolationLevel: sarama.ReadCommitted}
+	request.AddBlock(topic, p, sarama.OffsetNewest, 1)
+	response, err := broker.GetAvailableOffsets(request)
+	if err != nil {
+		return 0, err
+	}
+	block := response.GetBlock(topic, p)
+	if block == nil {
+		return 0, sarama.ErrIncompleteResponse
+	}
+	if !errors.Is(block.Err, sarama.ErrNoError) {
+		return 0, block.Err
+	}
+	return block.Offset, nil
+}
+
+// committedBefore reports whether a record a read_committed consumer delivers lies in
+// [from, to) of topic/p, reading the log as that consumer does (sarama's
+// partitionConsumer.parseResponse): a batch of a transaction the broker lists as aborted
+// is left out up to its producer's next control batch, and control batches (the markers)
+// are never records. When it cannot tell (an older message format, a batch cut short) it
+// answers true: the consumer's own fetching will deliver the record or time out.
+func committedBefore(client sarama.Client, topic string, p int32, from, to int64) (bool, error) {
+	broker, err := client.Leader(topic, p)
+	if err != nil {
+		return false, err
+	}
+	for from < to {
+		// Version 10, as sarama's consumer sends at config.Version; no fetch session.
+		request := &sarama.FetchRequest{Version: 10, MinBytes: 1, MaxBytes: sarama.MaxResponseSize, Isolation: sarama.ReadCommitted, SessionEpoch: -1}
+		request.AddBlock(topic, p, from, 1<<20, -1)
+		response, err := broker.Fetch(request)
+		if err != nil {
+			return false, err
+		}
+		block := response.GetBlock(topic, p)
+		if block == nil {
+			return false, sarama.ErrIncompleteResponse
+		}
+		if !errors.Is(block.Err, sarama.ErrNoError) {
+			return false, block.Err
+		}
+		aborted := append([]*sarama.AbortedTransaction(nil), block.AbortedTransactions...)
+		sort.Slice(aborted, func(i, j int) bool { return aborted[i].FirstOffset < aborted[j].FirstOffset })
+		abortedProducers := map[int64]bool{}
+		start := from
+		for _, records := range block.RecordsSet {
+			batch := records.RecordBatch
+			if batch == nil {
+				return true, nil
+			}
+			for len(aborted) > 0 && aborted[0].FirstOffset <= batch.LastOffset() {
+				abortedProducers[aborted[0].ProducerID] = true
+				aborted = aborted[1:]
+			}
+			switch {
+			case batch.Control:
+				delete(abortedProducers, batch.ProducerID)
+			case batch.IsTransactional && abortedProducers[batch.ProducerID]:
+			case batch.PartialTrailingRecord:
+				return true, nil
+			default:
+				for _, r := range batch.Records {
+					if offset := batch.FirstOffset + r.OffsetDelta; offset >= from && offset < to {
+						return true, nil
+					}
+				}
+			}
+			from = max(from, batch.LastOffset()+1)
+		}
+		if from == start {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // ReadJetStream gives c every message of stream, in stream order, up to the last message

@@ -32,6 +32,9 @@ fn check_nats_subjects(out: &mut Vec<Problem>, key: &str, n: &NatsConfig) {
     check_subject_tokens(out, at("subject_template"), &n.subject_template);
     check_subject_tokens(out, at("marker_subject_template"), &n.marker_subject_template);
     let js = &n.jetstream;
+    if let Some(p) = js.fence_subject.as_deref().and_then(bad_subject) {
+        out.push(Problem { key: at("jetstream.fence_subject"), ..p });
+    }
     for (k, f) in js.subjects.iter().enumerate() {
         let tokens: Vec<&str> = f.split('.').collect();
         let last = tokens.len() - 1;
@@ -139,6 +142,28 @@ fn check_stream_subjects(out: &mut Vec<Problem>, c: &Config) {
                 }
             }
         }
+        check_fence_subject(out, c, &key, n);
+    }
+}
+
+/// With leader election and fencing, a created stream's subjects cover the fence subject
+/// (`JetStreamConfig::fence_subject_of`; the lease's namespace may be known only at run
+/// time, from `$POD_NAMESPACE`).
+fn check_fence_subject(out: &mut Vec<Problem>, c: &Config, key: &str, n: &NatsConfig) {
+    let election = &c.leader_election;
+    if !election.enabled || !election.fence || n.jetstream.fence_subject.as_deref().is_some_and(|s| bad_subject(s).is_some()) {
+        return;
+    }
+    let namespace = election.namespace.as_deref().unwrap_or("{namespace}");
+    let subject = n.jetstream.fence_subject_of(&c.cluster, namespace, &election.lease_name);
+    let tokens: Vec<Option<String>> = subject.split('.').map(|t| (t != "%7Bnamespace%7D").then(|| t.to_string())).collect();
+    let filters = &n.jetstream.subjects;
+    if !filters.iter().any(|f| filter_covers(f, &tokens)) {
+        out.push(problem(
+            format!("{key}.jetstream.fence_subject"),
+            format!("the fence subject `{subject}` falls outside the stream's subjects {filters:?}, so JetStream would not store a new leader's fence record"),
+            format!("add a filter covering it to `{key}.jetstream.subjects`, set `{key}.jetstream.fence_subject` to a subject they cover, or set `leader_election.fence = false`"),
+        ));
     }
 }
 
@@ -281,6 +306,44 @@ mod tests {
         assert!(validate(&c).is_empty());
         c.sink = nats(serde_json::json!({"mode": "core"}));
         assert!(validate(&c).is_empty());
+    }
+
+    #[test]
+    fn with_fencing_a_created_stream_must_cover_the_fence_subject() {
+        let mut c = base();
+        c.cluster = "prod".into();
+        c.leader_election.enabled = true;
+        c.leader_election.namespace = Some("ops".into());
+        let with = |jetstream: serde_json::Value| {
+            nats(serde_json::json!({
+                "subject_template": "k8s.{cluster}.{namespace}.{name}",
+                "marker_subject_template": "k8s.{cluster}._.{kind}",
+                "jetstream": jetstream,
+            }))
+        };
+        // The default fence subject, deltaship.prod._fence.ops.deltaship, is outside `k8s.>`.
+        c.sink = with(serde_json::json!({"subjects": ["k8s.>"]}));
+        assert_eq!(keys(&c), ["sink.jetstream.fence_subject"]);
+        let p = &validate(&c)[0];
+        assert!(p.problem.contains("`deltaship.prod._fence.ops.deltaship`") && p.fix.contains("leader_election.fence = false"), "{p}");
+        // A fence subject inside, the default one covered, fencing off, or no election: fine.
+        for (jetstream, fence, enabled) in [
+            (serde_json::json!({"subjects": ["k8s.>"], "fence_subject": "k8s._fence"}), true, true),
+            (serde_json::json!({"subjects": ["k8s.>", "deltaship.*._fence.ops.*"]}), true, true),
+            (serde_json::json!({"subjects": ["k8s.>"]}), false, true),
+            (serde_json::json!({"subjects": ["k8s.>"]}), true, false),
+        ] {
+            c.sink = with(jetstream.clone());
+            (c.leader_election.fence, c.leader_election.enabled) = (fence, enabled);
+            assert!(validate(&c).is_empty(), "{jetstream} fence={fence} election={enabled}: {:?}", validate(&c));
+        }
+        // Without a namespace in the config (`$POD_NAMESPACE` at run time) any namespace
+        // token must be covered; a fence subject must name one subject.
+        (c.leader_election.fence, c.leader_election.enabled, c.leader_election.namespace) = (true, true, None);
+        c.sink = with(serde_json::json!({"subjects": ["k8s.>", "deltaship.*._fence.ops.*"]}));
+        assert_eq!(keys(&c), ["sink.jetstream.fence_subject"]);
+        c.sink = with(serde_json::json!({"subjects": ["k8s.>"], "fence_subject": "k8s.*"}));
+        assert_eq!(keys(&c), ["sink.jetstream.fence_subject"]);
     }
 
     #[test]

@@ -216,7 +216,7 @@ fn describe_figment_error(mut e: figment::Error) -> String {
         Kind::MissingField(_) => "fix: add the key; it has no default",
         Kind::UnknownVariant(_, _) => "fix: use one of the listed values",
         Kind::InvalidType(_, _) | Kind::InvalidValue(_, _) => "fix: give the key a value of the expected type",
-        _ => "fix: see the configuration reference in the README",
+        _ => "fix: see the configuration reference, docs/reference/configuration.md",
     };
     if e.path.is_empty() { format!("{}{from}; {fix}", e.kind) } else { format!("`{}`: {}{from}; {fix}", e.path.join("."), e.kind) }
 }

@@ -84,6 +84,13 @@ pub struct LeaderElectionConfig {
     /// Interval of renewals and of acquisition attempts, in seconds. Default: 2.
     #[serde(default = "default_retry_period_secs")]
     pub retry_period_secs: u64,
+    /// Fence a deposed leader at the brokers: a new leader claims each Kafka and JetStream
+    /// route before it ships anything (Kafka: a transactional producer whose id the replicas
+    /// share; JetStream: a fence record every later publish expects to be the last on its
+    /// subject), so a leader frozen past its lease and thawed delivers nothing more. Kafka
+    /// consumers must then read with `isolation.level=read_committed`. Default: true.
+    #[serde(default = "default_true")]
+    pub fence: bool,
 }
 
 impl Default for LeaderElectionConfig {
@@ -96,6 +103,7 @@ impl Default for LeaderElectionConfig {
             lease_duration_secs: default_lease_duration_secs(),
             renew_deadline_secs: default_renew_deadline_secs(),
             retry_period_secs: default_retry_period_secs(),
+            fence: true,
         }
     }
 }

@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{ContentMode, Secret, Template};
+use crate::model::subject::encode_token;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -79,6 +80,12 @@ pub struct JetStreamConfig {
     /// Default: 10.
     #[serde(default = "default_ack_timeout_secs")]
     pub ack_timeout_secs: u64,
+    /// With leader election, the subject of the fence record a new leader publishes before
+    /// anything else; every later publish expects it to be the last on this subject, so a
+    /// deposed leader's publishes are refused. Default:
+    /// `deltaship.<cluster>._fence.<lease namespace>.<lease name>` (each value one token).
+    #[serde(default)]
+    pub fence_subject: Option<String>,
 }
 
 impl Default for JetStreamConfig {
@@ -92,6 +99,17 @@ impl Default for JetStreamConfig {
             duplicate_window_secs: default_duplicate_window_secs(),
             max_msgs_per_subject: 0,
             ack_timeout_secs: default_ack_timeout_secs(),
+            fence_subject: None,
+        }
+    }
+}
+
+impl JetStreamConfig {
+    /// The subject of the fence records of the lease `namespace`/`name` (see `fence_subject`).
+    pub fn fence_subject_of(&self, cluster: &str, namespace: &str, name: &str) -> String {
+        match &self.fence_subject {
+            Some(subject) => subject.clone(),
+            None => ["deltaship", &encode_token(Some(cluster)), "_fence", &encode_token(Some(namespace)), &encode_token(Some(name))].join("."),
         }
     }
 }

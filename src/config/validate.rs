@@ -29,7 +29,7 @@ pub(super) fn problem(key: impl Into<String>, problem: impl Into<String>, fix: i
 }
 
 /// The allowed range of every number in the configuration, documented on each field and in
-/// the README. Larger values are mistakes that would overflow a timer (tokio panics past
+/// docs/reference/configuration.md. Larger values are mistakes that would overflow a timer (tokio panics past
 /// its limits) or reach a server as a negative number.
 pub mod ranges {
     use std::ops::RangeInclusive;

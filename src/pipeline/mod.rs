@@ -168,8 +168,23 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
         names.spawn(&mut background, "leader election".into(), async move { elector.hold(&stop, &lost).await });
     }
 
-    // Where each watch starts: the routes' checkpoints, read once leading.
+    // A new leader claims its routes before it reads what they hold (sink::fence): from
+    // here on, nothing a deposed leader still sends is stored.
     let retry = RetryPolicy { initial: Duration::from_millis(config.delivery.retry_initial_ms), max: Duration::from_millis(config.delivery.retry_max_ms) };
+    if let Some(elector) = elector.as_ref().filter(|_| config.leader_election.fence) {
+        let (namespace, name, holder) = elector.lease();
+        let lease = crate::sink::fence::Lease { cluster: config.cluster.clone(), namespace: namespace.into(), name: name.into(), holder: holder.into() };
+        for (i, (route, sink)) in routes.iter().zip(&sinks).enumerate() {
+            let delivery = Delivery { sink: sink.clone(), config: route.sink.clone(), at: sink_key(&config, i), topics: plan::topics(&scopes, i), retry };
+            if !delivery.claim(&lease, &route.name, &stop).await? {
+                http_stop.cancel();
+                let _ = http.await;
+                return Ok(());
+            }
+        }
+    }
+
+    // Where each watch starts: the routes' checkpoints, read once leading.
     let key = config.resume.key_file.as_deref().map(crate::config::read_digest_key).transpose().map_err(RunError::CheckpointKey)?;
     let seal = checkpoint::Seal::new(key.as_deref());
     let starts = resume::load(&config, &seal, &client, &routes, &scopes, retry, &stop).await;
@@ -364,6 +379,31 @@ impl Delivery {
                     attempt += 1;
                 }
                 Err(source) => return Err(RunError::Sink { at: self.at.clone(), source }),
+            }
+        }
+    }
+
+    /// Prepares the route's destinations and claims them for this leader's term
+    /// (sink::fence), retrying while the brokers cannot be reached. False when stopped first.
+    async fn claim(&self, lease: &crate::sink::fence::Lease, route: &str, stop: &CancellationToken) -> Result<bool, RunError> {
+        if !self.prepare(stop).await? {
+            return Ok(false);
+        }
+        let mut attempt = 0;
+        loop {
+            match self.sink.fence(&self.config, lease, route).await {
+                Ok(()) => return Ok(true),
+                Err(e) if e.is_retryable() => {
+                    if attempt == 0 {
+                        tracing::warn!(sink = self.sink.name(), at = %self.at, error = %e, "Cannot fence the route yet; retrying with backoff (nothing is shipped before)");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.retry.delay(attempt)) => {}
+                        _ = stop.cancelled() => return Ok(false),
+                    }
+                    attempt += 1;
+                }
+                Err(source) => return Err(RunError::Sink { at: self.at.clone(), source: SinkError::Request(source) }),
             }
         }
     }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -45,25 +46,34 @@ pub(super) fn read(
 }
 
 /// A reader of `brokers` (with `connection`: that sink's TLS, SASL and librdkafka
-/// settings) that commits nothing under `group`.
+/// settings) that commits nothing under `group`, reads committed records only and reports
+/// the end of each partition.
 pub(crate) fn connect(brokers: &str, connection: Option<&KafkaConfig>, group: &str) -> Result<BaseConsumer, RebuildError> {
     let mut config = match connection {
         Some(k) => k.client_config(ClientRole::Consumer).map_err(|e| RebuildError::Source(e.to_string()))?,
         None => ClientConfig::new(),
     };
-    let reader = [("bootstrap.servers", brokers), ("group.id", group), ("enable.auto.commit", "false")];
+    // The broker holds a fetch at a partition's end this long (librdkafka's default: 500 ms);
+    // reading stops at every partition's end, which each such wait would delay.
+    let reader = [("bootstrap.servers", brokers), ("group.id", group), ("enable.auto.commit", "false"), ("fetch.wait.max.ms", "100")];
     for (key, value) in reader {
         // The sink's raw librdkafka options win, as they do over its producer's settings.
         if config.get(key).is_none() {
             config.set(key, value);
         }
     }
+    // Not overridable: a fenced route's aborted transactions stay in the log, and reading
+    // stops at the partition's end, which transaction markers (never delivered) may occupy.
+    config.set("isolation.level", "read_committed").set("enable.partition.eof", "true");
     config.create().map_err(|e| RebuildError::Source(format!("cannot create a Kafka consumer: {e}")))
 }
 
-/// Gives `record` (partition, offset, decoded record) every record of `topic` from offset
-/// `from(partition)` (or the partition's first, if later) to the end each partition had
-/// when its reading started, partition by partition, in offset order; returns those ends.
+/// Gives `record` (partition, offset, decoded record) every committed record of `topic`
+/// from offset `from(partition)` (or the partition's first, if later) to the end each
+/// partition had when its reading started (its last stable offset: an open transaction
+/// holds it back), partition by partition, in offset order; returns those ends.
+/// The end is reached at the partition's EOF too: the last offsets before it may be
+/// transaction markers or aborted records, which are never delivered.
 pub(crate) fn read_topic(
     kafka: &BaseConsumer,
     topic: &str,
@@ -88,11 +98,19 @@ pub(crate) fn read_topic(
         kafka.assign(&tpl).map_err(|e| RebuildError::Source(e.to_string()))?;
         loop {
             let m = match kafka.poll(TIMEOUT) {
+                // Another partition's: one read before, whose EOF or records came late.
+                Some(Ok(m)) if m.partition() != p || m.topic() != topic => continue,
+                Some(Err(KafkaError::PartitionEOF(eof))) if eof != p => continue,
                 Some(Ok(m)) => m,
+                Some(Err(KafkaError::PartitionEOF(_))) => break,
                 Some(Err(e)) => return Err(RebuildError::Source(format!("reading {topic}/{p}: {e}"))),
                 None => return Err(RebuildError::Source(format!("no record from {topic}/{p} within {TIMEOUT:?}"))),
             };
             let offset = m.offset();
+            // Committed after reading started: beyond the end returned (following reads it).
+            if offset >= high {
+                break;
+            }
             record(p, offset, decode(Binding::Kafka, &headers(&m), m.payload(), p))?;
             if offset + 1 >= high {
                 break;
@@ -114,8 +132,9 @@ fn follow_on(kafka: &BaseConsumer, ends: TopicPartitionList, f: &Follow, consume
                 let at = || Position::Kafka { topic, partition, offset };
                 consumer.record(at, decode(Binding::Kafka, &headers(&m), m.payload(), partition))?;
             }
+            // Reached the end of a partition: more may come.
+            Some(Err(KafkaError::PartitionEOF(_))) | None => {}
             Some(Err(e)) => return Err(RebuildError::Source(format!("following: {e}"))),
-            None => {}
         }
         writer.maybe_write(consumer, false)?;
     }

@@ -55,11 +55,14 @@ pub enum ErrorKind {
     Unavailable,
     /// The HTTP server refused the event with another 3xx or 4xx.
     Rejected,
+    /// The broker refused a deposed leader's record: a successor claimed the route
+    /// (sink::fence).
+    Fenced,
 }
 
 impl ErrorKind {
     /// Every kind: the label values a dashboard can expect.
-    pub const ALL: [ErrorKind; 20] = [
+    pub const ALL: [ErrorKind; 21] = [
         ErrorKind::TooLarge,
         ErrorKind::Authorization,
         ErrorKind::Authentication,
@@ -80,6 +83,7 @@ impl ErrorKind {
         ErrorKind::Connect,
         ErrorKind::Unavailable,
         ErrorKind::Rejected,
+        ErrorKind::Fenced,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -104,6 +108,7 @@ impl ErrorKind {
             ErrorKind::Connect => "connect",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Rejected => "rejected",
+            ErrorKind::Fenced => "fenced",
         }
     }
 }
@@ -201,6 +206,10 @@ pub enum Failure {
     /// The producer went away without reporting on a record.
     #[error("the producer dropped the delivery report")]
     DeliveryDropped(#[source] tokio::sync::oneshot::error::RecvError),
+    /// A Kafka transaction did not commit (sink::fence), or its producer cannot send any
+    /// more; with what librdkafka said.
+    #[error("the Kafka transaction failed: {0}")]
+    Transaction(String),
     /// The task of a blocking librdkafka call failed.
     #[error("{0}")]
     Blocking(#[source] tokio::task::JoinError),

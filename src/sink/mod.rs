@@ -2,6 +2,7 @@
 
 pub mod encode;
 mod error;
+pub mod fence;
 pub mod http;
 pub mod kafka;
 pub mod nats;
@@ -89,6 +90,20 @@ impl Sink {
         match (self, cfg) {
             (Sink::Kafka(_), SinkConfig::Kafka(k)) => kafka::create_topics(k, topics).await,
             (Sink::Nats(n), _) => n.prepare().await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Claims the route for this leader's term (sink::fence), before it ships anything:
+    /// Kafka initialises the transactional producer, JetStream publishes the fence record.
+    /// Other sinks cannot fence. Retryable errors mean the broker is not reachable yet.
+    pub async fn fence(&self, cfg: &SinkConfig, lease: &fence::Lease, route: &str) -> Result<(), SendError> {
+        match (self, cfg) {
+            (Sink::Kafka(k), _) => k.fence(&fence::transactional_id(lease, route)).await,
+            (Sink::Nats(n), SinkConfig::Nats(c)) => {
+                let record = fence::FenceRecord::new(lease, format!("fence-{}", uuid::Uuid::new_v4()));
+                n.fence(&c.jetstream.fence_subject_of(&lease.cluster, &lease.namespace, &lease.name), &record).await.map(|_| ())
+            }
             _ => Ok(()),
         }
     }

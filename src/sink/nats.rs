@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_nats::header::IntoHeaderName;
@@ -13,6 +13,7 @@ use async_nats::{ConnectOptions, HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
 
 use super::encode::{STRUCTURED_CONTENT_TYPE, percent_encode, structured_bytes};
+use super::fence::FenceRecord;
 use super::{ErrorKind, Failure, SendError, SinkError};
 use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Secret, Storage};
 use crate::event::Envelope;
@@ -24,7 +25,20 @@ pub struct NatsSink {
     jetstream: Option<jetstream::Context>,
     stream: JetStreamConfig,
     content_mode: ContentMode,
+    /// This leader's fence, once claimed (`fence`): every later publish expects it.
+    fence: Arc<OnceLock<Fence>>,
 }
+
+/// The fence record of this leader's term: where it is, and its stream sequence.
+#[derive(Debug)]
+struct Fence {
+    subject: String,
+    sequence: u64,
+}
+
+/// The header naming the subject whose last sequence `Nats-Expected-Last-Subject-Sequence`
+/// is checked against (NATS server 2.11 and later).
+const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
 impl NatsSink {
     /// A client of the servers of `cfg`, with its credentials and TLS (the checkpoint store
@@ -78,7 +92,7 @@ impl NatsSink {
             NatsMode::Jetstream => Some(jetstream::ContextBuilder::new().timeout(Duration::from_secs(cfg.jetstream.ack_timeout_secs)).build(client.clone())),
             NatsMode::Core => None,
         };
-        Ok(NatsSink { client, jetstream, stream: cfg.jetstream.clone(), content_mode: cfg.content_mode })
+        Ok(NatsSink { client, jetstream, stream: cfg.jetstream.clone(), content_mode: cfg.content_mode, fence: Arc::default() })
     }
 
     /// JetStream mode: whether the configured stream exists (None in core mode).
@@ -127,6 +141,27 @@ impl NatsSink {
         Ok(())
     }
 
+    /// JetStream mode: publishes `record` on `subject` and makes every later publish expect
+    /// it to be the last message there, so that once a successor published its own, the
+    /// stream refuses this replica's publishes (`ErrorKind::Fenced`). Returns the record's
+    /// stream sequence (None in core mode, which cannot fence). A retry after a timeout
+    /// sends the same id, which the duplicate window answers with the first copy's sequence.
+    pub async fn fence(&self, subject: &str, record: &FenceRecord) -> Result<Option<u64>, SendError> {
+        let Some(js) = &self.jetstream else { return Ok(None) };
+        let mut headers = HeaderMap::new();
+        for (name, value) in &record.headers {
+            headers.insert(*name, value.as_str());
+        }
+        let message = PublishMessage::build().payload(record.data.clone()).headers(headers).message_id(record.id.as_str());
+        let ack = js.send_publish(subject.to_string(), message).await.map_err(classify)?.await.map_err(classify)?;
+        let fence = Fence { subject: subject.to_string(), sequence: ack.sequence };
+        tracing::info!(subject = %fence.subject, sequence = fence.sequence, stream = %ack.stream, "Fenced the stream: a replica that led before cannot publish to it any more");
+        let sequence = fence.sequence;
+        // One term per process: a replica that loses its lease stops.
+        let _ = self.fence.set(fence);
+        Ok(Some(sequence))
+    }
+
     /// Publishes one event to its subject; in JetStream mode resolves when the stream
     /// stored it (or already had its id: a redelivery), with its stream sequence.
     pub async fn send(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
@@ -134,7 +169,10 @@ impl NatsSink {
         let subject = env.destination.to_string();
         match &self.jetstream {
             Some(js) => {
-                let message = PublishMessage::build().payload(payload).headers(headers).message_id(env.attributes.id.as_str());
+                let mut message = PublishMessage::build().payload(payload).headers(headers).message_id(env.attributes.id.as_str());
+                if let Some(fence) = self.fence.get() {
+                    message = message.expected_last_subject_sequence(fence.sequence).header(EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT, fence.subject.as_str());
+                }
                 let ack = js.send_publish(subject, message).await.map_err(classify)?;
                 let ack = ack.await.map_err(classify)?;
                 Ok(Some(Placement { partition: 0, offset: ack.sequence }))
@@ -271,6 +309,8 @@ fn classify(e: jetstream::context::PublishError) -> SendError {
         PublishErrorKind::MaxPayloadExceeded => return SendError::TooLarge { source: Failure::JetStream(e) },
         PublishErrorKind::TimedOut => ErrorKind::Timeout,
         PublishErrorKind::StreamNotFound => ErrorKind::NoStream,
+        // Only the fence sets an expected last sequence: a successor fenced this replica.
+        PublishErrorKind::WrongLastSequence => return SendError::Fatal { kind: ErrorKind::Fenced, source: Failure::JetStream(e) },
         _ => ErrorKind::Publish,
     };
     SendError::Retryable { kind, source: Failure::JetStream(e) }

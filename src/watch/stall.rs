@@ -15,7 +15,7 @@ pub const CHECK_AFTER: Duration = Duration::from_secs(75);
 
 /// How long a watch may hear nothing while the API server's version has moved past its
 /// position before it is given up and listed again: two bookmarks missed at the slowest
-/// pace measured (one every 120 s: docs/operating.md).
+/// pace measured (one every 120 s: docs/operations/monitoring.md).
 pub const SILENCE_LIMIT: Duration = Duration::from_secs(240);
 
 /// How long after a first answer behind the watch's position the API server is asked again

@@ -90,3 +90,52 @@ pub fn read_until(brokers: &str, topic: &str, timeout: Duration, done: impl Fn(&
         }
     }
 }
+
+/// Every committed record of `topic`, read to the end each partition had when reading
+/// started: by the consumer's position, since the markers of transactions take offsets
+/// that are never delivered. Panics after `timeout`.
+pub fn read_to_end(brokers: &str, topic: &str, timeout: Duration) -> Vec<Record> {
+    use rdkafka::error::KafkaError;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", super::unique("reader"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("a Kafka consumer");
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("topic metadata");
+    let partitions = md.topics().first().map_or(0, |t| t.partitions().len()) as i32;
+    let ends: Vec<i64> = (0..partitions).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).collect();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&tpl).expect("assign partitions");
+    let (mut records, deadline) = (Vec::new(), Instant::now() + timeout);
+    let at_end = |consumer: &BaseConsumer| {
+        let positions = consumer.position().expect("positions");
+        (0..partitions).all(|p| match positions.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => o >= ends[p as usize],
+            _ => ends[p as usize] == 0,
+        })
+    };
+    loop {
+        assert!(Instant::now() < deadline, "{topic} not read to its end {ends:?} within {timeout:?}; read {} records", records.len());
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => records.push(Record {
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                headers: m
+                    .headers()
+                    .map(|h| h.iter().map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())).collect())
+                    .unwrap_or_default(),
+                value: m.payload().map(<[u8]>::to_vec),
+            }),
+            Some(Err(KafkaError::PartitionEOF(_))) | None if at_end(&consumer) => return records,
+            Some(Err(KafkaError::PartitionEOF(_))) | None => {}
+            Some(Err(e)) => panic!("reading {topic} failed: {e}"),
+        }
+    }
+}

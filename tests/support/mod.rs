@@ -1,16 +1,18 @@
 //! Shared helpers of the integration tests: the real test environment (tests/env), the
 //! deltaship binary as a child process and in its image, test configs, the Helm chart, a
-//! Kafka reader, and an HTTP receiver of CloudEvents.
+//! Kafka reader, an HTTP receiver of CloudEvents, and the documentation's pages and examples.
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod bridge;
 pub mod chart;
 pub mod churn;
 pub mod config;
+pub mod docs;
 pub mod history;
 pub mod image;
 pub mod kafka;
 pub mod kube;
+pub mod log;
 pub mod nats;
 pub mod nats_server;
 pub mod node;
@@ -56,18 +58,6 @@ pub fn unique(prefix: &str) -> String {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let secs = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_secs();
     format!("{prefix}-{:x}-{:x}-{n:x}", secs & 0xff_ffff, std::process::id())
-}
-
-/// The `lang` code block that follows `<!-- MARKER -->` in the README (e.g. marker
-/// `config: routes`, lang `toml`): the README's examples are tested as written.
-pub fn readme_block(marker: &str, lang: &str) -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let marker = format!("<!-- {marker} -->");
-    let after = &readme[readme.find(&marker).unwrap_or_else(|| panic!("README has no {marker}"))..];
-    let fence = format!("```{lang}\n");
-    let start = after.find(&fence).unwrap_or_else(|| panic!("no {lang} block after {marker}")) + fence.len();
-    let end = after[start..].find("```").unwrap();
-    after[start..start + end].to_string()
 }
 
 /// A process that keeps one core busy while it lives: fault tests run beside it, so that

@@ -258,7 +258,7 @@ impl NatsInstall {
                 "url": format!("nats://{}:{}", super::var("DELTASHIP_TEST_NODE_HOST_IP"), nats.rsplit(':').next().unwrap()),
                 "subject_template": format!("{cluster}.{{group}}.{{kind}}.{{namespace}}.{{name}}"),
                 "marker_subject_template": format!("{cluster}.{{group}}.{{kind}}._sync"),
-                "jetstream": {"stream": stream, "subjects": [format!("{cluster}.>")]},
+                "jetstream": {"stream": stream, "subjects": [format!("{cluster}.>")], "fence_subject": format!("{cluster}._fence")},
             },
         }});
         edit(&watched, &mut values);

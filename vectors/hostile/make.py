@@ -115,6 +115,8 @@ def _(s):
     s.event("object.exploded", "ns/b", cm("b", 2))
     s.raw(s.headers("object.added", subject="ns/c")[:3] + [["ce_type", "com.example.object.added"], ["ce_subject", "ns/c"], ["ce_apiversion", "v1"], ["ce_kind", "ConfigMap"]], json.dumps(cm("c", 3)))
     s.event("objects.added", "ns/d", cm("d", 4))
+    # A fenced leader's fence record (JetStream): not an event of objects.
+    s.event("leader.elected", data={"lease": {"namespace": "ops", "name": "deltaship"}, "holder": "pod-a"})
     return {"ns/a": A}, {}
 
 

@@ -4,7 +4,7 @@ started, then return (a rebuild). For a consumer that keeps following, call the
 
 from __future__ import annotations
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from confluent_kafka import Consumer as KafkaConsumer
 
 from .decode import BadRecord
@@ -15,10 +15,29 @@ BATCH = 500
 
 
 def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict | None = None) -> None:
-    """Gives ``consumer`` every record of ``topics``, partition by partition, in offset
-    order; bad records are skipped, counted and reported (``Consumer.skip``). ``config``: more librdkafka
-    settings (TLS, SASL)."""
-    kafka = KafkaConsumer({"bootstrap.servers": brokers, "group.id": "deltaship-consumer", "enable.auto.commit": False, **(config or {})})
+    """Gives ``consumer`` every committed record of ``topics``, partition by partition, in
+    offset order, up to the end each partition had when its reading started (its last stable
+    offset: an open transaction holds it back); bad records are skipped, counted and reported
+    (``Consumer.skip``). ``config``: more librdkafka settings (TLS, SASL).
+
+    deltaship writes inside Kafka transactions when it fences a deposed leader: the records
+    of an aborted transaction stay in the log, and transaction markers take offsets but are
+    never delivered, so a partition ends at its EOF, not only at a record just before the end.
+    """
+    kafka = KafkaConsumer(
+        {
+            "bootstrap.servers": brokers,
+            "group.id": "deltaship-consumer",
+            "enable.auto.commit": False,
+            # The broker holds a fetch at a partition's end this long (default 500 ms): each
+            # partition's end would wait for it.
+            "fetch.wait.max.ms": 100,
+            **(config or {}),
+            # librdkafka's default, made explicit, and not overridable: see above.
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
     try:
         for topic in topics:
             metadata = kafka.list_topics(topic, timeout=TIMEOUT).topics.get(topic)
@@ -33,8 +52,15 @@ def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict
                     m = kafka.poll(TIMEOUT)
                     if m is None:
                         raise RuntimeError(f"no record from {topic}/{p} within {TIMEOUT} s")
-                    if m.error():
+                    eof = m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF
+                    if m.error() and not eof:
                         raise RuntimeError(f"reading {topic}/{p}: {m.error()}")
+                    if (m.topic(), m.partition()) != (topic, p):
+                        continue  # a partition read before: its EOF or records came late
+                    if eof:
+                        break
+                    if m.offset() >= high:
+                        break  # committed after reading started
                     try:
                         consumer.kafka_record(p, m.key(), m.headers() or [], m.value())
                     except BadRecord as e:

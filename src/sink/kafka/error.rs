@@ -29,6 +29,9 @@ pub(super) fn classify(e: KafkaError) -> SendError {
         // current one.
         Some(C::PurgeQueue | C::PurgeInflight) => (ErrorKind::Purged, true),
         Some(C::MessageTimedOut | C::RequestTimedOut) => (ErrorKind::Timeout, true),
+        // A successor initialised the route's transactional id (sink::fence).
+        Some(C::ProducerFenced | C::InvalidProducerEpoch | C::Fenced) => (ErrorKind::Fenced, false),
+        Some(C::TransactionalIdAuthorizationFailed) => (ErrorKind::Authorization, false),
         _ => (ErrorKind::Broker, true),
     };
     let source = Failure::Kafka(Box::new(e));
@@ -74,6 +77,9 @@ mod tests {
             (C::QueueFull, ErrorKind::QueueFull, true),
             (C::PurgeInflight, ErrorKind::Purged, true),
             (C::MessageTimedOut, ErrorKind::Timeout, true),
+            (C::ProducerFenced, ErrorKind::Fenced, false),
+            (C::Fenced, ErrorKind::Fenced, false),
+            (C::TransactionalIdAuthorizationFailed, ErrorKind::Authorization, false),
             (C::NotLeaderForPartition, ErrorKind::Broker, true),
             (C::BrokerTransportFailure, ErrorKind::Broker, true),
         ];

@@ -8,6 +8,7 @@ mod log;
 mod partition;
 mod producer;
 mod recover;
+mod transaction;
 
 pub use admin::create_topics;
 pub use binding::encode;

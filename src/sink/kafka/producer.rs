@@ -1,9 +1,10 @@
 //! The Kafka sink's producer and its send path: one record per event (markers to every
 //! partition), resolved on the brokers' acknowledgement.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{Producer as _, PurgeConfig};
@@ -15,6 +16,7 @@ use super::error::{classify, client_refused};
 use super::log::QuietContext;
 use super::partition;
 use super::recover::{Progress, STATISTICS_INTERVAL_MS, Tracked};
+use super::transaction::{INIT_TIMEOUT, Member, Settled, Transactions};
 use crate::config::{ClientRole, ContentMode, KafkaConfig};
 use crate::event::{Envelope, EnvelopeKind};
 use crate::model::{ChangeType, Placement};
@@ -42,6 +44,9 @@ struct Shared {
     context: QuietContext,
     producer: RwLock<Producer>,
     progress: Arc<Progress>,
+    /// Once the route is fenced (sink::fence): the transactional producer's settings and
+    /// its transactions.
+    transactional: OnceLock<(ClientConfig, Arc<Transactions>)>,
 }
 
 impl KafkaSink {
@@ -50,7 +55,7 @@ impl KafkaSink {
         let context = QuietContext::default();
         let producer = create_producer(&config, &context)?;
         Ok(KafkaSink {
-            shared: Arc::new(Shared { config, context, producer: RwLock::new(producer), progress: Arc::default() }),
+            shared: Arc::new(Shared { config, context, producer: RwLock::new(producer), progress: Arc::default(), transactional: OnceLock::new() }),
             content_mode: cfg.content_mode,
             tombstones: cfg.tombstones,
         })
@@ -73,12 +78,56 @@ impl KafkaSink {
         &self.shared.progress
     }
 
+    fn transactions(&self) -> Option<&Arc<Transactions>> {
+        self.shared.transactional.get().map(|(_, t)| t)
+    }
+
     /// Puts a new producer in place of the current one, whose records fail with a purge
-    /// error and are sent again by the dispatcher through the new one.
-    pub(super) fn replace_producer(&self) -> Result<(), SinkError> {
-        let fresh = create_producer(&self.shared.config, &self.shared.context)?;
+    /// error and are sent again by the dispatcher through the new one. A transactional
+    /// producer is initialised first (which aborts the old one's open transaction, whose
+    /// records are then sent again too).
+    pub(super) async fn replace_producer(&self) -> Result<(), SinkError> {
+        let Some((config, txns)) = self.shared.transactional.get() else {
+            let fresh = create_producer(&self.shared.config, &self.shared.context)?;
+            self.install(fresh);
+            return Ok(());
+        };
+        let _exclusive = txns.exclusive().await;
+        let fresh = create_producer(config, &self.shared.context)?;
+        init_transactions(fresh.clone()).await.map_err(SinkError::Request)?;
+        txns.abandon(Settled::Aborted("the producer was replaced".into()));
+        self.install(fresh);
+        Ok(())
+    }
+
+    fn install(&self, fresh: Producer) {
         let old = std::mem::replace(&mut *self.shared.producer.write().unwrap_or_else(|p| p.into_inner()), fresh);
         old.purge(PurgeConfig::default().queue().inflight());
+    }
+
+    /// Claims the route for this leader (sink::fence): a transactional producer with
+    /// `transactional_id`, initialised (which fences every earlier producer of that id and
+    /// aborts its open transaction), replaces the current one; from then on every record is
+    /// sent inside a transaction (kafka::transaction). Retryable while the brokers do not
+    /// answer.
+    pub async fn fence(&self, transactional_id: &str) -> Result<(), SendError> {
+        if self.shared.transactional.get().is_some() {
+            return Ok(());
+        }
+        let mut config = self.shared.config.clone();
+        // librdkafka requires records to time out within the transaction's timeout.
+        config.set("transactional.id", transactional_id).set("message.timeout.ms", "55000").set("transaction.timeout.ms", "60000");
+        let fresh = create_producer(&config, &self.shared.context)
+            .map_err(|e| SendError::Fatal { kind: ErrorKind::Broker, source: Failure::Transaction(e.to_string()) })?;
+        init_transactions(fresh.clone()).await?;
+        let txns = Arc::new(Transactions::default());
+        if self.shared.transactional.set((config, txns.clone())).is_err() {
+            return Ok(());
+        }
+        self.install(fresh);
+        let sink = self.clone();
+        tokio::spawn(Transactions::commit_until_dropped(Arc::downgrade(&txns), move || sink.producer()));
+        tracing::info!(transactional_id, "Fenced the route's Kafka producer: an earlier producer of this id can no longer write");
         Ok(())
     }
 
@@ -86,35 +135,31 @@ impl KafkaSink {
     /// broker acknowledged every record (acks=all), with where an object event was stored
     /// (a marker, stored once per partition, has no one place).
     pub async fn send(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
+        self.send_records(env).await.map_err(|e| self.fenced_or(e))
+    }
+
+    /// A transactional producer that failed for good (a successor fenced it) purges what it
+    /// holds: any failure of its records then means the route is lost, not a retry.
+    fn fenced_or(&self, e: SendError) -> SendError {
+        if !e.is_retryable() || self.transactions().is_none() {
+            return e;
+        }
+        match self.producer().client().fatal_error() {
+            Some((_, fatal)) => SendError::Fatal { kind: ErrorKind::Fenced, source: Failure::Transaction(fatal) },
+            None => e,
+        }
+    }
+
+    async fn send_records(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
         let (payload, headers) = encode(env, self.content_mode);
         match env.kind {
-            EnvelopeKind::Marker(_) => {
-                let partitions = self.partitions(&env.destination).await?;
-                let mut pending = Vec::with_capacity(partitions.len());
-                for &p in &partitions {
-                    // A marker with a state carries each partition's own count and digest.
-                    let d = match partition::for_partition(env, p, partitions.len()) {
-                        Some(copy) => {
-                            let (payload, headers) = encode(&copy, self.content_mode);
-                            self.produce(&env.destination, env.key(), Some(&payload[..]), headers, Some(p))?
-                        }
-                        None => self.produce(&env.destination, env.key(), Some(&payload[..]), headers.clone(), Some(p))?,
-                    };
-                    pending.push(d);
-                }
-                // A marker is a barrier: nothing more joins its batches until it is
-                // acknowledged, so lingering for more would only delay it.
-                self.expedite();
-                for d in pending {
-                    await_delivery(d).await?;
-                }
-                Ok(None)
-            }
+            // Boxed: markers are few, and their state would make every send's future larger.
+            EnvelopeKind::Marker(_) => Box::pin(self.send_marker(env, payload, headers)).await,
             EnvelopeKind::Object(change) => {
-                let d = self.produce(&env.destination, env.key(), Some(&payload[..]), headers, None)?;
+                let d = self.produce(&env.destination, env.key(), Some(&payload[..]), headers, None).await?;
                 let placed = await_delivery(d).await?;
                 if self.tombstones && change == ChangeType::Deleted {
-                    let d = self.produce(&env.destination, env.key(), None, OwnedHeaders::new(), None)?;
+                    let d = self.produce(&env.destination, env.key(), None, OwnedHeaders::new(), None).await?;
                     await_delivery(d).await?;
                 }
                 Ok(Some(placed))
@@ -122,9 +167,74 @@ impl KafkaSink {
         }
     }
 
-    fn produce(&self, topic: &str, key: &str, payload: Option<&[u8]>, headers: OwnedHeaders, partition: Option<i32>) -> Result<Tracked<Delivery>, SendError> {
-        let delivery = self.producer().send(topic, key, payload, Some(headers), partition).map_err(classify)?;
-        Ok(self.shared.progress.track(delivery))
+    /// A marker goes to every partition of its topic.
+    async fn send_marker(&self, env: &Envelope, payload: Bytes, headers: OwnedHeaders) -> Result<Option<Placement>, SendError> {
+        let partitions = self.partitions(&env.destination).await?;
+        // A marker with a state carries each partition's own count and digest.
+        let copies: Vec<(i32, Bytes, OwnedHeaders)> = partitions
+            .iter()
+            .map(|&p| match partition::for_partition(env, p, partitions.len()) {
+                Some(copy) => {
+                    let (payload, headers) = encode(&copy, self.content_mode);
+                    (p, payload, headers)
+                }
+                None => (p, payload.clone(), headers.clone()),
+            })
+            .collect();
+        let mut pending = Vec::with_capacity(copies.len());
+        for (p, payload, headers) in &copies {
+            pending.push(self.produce(&env.destination, env.key(), Some(&payload[..]), headers.clone(), Some(*p)).await?);
+        }
+        // A marker is a barrier: nothing more joins its batches until it is
+        // acknowledged, so lingering for more would only delay it.
+        self.expedite();
+        for d in pending {
+            await_delivery(d).await?;
+        }
+        Ok(None)
+    }
+
+    /// Hands one record to the producer, inside the open transaction of a fenced route.
+    /// A plain `fn` returning a boxed future for the transactional case: the dispatcher
+    /// allocates every send's future, which must stay small.
+    fn produce<'a>(&'a self, topic: &'a str, key: &'a str, payload: Option<&'a [u8]>, headers: OwnedHeaders, partition: Option<i32>) -> Produced<'a> {
+        match self.transactions() {
+            None => Produced::Ready(Some(
+                self.producer()
+                    .send(topic, key, payload, Some(headers), partition)
+                    .map_err(classify)
+                    .map(|delivery| Pending { tracked: self.shared.progress.track(delivery), member: None }),
+            )),
+            Some(txns) => Produced::Enrolling(Box::pin(self.produce_in_transaction(txns, topic, key, payload, headers, partition))),
+        }
+    }
+
+    async fn produce_in_transaction(
+        &self,
+        txns: &Arc<Transactions>,
+        topic: &str,
+        key: &str,
+        payload: Option<&[u8]>,
+        headers: OwnedHeaders,
+        partition: Option<i32>,
+    ) -> Result<Pending, SendError> {
+        let producer = self.producer();
+        let (gate, member) = match txns.enrol(&producer).await {
+            Ok(enrolled) => enrolled,
+            Err(Ok(e)) => {
+                // The transaction cannot take records (it failed): the committer aborts it.
+                txns.expedite();
+                return Err(classify(e));
+            }
+            Err(Err(failed)) => return Err(SendError::Fatal { kind: ErrorKind::Fenced, source: Failure::Transaction(failed) }),
+        };
+        let sent = producer.send(topic, key, payload, Some(headers), partition);
+        drop(gate);
+        let delivery = sent.map_err(|e| {
+            txns.expedite();
+            classify(e)
+        })?;
+        Ok(Pending { tracked: self.shared.progress.track(delivery), member: Some(member) })
     }
 
     /// Has librdkafka send what it holds at once rather than linger for more records to
@@ -132,6 +242,9 @@ impl KafkaSink {
     /// barrier, behind which nothing more comes until everything before it is acknowledged.
     /// It returns at once; a thread of the blocking pool waits.
     pub fn expedite(&self) {
+        if let Some(txns) = self.transactions() {
+            txns.expedite();
+        }
         let producer = self.producer();
         drop(tokio::task::spawn_blocking(move || producer.expedite(EXPEDITE_WAIT)));
     }
@@ -159,7 +272,55 @@ fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<Prod
     Producer::create(&config, context).map_err(|e| client_refused("producer", &config, e))
 }
 
-async fn await_delivery(d: Tracked<Delivery>) -> Result<Placement, SendError> {
+/// A record handed to the producer, or (on a fenced route) the wait to join the open
+/// transaction first; a future of its own, smaller than an `async fn` over it.
+enum Produced<'a> {
+    Ready(Option<Result<Pending, SendError>>),
+    Enrolling(std::pin::Pin<Box<dyn Future<Output = Result<Pending, SendError>> + Send + 'a>>),
+}
+
+impl Future for Produced<'_> {
+    type Output = Result<Pending, SendError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        match &mut *self {
+            Produced::Ready(ready) => std::task::Poll::Ready(ready.take().expect("a Produced polled after it completed")),
+            Produced::Enrolling(enrolling) => enrolling.as_mut().poll(cx),
+        }
+    }
+}
+
+/// A record handed to the producer: its delivery report, and its transaction's outcome
+/// on a fenced route.
+struct Pending {
+    tracked: Tracked<Delivery>,
+    member: Option<Member>,
+}
+
+/// Initialises a transactional producer on a thread of the blocking pool.
+async fn init_transactions(producer: Producer) -> Result<(), SendError> {
+    tokio::task::spawn_blocking(move || producer.init_transactions(INIT_TIMEOUT))
+        .await
+        .map_err(|e| SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Blocking(e) })?
+        .map_err(classify)
+}
+
+/// Where the record was stored, once the broker acknowledged it and, on a fenced route,
+/// its transaction committed.
+async fn await_delivery(d: Pending) -> Result<Placement, SendError> {
+    let placed = report(d.tracked).await?;
+    match d.member {
+        None => Ok(placed),
+        // Boxed, as the transactional produce is.
+        Some(member) => match Box::pin(member.settled()).await {
+            Settled::Committed => Ok(placed),
+            Settled::Aborted(e) => Err(SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Transaction(e) }),
+            Settled::Failed(e) => Err(SendError::Fatal { kind: ErrorKind::Fenced, source: Failure::Transaction(e) }),
+        },
+    }
+}
+
+async fn report(d: Tracked<Delivery>) -> Result<Placement, SendError> {
     match d.delivery.await {
         Ok(Ok(placed)) => Ok(placed),
         Ok(Err(Undelivered::Kafka(e))) => Err(classify(e)),

@@ -169,7 +169,7 @@ impl KafkaSink {
             }
             answering_since = None;
             let waiting = self.progress().waiting();
-            match self.replace_producer() {
+            match self.replace_producer().await {
                 Ok(()) => {
                     recoveries.increment(1);
                     let cause = if brokerless { "the producer has no broker left" } else { "the producer reported nothing" };

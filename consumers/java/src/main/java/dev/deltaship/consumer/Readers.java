@@ -30,11 +30,24 @@ public final class Readers {
 
     private Readers() {}
 
-    /** Every record of {@code topics}, partition by partition, in offset order. */
+    /**
+     * Every committed record of {@code topics}, partition by partition, in offset order, up to
+     * the end each partition had when its reading started: its last stable offset (an open
+     * transaction holds it back). deltaship writes inside Kafka transactions when it fences a
+     * deposed leader: the records of an aborted transaction stay in the log, and the markers
+     * that end transactions take offsets but are never delivered, so a partition ends where the
+     * consumer's position reaches the end, not at a record just before it.
+     */
     public static void kafka(String brokers, List<String> topics, Consumer consumer) {
         Properties p = new Properties();
         p.put("bootstrap.servers", brokers);
         p.put("enable.auto.commit", "false");
+        // kafka-clients' default is read_uncommitted; under read_committed endOffsets is the
+        // last stable offset.
+        p.put("isolation.level", "read_committed");
+        // The broker holds a fetch at a partition's end this long (default 500 ms), and reading
+        // stops at every partition's end.
+        p.put("fetch.max.wait.ms", "100");
         try (KafkaConsumer<byte[], byte[]> kafka = new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
             for (String topic : topics) {
                 List<PartitionInfo> partitions = kafka.partitionsFor(topic, TIMEOUT);
@@ -49,18 +62,24 @@ public final class Readers {
                     long next = kafka.position(tp, TIMEOUT);
                     long deadline = System.nanoTime() + TIMEOUT.toNanos();
                     while (next < end) {
-                        var records = kafka.poll(Duration.ofSeconds(1));
-                        if (records.isEmpty() && System.nanoTime() > deadline) {
-                            throw new IllegalStateException("no record from " + tp + " within " + TIMEOUT);
-                        }
+                        var records = kafka.poll(Duration.ofMillis(200));
                         for (ConsumerRecord<byte[], byte[]> r : records) {
+                            if (r.offset() >= end) {
+                                break; // committed after reading started
+                            }
                             try {
                                 consumer.kafkaRecord(r.partition(), r.headers(), r.value());
                             } catch (BadRecordException e) {
                                 consumer.skip(r.topic() + "/" + r.partition() + "@" + r.offset(), e);
                             }
-                            next = r.offset() + 1;
+                        }
+                        // The position moves past markers and aborted records too, which no poll returns.
+                        long position = kafka.position(tp, TIMEOUT);
+                        if (position > next) {
+                            next = position;
                             deadline = System.nanoTime() + TIMEOUT.toNanos();
+                        } else if (System.nanoTime() > deadline) {
+                            throw new IllegalStateException("no record from " + tp + " within " + TIMEOUT);
                         }
                     }
                 }

@@ -1,0 +1,260 @@
+//! The transactions of a fenced Kafka route (sink::fence). Once a leader claimed the route,
+//! its records are produced inside transactions of a producer whose transactional id every
+//! replica shares. A record counts as delivered only when its transaction committed: the
+//! send waits for its delivery report, then for the commit. A committer task commits the
+//! open transaction as soon as every record in it was reported (nothing more is coming
+//! until they are acknowledged), at the latest COMMIT_EVERY after it began, and at once
+//! behind a barrier. A transaction that cannot commit is aborted and its records are sent
+//! again; a producer fenced by a successor fails every send for good.
+//!
+//! Consumers must read committed records only (`isolation.level=read_committed`, the
+//! default of librdkafka-based clients): the records of an aborted transaction stay in the
+//! log, marked aborted.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use rdkafka::error::KafkaError;
+use rdkafka::producer::Producer as _;
+use tokio::sync::{Notify, RwLock, RwLockReadGuard, watch};
+
+use super::delivery::Producer;
+
+/// The longest a transaction stays open while its records are still being reported.
+pub const COMMIT_EVERY: Duration = Duration::from_millis(100);
+/// How long one attempt to commit or abort may take (a commit flushes the transaction's
+/// records first). Attempts that time out, or fail for a reason a retry may fix (the
+/// coordinator restarting), are made again, after RETRY_AFTER, until one settles the
+/// transaction or the producer is replaced.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+const RETRY_AFTER: Duration = Duration::from_millis(500);
+/// How long initialising the transactional producer may take (it finds the coordinator and
+/// fences the id's previous producer).
+pub const INIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How a transaction ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    Committed,
+    /// Aborted: its records are not visible to consumers; send them again.
+    Aborted(String),
+    /// The producer can no longer send: a successor fenced it, or another fatal error.
+    Failed(String),
+}
+
+/// The open transaction, if any, and what the committer needs to know of it.
+#[derive(Default)]
+struct State {
+    open: Option<Open>,
+    /// The producer failed for good: what every later send is told.
+    failed: Option<String>,
+}
+
+struct Open {
+    settled: watch::Sender<Option<Settled>>,
+    /// Records produced in it whose delivery report has not been taken yet.
+    unreported: usize,
+    began: Instant,
+    /// A barrier waits behind it: commit at once.
+    expedited: bool,
+}
+
+/// The route's transactions; shared by the sink's clones and the committer task.
+#[derive(Default)]
+pub struct Transactions {
+    /// Shared while a record is handed to librdkafka; exclusive while a transaction commits
+    /// or aborts, when librdkafka refuses new records.
+    gate: RwLock<()>,
+    state: Mutex<State>,
+    wake: Notify,
+    /// Incremented when the producer is replaced: a transaction of an earlier producer is
+    /// settled as aborted, whatever that producer says.
+    epoch: AtomicU64,
+}
+
+/// One record's part in a transaction: report it (`reported`), then wait for `settled`.
+pub struct Member {
+    txns: Arc<Transactions>,
+    settled: watch::Receiver<Option<Settled>>,
+    reported: bool,
+}
+
+impl Transactions {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens a transaction when none is open, and enrols one record in it. The returned
+    /// guard must be held until the record is handed to librdkafka.
+    pub async fn enrol(self: &Arc<Self>, producer: &Producer) -> Result<(RwLockReadGuard<'_, ()>, Member), Result<KafkaError, String>> {
+        let gate = self.gate.read().await;
+        let mut state = self.state();
+        if let Some(failed) = &state.failed {
+            return Err(Err(failed.clone()));
+        }
+        let open = match &mut state.open {
+            Some(open) => open,
+            None => {
+                producer.begin_transaction().map_err(Ok)?;
+                state.open.insert(Open { settled: watch::channel(None).0, unreported: 0, began: Instant::now(), expedited: false })
+            }
+        };
+        open.unreported += 1;
+        let settled = open.settled.subscribe();
+        drop(state);
+        Ok((gate, Member { txns: self.clone(), settled, reported: false }))
+    }
+
+    /// Commits the open transaction at once (a barrier waits behind it).
+    pub fn expedite(&self) {
+        if let Some(open) = &mut self.state().open {
+            open.expedited = true;
+        }
+        self.wake.notify_one();
+    }
+
+    /// Ends the open transaction with `how` without asking the broker (its producer is
+    /// being replaced: the new one's initialisation aborts it).
+    pub fn abandon(&self, how: Settled) {
+        if let Some(open) = self.state().open.take() {
+            open.settled.send_replace(Some(how));
+        }
+    }
+
+    /// Exclusive use of the producer, to replace it: a commit still being retried on the
+    /// current one gives up first. Nothing is produced until the guard is dropped.
+    pub async fn exclusive(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.gate.write().await
+    }
+
+    /// Whether the open transaction should commit now, and when to look again if not.
+    fn due(&self) -> (bool, Duration) {
+        match &self.state().open {
+            None => (false, COMMIT_EVERY),
+            Some(open) => {
+                let age = open.began.elapsed();
+                (open.expedited || open.unreported == 0 || age >= COMMIT_EVERY, COMMIT_EVERY.saturating_sub(age))
+            }
+        }
+    }
+
+    /// Commits open transactions through `producer()` (the sink's current producer) until
+    /// the transactions are dropped.
+    pub async fn commit_until_dropped(txns: Weak<Transactions>, producer: impl Fn() -> Producer) {
+        loop {
+            let Some(t) = txns.upgrade() else { return };
+            let (due, wait) = t.due();
+            if !due {
+                // Looked at again after `wait`, or when a record is reported or expedited.
+                let _ = tokio::time::timeout(wait.max(Duration::from_millis(1)), t.wake.notified()).await;
+                continue;
+            }
+            let _gate = t.gate.write().await;
+            let Some(open) = t.state().open.take() else { continue };
+            let epoch = t.epoch.load(Ordering::Acquire);
+            let settled = match settle(producer(), t.clone(), epoch).await {
+                // The producer was replaced meanwhile; its successor's start aborted it.
+                Settled::Failed(e) if t.epoch.load(Ordering::Acquire) != epoch => Settled::Aborted(e),
+                Settled::Failed(e) => {
+                    t.state().failed = Some(e.clone());
+                    Settled::Failed(e)
+                }
+                settled => settled,
+            };
+            open.settled.send_replace(Some(settled));
+        }
+    }
+}
+
+/// Commits the producer's open transaction, aborting it when it cannot commit; retries
+/// what a retry may fix until the producer is replaced (`epoch` moved on).
+async fn settle(producer: Producer, txns: Arc<Transactions>, epoch: u64) -> Settled {
+    tokio::task::spawn_blocking(move || {
+        let replaced = || txns.epoch.load(Ordering::Acquire) != epoch;
+        loop {
+            let e = match producer.commit_transaction(ATTEMPT_TIMEOUT) {
+                Ok(()) => return Settled::Committed,
+                Err(e) => e,
+            };
+            match outcome_of(&e) {
+                Next::Fail => return Settled::Failed(e.to_string()),
+                Next::Abort => return abort(&producer, &e, &replaced),
+                Next::Retry if replaced() => return Settled::Aborted(format!("{e}; the producer was replaced")),
+                Next::Retry => std::thread::sleep(RETRY_AFTER),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|e| Settled::Failed(format!("the commit did not finish: {e}")))
+}
+
+/// Aborts the open transaction after `cause`, retrying what a retry may fix.
+fn abort(producer: &Producer, cause: &KafkaError, replaced: &dyn Fn() -> bool) -> Settled {
+    loop {
+        let e = match producer.abort_transaction(ATTEMPT_TIMEOUT) {
+            Ok(()) => return Settled::Aborted(cause.to_string()),
+            Err(e) => e,
+        };
+        match outcome_of(&e) {
+            Next::Retry if !replaced() => std::thread::sleep(RETRY_AFTER),
+            Next::Retry => return Settled::Aborted(format!("{cause}; the producer was replaced")),
+            Next::Fail | Next::Abort => return Settled::Failed(format!("{cause}; then the abort failed: {e}")),
+        }
+    }
+}
+
+/// What to do after a commit or abort failed with `e`.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// The producer can do nothing more (fenced, or another fatal error).
+    Fail,
+    /// The transaction cannot commit: abort it.
+    Abort,
+    /// Try again (a timeout, the coordinator unavailable).
+    Retry,
+}
+
+fn outcome_of(e: &KafkaError) -> Next {
+    match e {
+        KafkaError::Transaction(t) if t.is_fatal() => Next::Fail,
+        KafkaError::Transaction(t) if t.txn_requires_abort() => Next::Abort,
+        _ => Next::Retry,
+    }
+}
+
+impl Member {
+    /// The record's delivery report was taken: the transaction may commit once every
+    /// record in it was.
+    pub fn reported(&mut self) {
+        if std::mem::replace(&mut self.reported, true) {
+            return;
+        }
+        let mut state = self.txns.state();
+        // The transaction this record joined may have been abandoned meanwhile.
+        if self.settled.borrow().is_none()
+            && let Some(open) = &mut state.open
+        {
+            open.unreported = open.unreported.saturating_sub(1);
+            if open.unreported == 0 {
+                self.txns.wake.notify_one();
+            }
+        }
+    }
+
+    /// How the record's transaction ended.
+    pub async fn settled(mut self) -> Settled {
+        self.reported();
+        match self.settled.wait_for(Option::is_some).await {
+            Ok(s) => s.clone().unwrap_or(Settled::Failed("no outcome".into())),
+            Err(_) => Settled::Failed("the transaction was dropped without an outcome".into()),
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.reported();
+    }
+}
