@@ -394,8 +394,8 @@ async fn run_kafka_variant(
 /// A sink of `config` that a leader claimed (sink::fence), as a bridge with leader election
 /// and `leader_election.fence` has it.
 async fn fenced_sink(config: &deltaship::config::SinkConfig, run_id: &str) -> Sink {
+    // The destination exists: the bench's unfenced sink prepared it.
     let sink = Sink::from_config(config).await.expect("a sink");
-    sink.prepare(config, &[]).await.expect("the destination");
     let lease = deltaship::sink::fence::Lease { cluster: run_id.into(), namespace: "bench".into(), name: common::unique("lease"), holder: "bench".into() };
     sink.fence(config, &lease, "default").await.expect("the route claimed");
     sink

@@ -1,6 +1,10 @@
 //! deltaship: Kubernetes changes as CloudEvents on Kafka, NATS or stdout, in order per object,
 //! with sync markers so that consumers can rebuild cluster state.
 
+/// The version of the event contract (docs/reference/event-contract.md) this build ships and
+/// its `rebuild` follows.
+pub const CONTRACT_VERSION: u32 = 2;
+
 pub mod address;
 pub mod change;
 pub mod check;

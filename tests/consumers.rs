@@ -182,15 +182,19 @@ struct Verified {
     summary: Value,
 }
 
-/// `rebuild`, Python, Go, Java with `--verify` on `file` for `cluster`.
-fn every_verification(file: &Path, cluster: &str) -> Vec<(&'static str, Verified)> {
-    let rebuild = || {
+/// The four consumers' rebuild commands: (name, command, the dash its long options take).
+fn rebuild_commands() -> [(&'static str, Consumer, &'static str); 4] {
+    fn rebuild() -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltaship"));
         cmd.arg("rebuild");
         cmd
-    };
-    let commands: [(&str, Consumer, &str); 4] =
-        [("rebuild", rebuild, "--"), ("Python", python_rebuild, "--"), ("Go", go_rebuild, "-"), ("Java", java_rebuild, "--")];
+    }
+    [("rebuild", rebuild, "--"), ("Python", python_rebuild, "--"), ("Go", go_rebuild, "-"), ("Java", java_rebuild, "--")]
+}
+
+/// `rebuild`, Python, Go, Java with `--verify` on `file` for `cluster`.
+fn every_verification(file: &Path, cluster: &str) -> Vec<(&'static str, Verified)> {
+    let commands = rebuild_commands();
     commands
         .into_iter()
         .map(|(consumer, command, dash)| {
@@ -434,13 +438,7 @@ async fn every_consumer_applies_committed_records_only_and_ends_at_a_transaction
     assert_eq!(support::kafka::total(&env.kafka, &topic), 16);
     let want = BTreeMap::from([("ns/a", "1"), ("ns/b", "1"), ("ns/c", "2"), ("ns/d", "1")].map(|(k, v)| (k.to_string(), v.to_string())));
 
-    let rebuild = || {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltaship"));
-        cmd.arg("rebuild");
-        cmd
-    };
-    let commands: [(&str, Consumer, &str); 4] =
-        [("rebuild", rebuild, "--"), ("Python", python_rebuild, "--"), ("Go", go_rebuild, "-"), ("Java", java_rebuild, "--")];
+    let commands = rebuild_commands();
     for (consumer, command, dash) in commands {
         let mut cmd = command();
         for (name, value) in [("kafka", env.kafka.as_str()), ("topic", &topic), ("cluster", "c1")] {

@@ -18,9 +18,9 @@ mod support;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use deltaship::config::{KafkaConfig, LeaderElectionConfig, NatsConfig};
-use deltaship::event::{Envelope, EnvelopeKind, WatchAttributes};
-use deltaship::model::{ChangeType, ResourceType};
+use deltaship::config::{KafkaConfig, NatsConfig};
+use deltaship::event::{Envelope, EnvelopeKind};
+use deltaship::model::ChangeType;
 use deltaship::sink::fence::{FenceRecord, Lease, transactional_id};
 use deltaship::sink::{ErrorKind, KafkaSink, NatsSink, SendError};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -32,35 +32,19 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::json;
 use support::bridge::Bridge;
 use support::churn::{Churn, metric};
-use support::config::{TestConfig, kafka, nats_stream, partitions};
+use support::config::{TestConfig, election, kafka, nats_stream, partitions};
 use support::kube::{client, delete_namespace, namespace};
 use support::log::Log;
 use support::state::assert_rebuild_matches;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-const LEASE_SECS: u64 = 6;
-
 fn lease(cluster: &str, holder: &str) -> Lease {
     Lease { cluster: cluster.into(), namespace: "ops".into(), name: "deltaship".into(), holder: holder.into() }
 }
 
 fn added(destination: &str, key: &str, id: &str) -> Envelope {
-    let configmaps = ResourceType { group: String::new(), version: "v1".into(), kind: "ConfigMap".into(), plural: "configmaps".into(), namespaced: true };
-    let kind = EnvelopeKind::Object(ChangeType::Added);
-    let mut attributes = WatchAttributes::new("fence".into(), &configmaps).event(id.into(), kind.event_type(), chrono::Utc::now(), key.into());
-    attributes.subject = Some(key.into());
-    Envelope {
-        attributes,
-        data: serde_json::to_vec(&json!({"metadata": {"name": key}})).unwrap().into(),
-        destination: destination.into(),
-        kind,
-        resource: "configmaps".into(),
-        completes_initial_sync: false,
-        position: None,
-        observed: None,
-        state: None,
-    }
+    support::envelope::configmap_event("fence", destination, key, id, EnvelopeKind::Object(ChangeType::Added))
 }
 
 async fn sent<F: Future<Output = Result<T, SendError>>, T>(what: &str, send: F) -> Result<T, SendError> {
@@ -163,16 +147,7 @@ async fn a_jetstream_publisher_can_store_nothing_once_a_successor_published_its_
 /// Two replicas with leader election on `ns`'s ConfigMaps, to the test's own topic or stream.
 fn replicated(on_nats: bool, ns: &str, cluster: &str) -> (Log, String) {
     let env = support::env();
-    let election = LeaderElectionConfig {
-        enabled: true,
-        lease_name: "deltaship-fence".into(),
-        namespace: Some(ns.into()),
-        identity: None,
-        lease_duration_secs: LEASE_SECS,
-        renew_deadline_secs: 4,
-        retry_period_secs: 1,
-        fence: true,
-    };
+    let election = election(ns, "deltaship-fence");
     let config = TestConfig::new().cluster(cluster).configmaps(ns);
     if on_nats {
         let stream = cluster.to_uppercase().replace('-', "_");

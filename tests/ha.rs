@@ -6,28 +6,16 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use deltaship::config::LeaderElectionConfig;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
-use support::config::{TestConfig, kafka};
+use support::config::{TestConfig, election, kafka};
 use support::kube::{client, delete_namespace, namespace};
 use support::state::assert_rebuild_matches;
 
-const LEASE_SECS: u64 = 6;
-
 fn config(ns: &str, lease: &str, prefix: &str, brokers: &str) -> String {
-    let election = LeaderElectionConfig {
-        enabled: true,
-        lease_name: lease.into(),
-        namespace: Some(ns.into()),
-        identity: None,
-        lease_duration_secs: LEASE_SECS,
-        renew_deadline_secs: 4,
-        retry_period_secs: 1,
-        fence: true,
-    };
+    let election = election(ns, lease);
     TestConfig::new().configmaps(ns).kafka(kafka(brokers, &format!("{prefix}.{{group}}.{{plural}}"))).with(|c| c.leader_election = election).toml()
 }
 
@@ -71,10 +59,11 @@ async fn the_standby_takes_over_within_the_lease_and_consumers_rebuild_cleanly()
         std::thread::sleep(Duration::from_millis(100));
     }
     let takeover = killed_at.elapsed();
-    eprintln!("HA-FIGURES takeover after {takeover:?} (lease {LEASE_SECS} s)");
-    // The lease is judged expired by the standby's clock LEASE_SECS after it last saw a
+    let lease_secs = election(&ns, "").lease_duration_secs;
+    eprintln!("HA-FIGURES takeover after {takeover:?} (lease {lease_secs} s)");
+    // The lease is judged expired by the standby's clock lease_secs after it last saw a
     // renewal, and it retries every second.
-    assert!(takeover < Duration::from_secs(LEASE_SECS + 3), "takeover took {takeover:?}");
+    assert!(takeover < Duration::from_secs(lease_secs + 3), "takeover took {takeover:?}");
 
     let topic = format!("{prefix}.core.configmaps");
     let args = vec!["--kafka".into(), env.kafka.clone(), "--topic".into(), topic];

@@ -3,12 +3,14 @@
 //! producer settings (idempotence, acks=all, message.timeout.ms=0) ride out and which reach
 //! the dispatcher, classified as `SendError` (src/sink/kafka/error.rs `classify`).
 
+mod support;
+
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use deltaship::config::KafkaConfig;
-use deltaship::event::{Envelope, EnvelopeKind, WatchAttributes};
-use deltaship::model::{ChangeType, MarkerPhase, ResourceType};
+use deltaship::event::{Envelope, EnvelopeKind};
+use deltaship::model::{ChangeType, MarkerPhase};
 use deltaship::sink::{ErrorKind, KafkaSink, SendError};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -38,20 +40,7 @@ fn sink(mock: &Mock) -> KafkaSink {
 }
 
 fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
-    let configmaps = ResourceType { group: String::new(), version: "v1".into(), kind: "ConfigMap".into(), plural: "configmaps".into(), namespaced: true };
-    let mut attributes = WatchAttributes::new("mock".into(), &configmaps).event(id.into(), kind.event_type(), chrono::Utc::now(), key.into());
-    attributes.subject = Some(key.into());
-    Envelope {
-        attributes,
-        data: serde_json::to_vec(&json!({"metadata": {"name": key}, "data": {"id": id}})).unwrap().into(),
-        destination: TOPIC.into(),
-        kind,
-        resource: "configmaps".into(),
-        completes_initial_sync: false,
-        position: None,
-        observed: None,
-        state: None,
-    }
+    support::envelope::configmap_event("mock", TOPIC, key, id, kind)
 }
 
 fn added(key: &str, id: &str) -> Envelope {

@@ -575,16 +575,7 @@ async fn a_graceful_handover_ships_nothing_the_old_leader_delivered() {
     let _serial = SERIAL.lock().await;
     let kube = client().await;
     let lease_ns = namespace(&kube, "it-lease").await;
-    let election = deltaship::config::LeaderElectionConfig {
-        enabled: true,
-        lease_name: "deltaship-resume".into(),
-        namespace: Some(lease_ns.clone()),
-        identity: None,
-        lease_duration_secs: 6,
-        renew_deadline_secs: 4,
-        retry_period_secs: 1,
-        fence: true,
-    };
+    let election = support::config::election(&lease_ns, "deltaship-resume");
     let s = Setup::new(false, |c| c.leader_election = election).await;
     let mut a = Bridge::start(&s.config);
     a.wait_leading(Duration::from_secs(90));

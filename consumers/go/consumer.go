@@ -30,6 +30,9 @@ import (
 	"strings"
 )
 
+// ContractVersion is the version of deltaship's event contract this package follows.
+const ContractVersion = 2
+
 // Listener is told of every change of the state.
 type Listener interface {
 	// Upsert: an object stored or replaced; resource is "<apiVersion>/<Kind>".

@@ -364,23 +364,7 @@ impl Delivery {
     /// cannot be reached: an unreachable broker keeps the route not ready, never crashes
     /// the bridge. False when stopped before the sink was ready.
     async fn prepare(&self, stop: &CancellationToken) -> Result<bool, RunError> {
-        let mut attempt = 0;
-        loop {
-            match self.sink.prepare(&self.config, &self.topics).await {
-                Ok(()) => return Ok(true),
-                Err(e) if e.is_retryable() => {
-                    if attempt == 0 {
-                        tracing::warn!(sink = self.sink.name(), at = %self.at, error = %e, "Cannot prepare the sink yet; retrying with backoff");
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(self.retry.delay(attempt)) => {}
-                        _ = stop.cancelled() => return Ok(false),
-                    }
-                    attempt += 1;
-                }
-                Err(source) => return Err(RunError::Sink { at: self.at.clone(), source }),
-            }
-        }
+        self.retrying(stop, "Cannot prepare the sink yet; retrying with backoff", || self.sink.prepare(&self.config, &self.topics)).await
     }
 
     /// Prepares the route's destinations and claims them for this leader's term
@@ -389,21 +373,33 @@ impl Delivery {
         if !self.prepare(stop).await? {
             return Ok(false);
         }
-        let mut attempt = 0;
+        let fence = || async { self.sink.fence(&self.config, lease, route).await.map_err(SinkError::Request) };
+        self.retrying(stop, "Cannot fence the route yet; retrying with backoff (nothing is shipped before)", fence).await
+    }
+
+    /// `attempt` until it succeeds (true), fails for good (the error), or `stop` (false);
+    /// retryable failures wait the retry policy's backoff, the first logged as `warning`.
+    async fn retrying<F: Future<Output = Result<(), SinkError>>>(
+        &self,
+        stop: &CancellationToken,
+        warning: &str,
+        attempt: impl Fn() -> F,
+    ) -> Result<bool, RunError> {
+        let mut failures = 0;
         loop {
-            match self.sink.fence(&self.config, lease, route).await {
+            match attempt().await {
                 Ok(()) => return Ok(true),
                 Err(e) if e.is_retryable() => {
-                    if attempt == 0 {
-                        tracing::warn!(sink = self.sink.name(), at = %self.at, error = %e, "Cannot fence the route yet; retrying with backoff (nothing is shipped before)");
+                    if failures == 0 {
+                        tracing::warn!(sink = self.sink.name(), at = %self.at, error = %e, "{warning}");
                     }
                     tokio::select! {
-                        _ = tokio::time::sleep(self.retry.delay(attempt)) => {}
+                        _ = tokio::time::sleep(self.retry.delay(failures)) => {}
                         _ = stop.cancelled() => return Ok(false),
                     }
-                    attempt += 1;
+                    failures += 1;
                 }
-                Err(source) => return Err(RunError::Sink { at: self.at.clone(), source: SinkError::Request(source) }),
+                Err(source) => return Err(RunError::Sink { at: self.at.clone(), source }),
             }
         }
     }

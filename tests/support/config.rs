@@ -1,7 +1,7 @@
 //! Test configs built as `deltaship::config::Config` values and written as TOML, so that a
 //! test names the options it sets and a typo fails to compile instead of at start-up.
 
-use deltaship::config::{Config, HttpSinkConfig, KafkaConfig, NatsConfig, ResourceConfig, SinkConfig, Template, TopicCreation};
+use deltaship::config::{Config, HttpSinkConfig, KafkaConfig, LeaderElectionConfig, NatsConfig, ResourceConfig, SinkConfig, Template, TopicCreation};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -30,6 +30,20 @@ pub fn resource(group: &str, kind: &str, namespaces: &[&str]) -> ResourceConfig 
 /// partitions(1), ..kafka(..) }`).
 pub fn kafka(brokers: &str, topic_template: &str) -> KafkaConfig {
     KafkaConfig { create_topics: partitions(3), ..from_json(json!({"brokers": brokers, "topic_template": topic_template})) }
+}
+
+/// Leader election on the Lease `lease` in `namespace`, at the tests' quick pace: a lease of
+/// 6 s, renewed every second, given up after 4 s without a renewal; fencing on (the default).
+pub fn election(namespace: &str, lease: &str) -> LeaderElectionConfig {
+    LeaderElectionConfig {
+        enabled: true,
+        lease_name: lease.into(),
+        namespace: Some(namespace.into()),
+        lease_duration_secs: 6,
+        renew_deadline_secs: 4,
+        retry_period_secs: 1,
+        ..LeaderElectionConfig::default()
+    }
 }
 
 /// `create_topics` with `n` partitions, replication factor 1 and no topic configs.

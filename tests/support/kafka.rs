@@ -32,6 +32,20 @@ impl Record {
     }
 }
 
+/// A record as read, owned.
+fn record(m: &rdkafka::message::BorrowedMessage<'_>) -> Record {
+    Record {
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+        headers: m
+            .headers()
+            .map(|h| h.iter().map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())).collect())
+            .unwrap_or_default(),
+        value: m.payload().map(<[u8]>::to_vec),
+    }
+}
+
 /// The records in `topic`: the sum of its partitions' high watermarks (0 when it does not
 /// exist).
 pub fn total(brokers: &str, topic: &str) -> i64 {
@@ -75,16 +89,7 @@ pub fn read_until(brokers: &str, topic: &str, timeout: Duration, done: impl Fn(&
             panic!("timed out reading {topic}; got {} records: {types:#?}", records.len());
         }
         match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => records.push(Record {
-                partition: m.partition(),
-                offset: m.offset(),
-                key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
-                headers: m
-                    .headers()
-                    .map(|h| h.iter().map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())).collect())
-                    .unwrap_or_default(),
-                value: m.payload().map(<[u8]>::to_vec),
-            }),
+            Some(Ok(m)) => records.push(record(&m)),
             Some(Err(e)) => panic!("reading {topic} failed: {e}"),
             None => {}
         }
@@ -123,16 +128,7 @@ pub fn read_to_end(brokers: &str, topic: &str, timeout: Duration) -> Vec<Record>
     loop {
         assert!(Instant::now() < deadline, "{topic} not read to its end {ends:?} within {timeout:?}; read {} records", records.len());
         match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => records.push(Record {
-                partition: m.partition(),
-                offset: m.offset(),
-                key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
-                headers: m
-                    .headers()
-                    .map(|h| h.iter().map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())).collect())
-                    .unwrap_or_default(),
-                value: m.payload().map(<[u8]>::to_vec),
-            }),
+            Some(Ok(m)) => records.push(record(&m)),
             Some(Err(KafkaError::PartitionEOF(_))) | None if at_end(&consumer) => return records,
             Some(Err(KafkaError::PartitionEOF(_))) | None => {}
             Some(Err(e)) => panic!("reading {topic} failed: {e}"),

@@ -18,11 +18,14 @@ and leaves the state as it was; ``consumer.skip(where, bad)`` counts and reports
 ``consumer.mismatched``, and ``Consumer(on_check=...)`` called with each ``Check``.
 """
 
+CONTRACT_VERSION = 2
+"""The version of deltaship's event contract this library follows."""
+
 from .decode import BadRecord, decode
 from .jsontext import MAX_DEPTH, MAX_RECORD_BYTES, MAX_VALUES
 from .protocol import Check, Consumer, Listener
 
-__all__ = ["BadRecord", "Check", "Consumer", "Listener", "MAX_DEPTH", "MAX_RECORD_BYTES", "MAX_VALUES", "decode", "read_jetstream", "read_kafka"]
+__all__ = ["CONTRACT_VERSION", "BadRecord", "Check", "Consumer", "Listener", "MAX_DEPTH", "MAX_RECORD_BYTES", "MAX_VALUES", "decode", "read_jetstream", "read_kafka"]
 
 
 def __getattr__(name):

@@ -32,6 +32,9 @@ import org.apache.kafka.common.header.Headers;
  * ({@code state mismatch at marker ...}). Not thread-safe.
  */
 public final class Consumer {
+    /** The version of deltaship's event contract this library follows. */
+    public static final int CONTRACT_VERSION = 2;
+
     private record Home(int partition, String cluster) {}
 
     private record Placed(Home home, BigInteger term) {}
