@@ -174,14 +174,26 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     if let Some(elector) = elector.as_ref().filter(|_| config.leader_election.fence) {
         let (namespace, name, holder) = elector.lease();
         let lease = crate::sink::fence::Lease { cluster: config.cluster.clone(), namespace: namespace.into(), name: name.into(), holder: holder.into() };
+        // A replica that lost the lease while it waited for a broker must not fence its
+        // successor: claiming ends with the lease too.
+        let claiming = stop.child_token();
+        let on_lost = tokio::spawn({
+            let (lost, claiming) = (lost.clone(), claiming.clone());
+            async move {
+                lost.cancelled().await;
+                claiming.cancel()
+            }
+        });
         for (i, (route, sink)) in routes.iter().zip(&sinks).enumerate() {
             let delivery = Delivery { sink: sink.clone(), config: route.sink.clone(), at: sink_key(&config, i), topics: plan::topics(&scopes, i), retry };
-            if !delivery.claim(&lease, &route.name, &stop).await? {
+            if !delivery.claim(&lease, &route.name, &claiming).await? {
+                on_lost.abort();
                 http_stop.cancel();
                 let _ = http.await;
-                return Ok(());
+                return if lost.is_cancelled() { Err(RunError::LeadershipLost) } else { Ok(()) };
             }
         }
+        on_lost.abort();
     }
 
     // Where each watch starts: the routes' checkpoints, read once leading.
