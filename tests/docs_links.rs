@@ -172,6 +172,10 @@ fn repo_path(span: &str, top: &BTreeSet<String>) -> Option<String> {
 }
 
 fn exists(path: &str) -> bool {
+    // What `tests/env/up` writes at run time (its `.state`) is named, not committed.
+    if path.starts_with("tests/env/.state/") {
+        return true;
+    }
     match path.split_once('*') {
         None => root().join(path).exists(),
         Some((before, after)) => {
