@@ -182,8 +182,8 @@ impl KafkaSink {
             })
             .collect();
         let mut pending = Vec::with_capacity(copies.len());
-        for (p, payload, headers) in &copies {
-            pending.push(self.produce(&env.destination, env.key(), Some(&payload[..]), headers.clone(), Some(*p)).await?);
+        for (p, payload, headers) in copies {
+            pending.push(self.produce(&env.destination, env.key(), Some(&payload[..]), headers, Some(p)).await?);
         }
         // A marker is a barrier: nothing more joins its batches until it is
         // acknowledged, so lingering for more would only delay it.
