@@ -1,6 +1,6 @@
 //! Faults against the real servers while ConfigMaps churn: twenty Kafka broker restarts and
-//! twenty NATS server restarts in a row on a busy machine (no event delivered twice on NATS and
-//! under a fenced Kafka leader, every marker's count and digest verified by `rebuild --verify`), a broker outage longer than the
+//! twenty NATS server restarts in a row on a busy machine (no event delivered twice, every
+//! marker's count and digest verified by `rebuild --verify`), a broker outage longer than the
 //! bridge's queues, a SIGKILLed bridge, and forced watch expiry. Every write carries the object's next `seq`; afterwards the stream
 //! is read back and audited per object (support::churn::audit): nothing lost unless a sync
 //! shipped newer state in its place, nothing reordered, every duplicate an exact repeat.
@@ -295,12 +295,14 @@ async fn kafka_broker_restarts(fenced: bool) {
     locate_gaps(&support::env().kafka, &run.topic(), &a, &bridge.log_text());
     a.assert_clean();
     // Under a fenced leader a record written twice is in an aborted transaction once, which
-    // a read-committed consumer never sees. Without transactions the idempotent producer may
-    // write a record again after a restart (an exact repeat, same id): seen 2 in 47,710 in
-    // one of five runs.
-    if fenced {
-        assert_eq!(a.duplicates, 0, "a broker restart made the fenced leader deliver an event twice:\n{}", a.problems.join("\n"));
-    }
+    // a read-committed consumer never sees; without transactions, a record whose report left
+    // its fate open is looked for in the log before it is sent again (sink::kafka::resend).
+    let doubtful = ["written", "absent"].map(|o| {
+        let series = m.lines().filter(|l| l.starts_with("deltaship_sink_doubtful_records_total{") && l.contains(&format!("outcome=\"{o}\"")));
+        series.map(|l| metric(l, "deltaship_sink_doubtful_records_total")).sum::<f64>()
+    });
+    eprintln!("records in doubt after a restart: written {}, absent {}", doubtful[0], doubtful[1]);
+    assert_eq!(a.duplicates, 0, "a broker restart made the bridge deliver an event twice:\n{}", a.problems.join("\n"));
     // Every marker's count and digest match the state a consumer holds at it.
     let rebuild = vec!["--kafka".into(), support::env().kafka, "--topic".into(), run.topic(), "--verify".into()];
     assert_rebuild_matches(&client, rebuild, std::slice::from_ref(&ns), Duration::from_secs(120)).await;

@@ -203,6 +203,10 @@ pub enum Failure {
     /// librdkafka reported a record delivered without an offset: sent again.
     #[error("{}", crate::sink::kafka::Undelivered::Unconfirmed)]
     Unconfirmed,
+    /// The log could not be read for a record whose delivery was in doubt (kafka::resend):
+    /// nothing in doubt is sent until it can.
+    #[error("cannot tell whether an earlier attempt was written: {0}")]
+    Lookup(String),
     /// The producer went away without reporting on a record.
     #[error("the producer dropped the delivery report")]
     DeliveryDropped(#[source] tokio::sync::oneshot::error::RecvError),

@@ -202,7 +202,7 @@ impl KafkaStore {
         let (reason, stuck) = match sent {
             Ok(()) => return Ok(()),
             Err(Stop::Stalled) => (format!("the brokers did not acknowledge a record within {STALL:?}"), true),
-            Err(Stop::Failed(Undelivered::Kafka(e))) => {
+            Err(Stop::Failed(Undelivered::Kafka(e) | Undelivered::Possibly(e))) => {
                 let timed_out = e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut);
                 (self.explain("not written", e), timed_out)
             }

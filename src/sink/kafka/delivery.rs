@@ -35,9 +35,14 @@ pub type Delivered = Result<Placement, Undelivered>;
 /// Why a record is not known to be delivered.
 #[derive(Debug, thiserror::Error)]
 pub enum Undelivered {
-    /// librdkafka failed the record.
+    /// librdkafka failed the record before the broker could write it.
     #[error(transparent)]
     Kafka(KafkaError),
+    /// librdkafka failed the record after sending it: the broker may have written it
+    /// (librdkafka's `POSSIBLY_PERSISTED`, e.g. a request in flight when its producer was
+    /// purged).
+    #[error("{0} (after it was sent: the broker may have written it)")]
+    Possibly(KafkaError),
     /// librdkafka reported the record delivered without the offset the broker gives every
     /// record it writes. The idempotent producer does so for the records of a batch that
     /// failed when a later batch of the same producer succeeds, taking that success as
@@ -240,11 +245,13 @@ impl ProducerContext for QuietContext {
                 Ok(offset) => (Ok(Placement { partition: m.partition(), offset }), m),
                 Err(_) => (Err(Undelivered::Unconfirmed), m),
             },
+            Err((e, m)) if possibly_persisted(m) => (Err(Undelivered::Possibly(e.clone())), m),
             Err((e, m)) => (Err(Undelivered::Kafka(e.clone())), m),
         };
         let what = match &outcome {
             Ok(_) => "delivered",
             Err(Undelivered::Unconfirmed) => "unconfirmed",
+            Err(Undelivered::Possibly(_)) => "possibly delivered",
             Err(Undelivered::Kafka(_)) => "not delivered",
         };
         let error = outcome.as_ref().err().map(tracing::field::display);
@@ -252,6 +259,15 @@ impl ProducerContext for QuietContext {
         // The sender is gone only if nobody waits for this record any more.
         let _ = report.send(outcome);
     }
+}
+
+/// Whether librdkafka says a failed record may have been written: it was sent, and no
+/// answer (or an answer that leaves it open) came back.
+#[allow(unsafe_code)]
+fn possibly_persisted(m: &rdkafka::message::BorrowedMessage<'_>) -> bool {
+    // SAFETY: `m.ptr()` is the message of this delivery report, valid while `m` is.
+    let status = unsafe { rd::rd_kafka_message_status(m.ptr()) };
+    status == rd::rd_kafka_msg_status_t::RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED
 }
 
 #[cfg(test)]

@@ -4,10 +4,13 @@ mod admin;
 mod binding;
 mod delivery;
 mod error;
+mod ledger;
 mod log;
+mod lookup;
 mod partition;
 mod producer;
 mod recover;
+mod resend;
 mod transaction;
 
 pub use admin::create_topics;

@@ -13,9 +13,11 @@ use rdkafka::util::Timeout;
 use super::binding::encode;
 use super::delivery::{Delivery, Producer, Undelivered};
 use super::error::{classify, client_refused};
+use super::ledger::Part;
 use super::log::QuietContext;
 use super::partition;
 use super::recover::{Progress, STATISTICS_INTERVAL_MS, Tracked};
+use super::resend::{Resend, stamp_floor};
 use super::transaction::{INIT_TIMEOUT, Member, Settled, Transactions};
 use crate::config::{ClientRole, ContentMode, KafkaConfig};
 use crate::event::{Envelope, EnvelopeKind};
@@ -47,6 +49,8 @@ struct Shared {
     /// Once the route is fenced (sink::fence): the transactional producer's settings and
     /// its transactions.
     transactional: OnceLock<(ClientConfig, Arc<Transactions>)>,
+    /// Until then: what its retries must not send again.
+    resend: Resend,
 }
 
 impl KafkaSink {
@@ -55,7 +59,14 @@ impl KafkaSink {
         let context = QuietContext::default();
         let producer = create_producer(&config, &context)?;
         Ok(KafkaSink {
-            shared: Arc::new(Shared { config, context, producer: RwLock::new(producer), progress: Arc::default(), transactional: OnceLock::new() }),
+            shared: Arc::new(Shared {
+                config,
+                context,
+                producer: RwLock::new(producer),
+                progress: Arc::default(),
+                transactional: OnceLock::new(),
+                resend: Resend::new(cfg.clone()),
+            }),
             content_mode: cfg.content_mode,
             tombstones: cfg.tombstones,
         })
@@ -135,7 +146,22 @@ impl KafkaSink {
     /// broker acknowledged every record (acks=all), with where an object event was stored
     /// (a marker, stored once per partition, has no one place).
     pub async fn send(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
-        self.send_records(env).await.map_err(|e| self.fenced_or(e))
+        let sent = match self.resend().filter(|r| r.has_records()) {
+            // Boxed: rare, and its state would make every send's future larger.
+            Some(resend) => Box::pin(self.send_after_doubts(resend, env)).await,
+            None => self.send_records(env, None).await,
+        };
+        sent.map_err(|e| self.fenced_or(e))
+    }
+
+    /// Sends `env` while the ledger holds records (kafka::resend): an object event delivered
+    /// before is not sent again.
+    async fn send_after_doubts(&self, resend: &Resend, env: &Envelope) -> Result<Option<Placement>, SendError> {
+        let known = match env.kind {
+            EnvelopeKind::Object(_) => resend.before_send(&env.attributes.id, Part::Object).await?,
+            EnvelopeKind::Marker(_) => None,
+        };
+        self.send_records(env, known).await
     }
 
     /// A transactional producer that failed for good (a successor fenced it) purges what it
@@ -150,24 +176,74 @@ impl KafkaSink {
         }
     }
 
-    async fn send_records(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
-        let (payload, headers) = encode(env, self.content_mode);
-        match env.kind {
-            // Boxed: markers are few, and their state would make every send's future larger.
-            EnvelopeKind::Marker(_) => Box::pin(self.send_marker(env, payload, headers)).await,
-            EnvelopeKind::Object(change) => {
-                let d = self.produce(&env.destination, env.key(), Some(&payload[..]), headers, None).await?;
-                let placed = await_delivery(d).await?;
-                if self.tombstones && change == ChangeType::Deleted {
-                    let d = self.produce(&env.destination, env.key(), None, OwnedHeaders::new(), None).await?;
-                    await_delivery(d).await?;
-                }
-                Ok(Some(placed))
-            }
+    /// The ledger of what retries must not send again, on a route without transactions.
+    fn resend(&self) -> Option<&Resend> {
+        self.transactions().is_none().then_some(&self.shared.resend)
+    }
+
+    /// Where record `part` of `env` was delivered before, if it was (kafka::resend): the
+    /// ledger is read only while it holds anything.
+    async fn delivered_before(&self, env: &Envelope, part: Part) -> Result<Option<Placement>, SendError> {
+        match self.resend().filter(|r| r.has_records()) {
+            Some(resend) => resend.before_send(&env.attributes.id, part).await,
+            None => Ok(None),
         }
     }
 
-    /// A marker goes to every partition of its topic.
+    /// A record's report: a failure that leaves open whether the broker wrote the record is
+    /// recorded for the retry.
+    fn noted(&self, env: &Envelope, part: Part, since_ms: i64, report: Result<Placement, Failed>) -> Result<Placement, SendError> {
+        report.map_err(|Failed { error, doubtful }| {
+            if doubtful && let Some(resend) = self.resend() {
+                resend.record_doubt(&env.attributes.id, part, &env.destination, since_ms);
+            }
+            error
+        })
+    }
+
+    /// Sends `env`'s records; an object event `delivered` before is not sent again.
+    async fn send_records(&self, env: &Envelope, delivered: Option<Placement>) -> Result<Option<Placement>, SendError> {
+        let (payload, headers) = encode(env, self.content_mode);
+        let EnvelopeKind::Object(change) = env.kind else {
+            // Boxed: markers are few, and their state would make every send's future larger.
+            return Box::pin(self.send_marker(env, payload, headers)).await;
+        };
+        let placed = match delivered {
+            Some(placed) => placed,
+            None => {
+                let since_ms = stamp_floor();
+                let d = self.produce(&env.destination, env.key(), Some(&payload[..]), headers, None).await?;
+                self.noted(env, Part::Object, since_ms, await_delivery(d).await)?
+            }
+        };
+        if self.tombstones && change == ChangeType::Deleted {
+            // Boxed: only a `deleted` with tombstones comes here.
+            Box::pin(self.send_tombstone(env, placed)).await?;
+        }
+        if let Some(resend) = self.resend() {
+            resend.forget(&env.attributes.id);
+        }
+        Ok(Some(placed))
+    }
+
+    /// The tombstone after `env`, a `deleted` delivered at `placed`: if it fails, the
+    /// retry sends the tombstone only. A tombstone carries no id and is no event, so one
+    /// in doubt is simply sent again.
+    async fn send_tombstone(&self, env: &Envelope, placed: Placement) -> Result<(), SendError> {
+        let sent = match self.produce(&env.destination, env.key(), None, OwnedHeaders::new(), None).await {
+            Ok(d) => await_delivery(d).await.map(|_| ()).map_err(|f| f.error),
+            Err(e) => Err(e),
+        };
+        if sent.is_err()
+            && let Some(resend) = self.resend()
+        {
+            resend.record_delivered(&env.attributes.id, Part::Object, placed);
+        }
+        sent
+    }
+
+    /// A marker goes to every partition of its topic. When a copy fails, the retry sends
+    /// only the copies not delivered.
     async fn send_marker(&self, env: &Envelope, payload: Bytes, headers: OwnedHeaders) -> Result<Option<Placement>, SendError> {
         let partitions = self.partitions(&env.destination).await?;
         // A marker with a state carries each partition's own count and digest.
@@ -181,17 +257,53 @@ impl KafkaSink {
                 None => (p, payload.clone(), headers.clone()),
             })
             .collect();
+        // Settled before any copy is sent: an error here leaves nothing in flight.
+        let mut skip = Vec::new();
+        for &p in &partitions {
+            if self.delivered_before(env, Part::Marker(p)).await?.is_some() {
+                skip.push(p);
+            }
+        }
         let mut pending = Vec::with_capacity(copies.len());
+        let mut failed = None;
         for (p, payload, headers) in copies {
-            pending.push(self.produce(&env.destination, env.key(), Some(&payload[..]), headers, Some(p)).await?);
+            if skip.contains(&p) {
+                continue;
+            }
+            let since_ms = stamp_floor();
+            match self.produce(&env.destination, env.key(), Some(&payload[..]), headers, Some(p)).await {
+                Ok(d) => pending.push((p, since_ms, d)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
         }
         // A marker is a barrier: nothing more joins its batches until it is
         // acknowledged, so lingering for more would only delay it.
         self.expedite();
-        for d in pending {
-            await_delivery(d).await?;
+        let mut delivered = Vec::with_capacity(pending.len());
+        for (p, since_ms, d) in pending {
+            match self.noted(env, Part::Marker(p), since_ms, await_delivery(d).await) {
+                Ok(at) => delivered.push((p, at)),
+                Err(e) => failed = failed.or(Some(e)),
+            }
         }
-        Ok(None)
+        match (failed, self.resend()) {
+            (None, resend) => {
+                if let Some(resend) = resend {
+                    resend.forget(&env.attributes.id);
+                }
+                Ok(None)
+            }
+            (Some(e), Some(resend)) => {
+                for (p, at) in delivered {
+                    resend.record_delivered(&env.attributes.id, Part::Marker(p), at);
+                }
+                Err(e)
+            }
+            (Some(e), None) => Err(e),
+        }
     }
 
     /// Hands one record to the producer, inside the open transaction of a fenced route.
@@ -305,28 +417,42 @@ async fn init_transactions(producer: Producer) -> Result<(), SendError> {
         .map_err(classify)
 }
 
+/// A record not known to be delivered: why, and whether the broker may have written it.
+struct Failed {
+    error: SendError,
+    doubtful: bool,
+}
+
+impl From<SendError> for Failed {
+    fn from(error: SendError) -> Failed {
+        Failed { error, doubtful: false }
+    }
+}
+
 /// Where the record was stored, once the broker acknowledged it and, on a fenced route,
 /// its transaction committed.
-async fn await_delivery(d: Pending) -> Result<Placement, SendError> {
+async fn await_delivery(d: Pending) -> Result<Placement, Failed> {
     let placed = report(d.tracked).await?;
     match d.member {
         None => Ok(placed),
         // Boxed, as the transactional produce is.
         Some(member) => match Box::pin(member.settled()).await {
             Settled::Committed => Ok(placed),
-            Settled::Aborted(e) => Err(SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Transaction(e) }),
-            Settled::Failed(e) => Err(SendError::Fatal { kind: ErrorKind::Fenced, source: Failure::Transaction(e) }),
+            Settled::Aborted(e) => Err(SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Transaction(e) }.into()),
+            Settled::Failed(e) => Err(SendError::Fatal { kind: ErrorKind::Fenced, source: Failure::Transaction(e) }.into()),
         },
     }
 }
 
-async fn report(d: Tracked<Delivery>) -> Result<Placement, SendError> {
-    match d.delivery.await {
-        Ok(Ok(placed)) => Ok(placed),
-        Ok(Err(Undelivered::Kafka(e))) => Err(classify(e)),
-        Ok(Err(Undelivered::Unconfirmed)) => Err(SendError::Retryable { kind: ErrorKind::Unconfirmed, source: Failure::Unconfirmed }),
-        Err(e) => Err(SendError::Retryable { kind: ErrorKind::Canceled, source: Failure::DeliveryDropped(e) }),
-    }
+async fn report(d: Tracked<Delivery>) -> Result<Placement, Failed> {
+    let (error, doubtful) = match d.delivery.await {
+        Ok(Ok(placed)) => return Ok(placed),
+        Ok(Err(Undelivered::Kafka(e))) => (classify(e), false),
+        Ok(Err(Undelivered::Possibly(e))) => (classify(e), true),
+        Ok(Err(Undelivered::Unconfirmed)) => (SendError::Retryable { kind: ErrorKind::Unconfirmed, source: Failure::Unconfirmed }, true),
+        Err(e) => (SendError::Retryable { kind: ErrorKind::Canceled, source: Failure::DeliveryDropped(e) }, true),
+    };
+    Err(Failed { error, doubtful })
 }
 
 #[cfg(test)]

@@ -1,0 +1,137 @@
+//! A record whose delivery report leaves open whether the broker wrote it is not written
+//! twice on a Kafka route without transactions (sink::kafka::resend), against the real
+//! broker: the broker is frozen (SIGSTOP) with a record on its socket, the producer's
+//! in-flight records are purged (their reports fail "possibly persisted", as when a stuck
+//! producer is replaced), and the broker is thawed, which then writes the record. The
+//! retry reads the log, finds the record and does not send it again; while the log cannot
+//! be read, it sends nothing.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use deltaship::config::KafkaConfig;
+use deltaship::event::{Envelope, EnvelopeKind};
+use deltaship::model::{ChangeType, Placement};
+use deltaship::sink::{KafkaSink, SendError};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde_json::json;
+
+fn added(topic: &str, key: &str, id: &str) -> Envelope {
+    support::envelope::configmap_event("doubt", topic, key, id, EnvelopeKind::Object(ChangeType::Added))
+}
+
+/// The test broker's process group, stopped until dropped.
+struct Frozen(i32);
+
+impl Frozen {
+    fn broker() -> Frozen {
+        let pids = format!("{}/tests/env/.state/pids/kafka.pid", env!("CARGO_MANIFEST_DIR"));
+        let pid: i32 = std::fs::read_to_string(&pids).expect("the broker's pid file").trim().parse().expect("a pid");
+        signal(pid, "-STOP");
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal(self.0, "-CONT");
+    }
+}
+
+fn signal(group: i32, sig: &str) {
+    let ok = std::process::Command::new("kill").args([sig, "--", &format!("-{group}")]).status().is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} of the broker's process group {group}");
+}
+
+async fn within<T>(what: &str, limit: Duration, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, f).await.unwrap_or_else(|_| panic!("{what}: no outcome within {limit:?}"))
+}
+
+/// The `ce_id` of every record of `topic` (one partition), read to its end; blocking.
+fn ids(brokers: &str, topic: &str) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", support::unique("doubt-reader"))
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("a Kafka consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
+    consumer.assign(&tpl).unwrap();
+    let (mut ids, deadline) = (Vec::new(), Instant::now() + Duration::from_secs(60));
+    loop {
+        assert!(Instant::now() < deadline, "{topic} not read to its end within 60 s; read {ids:?}");
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Ok(m)) => ids.push(
+                m.headers().and_then(|h| h.iter().find(|h| h.key == "ce_id")?.value.map(|v| String::from_utf8_lossy(v).into_owned())).unwrap_or_default(),
+            ),
+            Some(Err(KafkaError::PartitionEOF(_))) => return ids,
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            None => {}
+        }
+    }
+}
+
+/// Waits until `topic` (one partition) holds `records` records; blocking.
+fn wait_for_end(brokers: &str, topic: &str, records: i64) {
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", brokers).create().expect("a Kafka consumer");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let high = consumer.fetch_watermarks(topic, 0, Duration::from_secs(5)).map(|(_, high)| high).unwrap_or(-1);
+        if high >= records {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{topic} holds {high} records after 60 s, expected {records}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_of_a_record_the_broker_may_have_written_reads_the_log_and_does_not_write_it_twice() {
+    let env = support::env();
+    let topic = support::unique("it-doubt");
+    let cfg: KafkaConfig = serde_json::from_value(json!({"brokers": env.kafka, "create_topics": {"partitions": 1}})).unwrap();
+    deltaship::sink::kafka::create_topics(&cfg, std::slice::from_ref(&topic)).await.expect("the topic");
+    let sink = KafkaSink::new(&cfg).unwrap();
+    let first = within("the first record", Duration::from_secs(60), sink.send(&added(&topic, "ns/a", "first"))).await.expect("delivered");
+    let first = first.expect("an object event's placement");
+
+    let doubtful = added(&topic, "ns/b", "doubtful-1");
+    let outcome = {
+        let frozen = Frozen::broker();
+        let (s, e) = (sink.clone(), doubtful.clone());
+        let sending = tokio::spawn(async move { s.send(&e).await });
+        // librdkafka writes the request to the frozen broker's socket, which the kernel takes.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        sink.purge();
+        let outcome = within("the purged record", Duration::from_secs(30), sending).await.expect("the send task");
+        // While the broker does not answer, the retry cannot read the log: nothing is sent.
+        match within("the retry while frozen", Duration::from_secs(60), sink.send(&doubtful)).await {
+            Err(e @ SendError::Retryable { .. }) => {
+                assert!(e.to_string().contains("cannot tell whether an earlier attempt was written"), "{e}");
+                eprintln!("retry while the broker is frozen: refused as expected: {e}");
+            }
+            other => panic!("the retry while the broker is frozen: expected a refusal, got {other:?}"),
+        }
+        drop(frozen);
+        outcome
+    };
+    match outcome {
+        Err(e @ SendError::Retryable { .. }) => eprintln!("the purged record failed as expected: {e}"),
+        other => panic!("the purged record: expected a retryable failure, got {other:?}"),
+    }
+    // The thawed broker writes the request it had taken.
+    let (brokers, t) = (env.kafka.clone(), topic.clone());
+    tokio::task::spawn_blocking(move || wait_for_end(&brokers, &t, 2)).await.unwrap();
+
+    let retried = within("the retry", Duration::from_secs(60), sink.send(&doubtful)).await.expect("the retry succeeds");
+    assert_eq!(retried, Some(Placement { partition: 0, offset: first.offset + 1 }), "the retry answers with the first attempt's place");
+    within("a later record", Duration::from_secs(60), sink.send(&added(&topic, "ns/c", "later"))).await.expect("delivered");
+
+    let read = tokio::task::spawn_blocking(move || ids(&env.kafka, &topic)).await.unwrap();
+    assert_eq!(read, ["first", "doubtful-1", "later"], "each record once");
+}
