@@ -4,20 +4,26 @@
 //! installs as a user installs it: deploy/release (of this test build's binary) pushes the
 //! image and the chart to the test registry, `helm install oci://...` installs the chart from
 //! there, containerd pulls the image from there, and two pods come to Ready under the chart's
-//! security context, one of them leading and shipping a ConfigMap's events to stdout.
+//! security context, one of them leading and shipping a ConfigMap's events to the test Kafka
+//! broker (its listener for pods), where the host reads them and rebuilds the API server's
+//! state.
 //!
-//! Needs `tests/env/up node` (root: the node changes the host until tests/env/down; it brings
-//! up the registry too).
+//! Needs `tests/env/up node kafka` (root: the node changes the host until tests/env/down; it
+//! brings up the registry too).
 
 mod support;
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use support::churn::metric;
 use support::kube::{delete_namespace, eventually, namespace};
-use support::node::{container_status, helm_test, install, kubectl, kubectl_ok, leader_among, names, node_client, pod_processes, release, report, uninstall};
+use support::node::{
+    container_status, helm_test, install, kubectl, kubectl_ok, leader_among, metrics, names, node_client, pod_processes, release, report, uninstall,
+};
+use support::state::assert_rebuild_matches;
 
 /// A pod of the test busybox image running `script` with `sh -c`, plus `extra` merged into
 /// its container.
@@ -123,18 +129,18 @@ fn status_field<'a>(status: &'a str, field: &str) -> &'a str {
     status.lines().find_map(|l| l.strip_prefix(field)).unwrap_or_else(|| panic!("no {field} in {status}")).trim()
 }
 
-/// The CloudEvents (stdout lines with a specversion) in a pod's log, which mixes in its
-/// stderr log lines.
-fn events_in_log(ns: &str, pod: &str) -> Vec<Value> {
-    kubectl_ok(&["logs", "-n", ns, pod]).lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v.get("specversion").is_some()).collect()
-}
-
+/// README's install command, the chart's sink set to the test broker's listener for pods: the
+/// leader ships the release namespace's ConfigMaps to Kafka, read back from the host.
 #[tokio::test]
-async fn a_release_installed_from_the_registry_runs_two_ready_pods_with_one_leader_shipping_events() {
+async fn a_release_installed_from_the_registry_runs_two_ready_pods_with_one_leader_shipping_to_kafka() {
     let client = node_client().await;
     let release = release();
     let ns = namespace(&client, "node-helm").await;
-    let pods = install(release, &ns, &[]);
+    let cluster = support::unique("c");
+    let sink = json!({"type": "kafka", "brokers": support::var("DELTASHIP_TEST_KAFKA_PODS"), "create_topics": {}});
+    let resources = json!([{"group": "", "version": "v1", "kind": "ConfigMap", "namespaces": [ns]}]);
+    let (sink, resources, cluster_value) = (format!("config.sink={sink}"), format!("config.resources={resources}"), format!("config.cluster={cluster}"));
+    let pods = install(release, &ns, &["--set-json", &sink, "--set-json", &resources, "--set", &cluster_value]);
     let names = names(&pods);
     for pod in &pods {
         let ready = pod.status.as_ref().unwrap().conditions.as_ref().unwrap().iter().any(|c| c.type_ == "Ready" && c.status == "True");
@@ -164,26 +170,42 @@ async fn a_release_installed_from_the_registry_runs_two_ready_pods_with_one_lead
         assert_eq!(*memory_limit, 512 * 1024 * 1024, "pid {pid}'s memory limit");
     }
 
-    // One leader: the Lease names one of the two pods.
+    // One leader: the Lease names one of the two pods, and only it says it leads.
     let leader = leader_among(&client, &ns, &names, Duration::from_secs(60)).await;
-    let standby = names.iter().find(|n| **n != leader).unwrap().clone();
+    for pod in &names {
+        let text = eventually(Duration::from_secs(30), &format!("{pod}'s /metrics"), || async { metrics(&ns, pod) }).await;
+        let leads = if *pod == leader { 1.0 } else { 0.0 };
+        assert_eq!(metric(&text, "deltaship_leader"), leads, "{pod}'s deltaship_leader (the Lease names {leader})");
+    }
 
-    // A ConfigMap created now is shipped by the leader, as a CloudEvent on its stdout.
+    // A ConfigMap created, changed and deleted: its events on Kafka, read from the host, in
+    // order, between the initial sync's markers.
     let cm_name = support::unique("node-cm");
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": cm_name}, "data": {"k": "v"}})).unwrap();
-    Api::<ConfigMap>::namespaced(client.clone(), &ns).create(&PostParams::default(), &cm).await.unwrap();
-    let event = eventually(Duration::from_secs(60), "the ConfigMap's event in the leader's log", || async {
-        events_in_log(&ns, &leader).into_iter().find(|e| e.to_string().contains(&cm_name))
-    })
-    .await;
-    assert_eq!(event["type"], "dev.deltaship.object.added", "{event}");
-    assert!(!events_in_log(&ns, &standby).iter().any(|e| e.to_string().contains(&cm_name)), "the standby {standby} shipped the ConfigMap too");
+    configmaps.create(&PostParams::default(), &cm).await.unwrap();
+    let patch = json!({"data": {"k": "w"}});
+    configmaps.patch(&cm_name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    configmaps.delete(&cm_name, &Default::default()).await.unwrap();
+    let kafka = support::var("DELTASHIP_TEST_KAFKA");
+    let topic = format!("deltaship.{cluster}.core.configmaps");
+    let key = format!("{ns}/{cm_name}");
+    let records = support::kafka::read_until(&kafka, &topic, Duration::from_secs(90), |records| {
+        records.iter().any(|r| r.key.as_deref() == Some(key.as_str()) && r.event_type() == "dev.deltaship.object.deleted")
+    });
+    let types: Vec<&str> = records.iter().filter(|r| r.key.as_deref() == Some(key.as_str())).map(|r| r.event_type()).collect();
+    assert_eq!(types, ["dev.deltaship.object.added", "dev.deltaship.object.updated", "dev.deltaship.object.deleted"]);
+    for marker in ["dev.deltaship.sync.started", "dev.deltaship.sync.completed"] {
+        assert!(records.iter().any(|r| r.event_type() == marker), "no {marker} on {topic}");
+    }
+    // The state a consumer rebuilds from the topic is the API server's.
+    let rebuild = vec!["--kafka".into(), kafka.clone(), "--topic".into(), topic.clone()];
+    assert_rebuild_matches(&client, rebuild, std::slice::from_ref(&ns), Duration::from_secs(60)).await;
 
     // `helm test`: deltaship check, from a pod of the release, passes.
     let checked = helm_test(&ns);
     assert!(checked.lines().any(|l| l.starts_with("Phase:") && l.trim_end().ends_with("Succeeded")), "{checked}");
     // `helm uninstall` leaves what README says (support::node::uninstall).
-    Api::<ConfigMap>::namespaced(client.clone(), &ns).delete(&cm_name, &Default::default()).await.unwrap();
     uninstall(&ns).await;
     delete_namespace(&client, &ns).await;
 }

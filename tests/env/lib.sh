@@ -9,6 +9,9 @@ PID_DIR="$STATE_DIR/pids"
 # Builds and downloads outlive the clone: CI and new checkouts on the same machine reuse them.
 CACHE_DIR="${DELTASHIP_ENV_CACHE:-$HOME/.cache/deltaship-env}"
 mkdir -p "$LOG_DIR" "$PID_DIR" "$CACHE_DIR"
+# Where the node's pods reach the host (the pod bridge's own address; tests/env/node/ctl sends
+# it to 127.0.0.1, same port), and so where servers advertise themselves to pods.
+NODE_HOST_IP=10.244.0.1
 
 log() { printf '[env] %s\n' "$*" >&2; }
 die() { printf '[env] error: %s\n' "$*" >&2; exit 1; }

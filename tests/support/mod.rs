@@ -8,6 +8,7 @@ pub mod chart;
 pub mod churn;
 pub mod config;
 pub mod docs;
+pub mod dpkg;
 pub mod envelope;
 pub mod history;
 pub mod image;

@@ -109,6 +109,8 @@ pub fn release() -> &'static Release {
 
 /// deploy/release of this test build's binary to the test registry (plain HTTP), as version
 /// `<crate version>-<unique>`: a version no node has pulled before.
+/// What the registry serves is checked: the image's digest, and its labels naming the binary;
+/// and the SBOM deploy/release wrote names the image by that digest.
 pub fn publish() -> Release {
     let registry = super::var("DELTASHIP_TEST_REGISTRY");
     let version = format!("{}-{}", env!("CARGO_PKG_VERSION"), super::unique("node"));
@@ -124,6 +126,27 @@ pub fn publish() -> Release {
     let image_digest = image.strip_prefix(&format!("{repository}:{version}@")).unwrap_or_else(|| panic!("{image}")).to_owned();
     let chart = format!("oci://{registry}/charts/deltaship");
     assert!(said.lines().any(|l| l.starts_with(&format!("chart {chart} {version}@sha256:"))), "{said}");
+    // The SBOM written beside the image names it by the digest the registry serves it by.
+    let sbom = said.lines().find_map(|l| l.strip_prefix("sbom ")).unwrap_or_else(|| panic!("no sbom line in {said:?}"));
+    let sbom: Value = serde_json::from_slice(&std::fs::read(sbom).unwrap()).unwrap();
+    let image_package = sbom["packages"].as_array().unwrap().iter().find(|p| p["primaryPackagePurpose"] == "CONTAINER").unwrap();
+    assert_eq!(format!("sha256:{}", image_package["checksums"][0]["checksumValue"].as_str().unwrap()), image_digest, "the SBOM's image digest");
+    // As the registry serves the pushed image: its digest, and the labels naming the binary.
+    let inspect = Command::new("skopeo").args(["inspect", "--tls-verify=false", &format!("docker://{repository}:{version}")]).output().unwrap();
+    assert!(inspect.status.success(), "skopeo inspect: {}", String::from_utf8_lossy(&inspect.stderr));
+    let served: Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(served["Digest"], image_digest.as_str(), "the registry's digest of {repository}:{version}");
+    let labels = &served["Labels"];
+    let binary = Command::new(env!("CARGO_BIN_EXE_deltaship")).arg("--version").output().unwrap();
+    assert_eq!(
+        format!(
+            "deltaship {} ({})\n",
+            labels["org.opencontainers.image.version"].as_str().unwrap(),
+            labels["org.opencontainers.image.revision"].as_str().unwrap()
+        ),
+        String::from_utf8_lossy(&binary.stdout),
+        "the pushed image's labels"
+    );
     let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dist").join(&version);
     let _ = std::fs::remove_dir_all(dist);
     Release { version, repository, image_digest, chart }
