@@ -82,3 +82,29 @@ func TestUpdatesOfAFewKeysKeepMemoryFlatAndLateRepeatsOfHeldObjectsSkipped(t *te
 		t.Fatalf("state: %v", c.State())
 	}
 }
+
+// TestARepeatOfAMarkerIsSkippedAsLongAsItIsItsScopesLast: with a window of one id, a
+// marker's repeat after an object event is still skipped; its copy on another partition is
+// not a repeat.
+func TestARepeatOfAMarkerIsSkippedAsLongAsItIsItsScopesLast(t *testing.T) {
+	c := New(Options{Cluster: "c1", RepeatWindow: 1})
+	marker := []Header{}
+	for _, h := range [][2]string{{"ce_id", "m1"}, {"ce_type", "dev.deltaship.sync.started"}, {"ce_apiversion", "v1"}, {"ce_kind", "ConfigMap"}, {"ce_cluster", "c1"}, {"content-type", "application/json"}} {
+		marker = append(marker, Header{Key: h[0], Value: []byte(h[1])})
+	}
+	data := []byte(`{"syncId": "s1", "mode": "full", "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}`)
+	h, v := update("a1", "a", 1)
+	for _, step := range []func() error{
+		func() error { return c.KafkaRecord(0, nil, marker, data) },
+		func() error { return c.KafkaRecord(0, nil, h, v) },
+		func() error { return c.KafkaRecord(0, nil, marker, data) },
+		func() error { return c.KafkaRecord(1, nil, marker, data) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Duplicates != 1 {
+		t.Fatalf("%d duplicates, want the one repeat on partition 0", c.Duplicates)
+	}
+}

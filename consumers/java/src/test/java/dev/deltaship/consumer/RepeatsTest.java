@@ -78,4 +78,21 @@ class RepeatsTest {
         assertEquals(1, c.duplicates(), "a repeat of quiet's last event, " + n + " events later");
         assertEquals(5, c.state().get("v1/ConfigMap").size());
     }
+
+    @Test
+    void aRepeatOfAMarkerIsSkippedAsLongAsItIsItsScopesLast() throws BadRecordException {
+        Consumer c = new Consumer(null, "c1", 1);
+        List<Map.Entry<String, byte[]>> marker = new ArrayList<>();
+        for (String[] h : new String[][] {{"ce_id", "m1"}, {"ce_type", "dev.deltaship.sync.started"}, {"ce_apiversion", "v1"}, {"ce_kind", "ConfigMap"},
+                {"ce_cluster", "c1"}, {"content-type", "application/json"}}) {
+            marker.add(new AbstractMap.SimpleEntry<>(h[0], h[1].getBytes(StandardCharsets.UTF_8)));
+        }
+        byte[] data = "{\"syncId\": \"s1\", \"mode\": \"full\", \"resource\": {\"group\": \"\", \"version\": \"v1\", \"kind\": \"ConfigMap\"}}".getBytes(StandardCharsets.UTF_8);
+        c.kafkaRecord(0, marker, data);
+        c.kafkaRecord(0, update("a1", "a"), value("a", 1));
+        c.kafkaRecord(0, marker, data);
+        assertEquals(1, c.duplicates(), "the marker's repeat after an object event, with a window of one id");
+        c.kafkaRecord(1, marker, data);
+        assertEquals(1, c.duplicates(), "the same marker id on another partition is that partition's copy");
+    }
 }
