@@ -237,13 +237,10 @@ impl State {
         State { only_cluster: cluster, ..State::default() }
     }
 
-    /// Whether `e` repeats an event already applied: a repeat never arrives after a newer
-    /// event of the same key, so it is the last event of its object (or marker scope) while
-    /// that is held, and else one of the latest ids.
-    fn repeated(&self, e: &Received, scope: Option<&MarkerScope>) -> bool {
-        if self.window.contains(&(e.partition, e.id.clone())) {
-            return true;
-        }
+    /// Whether `e` is the last event of its object (or marker scope) held: a repeat never
+    /// arrives after a newer event of the same key, so a repeat is that, while the object or
+    /// scope is held, or else one of the window's latest ids.
+    fn last_of_its_key(&self, e: &Received, scope: Option<&MarkerScope>) -> bool {
         match (&e.body, scope) {
             (_, Some(scope)) => self.markers.get(scope) == Some(&e.id),
             (Body::Object { resource, key, .. }, None) => {
@@ -275,13 +272,13 @@ impl State {
             self.summary.other_clusters += 1;
             return Ok(());
         }
-        let scope = MarkerScope::of(&e);
-        if self.repeated(&e, scope.as_ref()) {
+        let (scope, seen) = (MarkerScope::of(&e), (e.partition, e.id.clone()));
+        if self.window.contains(&seen) || self.last_of_its_key(&e, scope.as_ref()) {
             // A repeat is an exact repeat: same id, same content.
             self.summary.duplicates += 1;
             return Ok(());
         }
-        self.window.add((e.partition, e.id.clone()));
+        self.window.add(seen);
         if let Some(scope) = scope {
             self.markers.insert(scope, e.id.clone());
         }
