@@ -23,24 +23,14 @@ use serde_json::{Value, json};
 
 use support::bridge::Bridge;
 use support::config::{TestConfig, kafka, nats, partitions};
+use support::consumers::{dir as consumers, run};
 use support::kube::{client, delete_namespace, namespace};
 use support::state::{api_configmaps, assert_rebuild_matches};
-
-fn consumers() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("consumers")
-}
 
 fn python() -> Command {
     let mut cmd = Command::new(support::var("DELTASHIP_TEST_PYTHON"));
     cmd.current_dir(consumers().join("python")).env("PYTHONPATH", consumers().join("python"));
     cmd
-}
-
-fn run(mut cmd: Command, what: &str) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{what} failed:\n{text}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn go() -> Command {
@@ -75,14 +65,14 @@ fn java_built() -> &'static str {
 fn java_rebuild() -> Command {
     java_built();
     let mut cmd = Command::new("java");
-    cmd.arg("-jar").arg(consumers().join("java/target/deltaship-consumer-0.1.0-all.jar"));
+    cmd.arg("-jar").arg(consumers().join(format!("java/target/deltaship-consumer-{}-all.jar", support::consumers::java_version())));
     cmd
 }
 
 #[test]
 fn the_java_consumer_passes_the_shared_vectors() {
     let said = java_built();
-    for class in ["VectorsTest", "HostileTest", "StateDigestTest"] {
+    for class in ["VectorsTest", "HostileTest", "StateDigestTest", "RepeatsTest"] {
         assert!(
             said.lines().any(|l| l.contains("Failures: 0, Errors: 0, Skipped: 0") && l.ends_with(&format!("dev.deltaship.consumer.{class}"))),
             "{class}: {said}"
@@ -95,7 +85,9 @@ fn the_go_consumer_passes_the_shared_vectors() {
     let mut test = go();
     test.args(["test", "-count=1", "./..."]);
     let said = run(test, "go test ./... in consumers/go");
-    assert!(said.lines().any(|l| l.starts_with("ok") && l.contains("deltaship.dev/consumer\t")), "{said}");
+    for package in ["deltaship.dev/consumer/v2\t", "deltaship.dev/consumer/v2/kafka\t"] {
+        assert!(said.lines().any(|l| l.starts_with("ok") && l.contains(package)), "{package}: {said}");
+    }
 }
 
 /// A consumer's rebuild command, ready for its flags.

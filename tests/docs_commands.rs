@@ -69,7 +69,7 @@ fn commands(fence: &Fence) -> Vec<Vec<String>> {
 }
 
 /// Programs that are not part of the repository, named as a reader would run them.
-const TOOLS: [&str; 9] = ["cargo", "docker", "skopeo", "crane", "kubectl", "source", "syft", "grype", "trivy"];
+const TOOLS: [&str; 11] = ["cargo", "docker", "skopeo", "crane", "kubectl", "source", "syft", "grype", "trivy", "pip", "go"];
 
 fn deltaship_help(subcommand: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_deltaship")).args([subcommand, "--help"]).output().unwrap();

@@ -600,10 +600,11 @@ async fn a_forced_watch_expiry_mid_stream_is_caught_up_by_the_relist_without_goi
 }
 
 /// The audit itself, on a made-up stream: it must flag a gap without a sync, a step back,
-/// a repeated id with another payload and a missing final seq, and excuse a gap that a
-/// relist spans; otherwise the fault tests above could pass without looking.
+/// a repeated id with another payload, a repeat after a newer event of its object and a
+/// missing final seq, and excuse a gap that a relist spans; otherwise the fault tests above
+/// could pass without looking.
 #[test]
-fn the_audit_flags_losses_reorders_and_inexact_duplicates_but_excuses_gaps_a_relist_covers() {
+fn the_audit_flags_losses_reorders_and_inexact_or_late_duplicates_but_excuses_gaps_a_relist_covers() {
     let ev = |key: &str, seq: u64, id: &str, digest: u64| Item::Object { key: key.into(), seq: Some(seq), id: id.into(), digest, synced: false };
     let started = |reason: &str, id: &str| Item::Started { reason: reason.into(), sync_id: id.into() };
     let written: BTreeMap<String, u64> = [("n/a", 4), ("n/b", 3), ("n/c", 2)].map(|(k, v)| (k.to_string(), v)).into();
@@ -616,6 +617,7 @@ fn the_audit_flags_losses_reorders_and_inexact_duplicates_but_excuses_gaps_a_rel
         ev("n/a", 3, "a3", 1), // seq 2 lost: no sync in between
         ev("n/a", 2, "a2", 1), // a step back
         ev("n/a", 4, "a4", 1),
+        ev("n/a", 3, "a3", 1), // an exact repeat after a newer event of its object
         ev("n/b", 0, "b0", 1),
         ev("n/b", 0, "b0", 2), // same id, other payload
         started("relist", "s2"),
@@ -624,5 +626,5 @@ fn the_audit_flags_losses_reorders_and_inexact_duplicates_but_excuses_gaps_a_rel
         ev("n/c", 0, "c0", 1), // 1 and 2 never arrive
     ];
     let a = audit(&[log], &written);
-    assert_eq!((a.lost, a.reordered, a.duplicates, a.inexact_duplicates, a.skipped_by_sync, a.relists), (3, 1, 2, 1, 2, 1), "{a:?}");
+    assert_eq!((a.lost, a.reordered, a.duplicates, a.inexact_duplicates, a.late_repeats, a.skipped_by_sync, a.relists), (3, 1, 3, 1, 1, 2, 1), "{a:?}");
 }

@@ -61,6 +61,9 @@ type Options struct {
 	Report io.Writer
 	// OnCheck: told of each marker whose count and digest were checked; nil: none.
 	OnCheck func(Check)
+	// RepeatWindow: how many of the latest event ids are remembered to skip repeats, beside
+	// the last id of each object and marker scope held; 0: DefaultRepeatWindow.
+	RepeatWindow int
 }
 
 // figures is a count and a digest (the sum of terms modulo 2^128, as two halves).
@@ -116,9 +119,11 @@ type home struct {
 	cluster   string
 }
 
+// placed is where an object lives, its term, and the id of its last event.
 type placed struct {
 	home
 	hi, lo uint64
+	id     string
 }
 
 type openSync struct {
@@ -132,11 +137,6 @@ type syncSlot struct {
 	id        string
 }
 
-type seenID struct {
-	partition int32
-	id        string
-}
-
 // Consumer runs the protocol and holds the state. Not safe for concurrent use.
 type Consumer struct {
 	opts    Options
@@ -144,10 +144,11 @@ type Consumer struct {
 	values  map[slot]any
 	homes   map[slot]placed
 	open    map[syncSlot]*openSync
-	seen    map[seenID]bool
+	window  *window
+	markers map[markerScope]string
 	stale   map[slot]bool
 	Skipped map[string]int
-	// Duplicates: events skipped as repeats of an id already seen on their partition.
+	// Duplicates: events skipped as repeats (same id, same partition) of one applied.
 	Duplicates int
 	// Verified, Mismatched: sync.completed markers whose count and digest matched the state
 	// held at them, or did not.
@@ -162,7 +163,11 @@ func New(opts Options) *Consumer {
 	if opts.Report == nil {
 		opts.Report = os.Stderr
 	}
-	return &Consumer{opts: opts, state: map[string]map[string]json.RawMessage{}, values: map[slot]any{}, homes: map[slot]placed{}, open: map[syncSlot]*openSync{}, seen: map[seenID]bool{}, stale: map[slot]bool{}, Skipped: map[string]int{}}
+	if opts.RepeatWindow <= 0 {
+		opts.RepeatWindow = DefaultRepeatWindow
+	}
+	return &Consumer{opts: opts, state: map[string]map[string]json.RawMessage{}, values: map[slot]any{}, homes: map[slot]placed{}, open: map[syncSlot]*openSync{},
+		window: newWindow(opts.RepeatWindow), markers: map[markerScope]string{}, stale: map[slot]bool{}, Skipped: map[string]int{}}
 }
 
 // State is the current state: resource ("<apiVersion>/<Kind>") to key to object.
@@ -205,12 +210,11 @@ func (c *Consumer) apply(r *received) error {
 	if c.opts.Cluster != "" && r.cluster != c.opts.Cluster {
 		return nil
 	}
-	id := seenID{r.partition, r.id}
-	if c.seen[id] {
+	if c.repeated(r) {
 		c.Duplicates++
 		return nil
 	}
-	c.seen[id] = true
+	c.remember(r)
 	if r.marker != nil {
 		c.marker(r.marker, r.cluster, r.partition)
 		return nil
@@ -228,6 +232,11 @@ func (c *Consumer) apply(r *received) error {
 	}
 	value := o.whole
 	if o.ops != nil {
+		if p, held := c.homes[at]; held {
+			// A patch refused below is still the object's latest event.
+			p.id = r.id
+			c.homes[at] = p
+		}
 		if c.stale[at] {
 			return badf("patch_not_applied", "the object is stale: an earlier patch to it did not apply")
 		}
@@ -253,7 +262,7 @@ func (c *Consumer) apply(r *received) error {
 	c.state[o.resource][o.key] = raw
 	c.values[at] = value
 	hi, lo := term(o.key, o.uid, o.resourceVersion)
-	c.homes[at] = placed{home{r.partition, r.cluster}, hi, lo}
+	c.homes[at] = placed{home{r.partition, r.cluster}, hi, lo, r.id}
 	c.opts.Listener.Upsert(o.resource, o.key, raw)
 	return nil
 }

@@ -3,11 +3,32 @@ package consumer
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 )
+
+// Skipped is told of every bad record a reader skips (after it is counted in
+// Consumer.Skipped); nil: Consumer.Skip reports it.
+type Skipped func(where string, err error)
+
+// SkipWith settles what applying the record read at where returned: nil is nil; a
+// *BadRecord is counted in c.Skipped, then told to skipped (or, when skipped is nil,
+// reported as Skip does); any other error is returned. The readers call it per record.
+func (c *Consumer) SkipWith(where string, err error, skipped Skipped) error {
+	var bad *BadRecord
+	if err == nil || skipped == nil || !errors.As(err, &bad) {
+		if err == nil {
+			return nil
+		}
+		return c.Skip(where, err)
+	}
+	c.Skipped[bad.Reason]++
+	skipped(where, err)
+	return nil
+}
 
 // recorded is one line of a recorded stream (vectors/README.md): a Kafka record (it has a
 // topic) or a JetStream message.
@@ -59,7 +80,7 @@ func ReadRecords(path string, c *Consumer, skipped Skipped) error {
 				where = fmt.Sprintf("%s#%d", r.Stream, r.Sequence)
 				applied = c.NatsMessage(headers, []byte(*r.Data))
 			}
-			if err := report(c, skipped, where, applied); err != nil {
+			if err := c.SkipWith(where, applied, skipped); err != nil {
 				return err
 			}
 		}

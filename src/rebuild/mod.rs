@@ -7,6 +7,7 @@ pub(crate) mod kafka;
 pub(crate) mod nats;
 pub mod protocol;
 mod recorded;
+mod repeats;
 
 use std::fmt;
 

@@ -15,6 +15,10 @@
 //! A patch that does not apply leaves the object as it was (its key still exists, so the
 //! keys stay exact) and marks it stale until its next whole object or delete.
 //!
+//! A repeat (same id on the same partition) of an event applied is skipped; what tells
+//! repeats apart takes memory bounded by the objects held, not by the stream's length
+//! (`repeats.rs`).
+//!
 //! A `sync.completed` whose data carries `state` (count and digest, event contract §4) is
 //! checked once applied: the objects held of its resource, cluster and namespace scope that
 //! live on its partition must be as many, and their terms (SHA-256 of key, uid and
@@ -27,6 +31,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::decode::{Bad, MAX_DEPTH, Reason, Step, depth};
+use super::repeats::Window;
 
 /// One received CloudEvent of the contract's types, whatever the binding.
 #[derive(Debug, Clone)]
@@ -140,8 +145,10 @@ pub struct State {
     homes: HashMap<(String, String), Home>,
     /// Full syncs under way, by (partition, sync id): resource, namespace scope, touched keys.
     open: HashMap<(i32, String), OpenSync>,
-    /// Ids seen, per partition (a marker is on every partition with one id).
-    seen_ids: HashSet<(i32, String)>,
+    /// The latest ids applied, per partition (a marker is on every partition with one id).
+    window: Window,
+    /// The id of the last marker of each scope: where a marker's repeats come.
+    markers: HashMap<MarkerScope, String>,
     /// Objects kept as they were when a patch to them did not apply: their content is older
     /// than the stream's, so later patches are not applied to it either, until the next
     /// whole object (an `added`, `synced` or unpatched `updated`) or `deleted`.
@@ -153,12 +160,43 @@ pub struct State {
     pub mismatches: Vec<Check>,
 }
 
-/// The partition and cluster of the last event applied to an object, and its term.
+/// The partition and cluster of the last event applied to an object, its term, and the id
+/// of its last event (a repeat of which is skipped however late it comes).
 #[derive(Debug)]
 struct Home {
     partition: i32,
     cluster: String,
     term: u128,
+    id: String,
+}
+
+/// The marker key deltaship sends a marker under (resource, namespace scope, mode, phase),
+/// on one partition, of one cluster.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct MarkerScope {
+    partition: i32,
+    cluster: String,
+    resource: String,
+    namespace: Option<String>,
+    full: bool,
+    started: bool,
+}
+
+impl MarkerScope {
+    /// The scope of `e`, when it is a marker.
+    fn of(e: &Received) -> Option<MarkerScope> {
+        match &e.body {
+            Body::Marker { started, full, resource, namespace, .. } => Some(MarkerScope {
+                partition: e.partition,
+                cluster: e.cluster.clone(),
+                resource: resource.clone(),
+                namespace: namespace.clone(),
+                full: *full,
+                started: *started,
+            }),
+            Body::Object { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -199,6 +237,19 @@ impl State {
         State { only_cluster: cluster, ..State::default() }
     }
 
+    /// Whether `e` is the last event of its object (or marker scope) held: a repeat never
+    /// arrives after a newer event of the same key, so a repeat is that, while the object or
+    /// scope is held, or else one of the window's latest ids.
+    fn last_of_its_key(&self, e: &Received, scope: Option<&MarkerScope>) -> bool {
+        match (&e.body, scope) {
+            (_, Some(scope)) => self.markers.get(scope) == Some(&e.id),
+            (Body::Object { resource, key, .. }, None) => {
+                self.homes.get(&(resource.clone(), key.clone())).is_some_and(|h| h.partition == e.partition && h.cluster == e.cluster && h.id == e.id)
+            }
+            (Body::Marker { .. }, None) => false,
+        }
+    }
+
     /// Applies one decoded record; Err for a record the protocol cannot apply (a patch that
     /// does not apply), which leaves the state as it was.
     pub fn step(&mut self, step: Step) -> Result<(), Bad> {
@@ -221,10 +272,15 @@ impl State {
             self.summary.other_clusters += 1;
             return Ok(());
         }
-        if !self.seen_ids.insert((e.partition, e.id.clone())) {
+        let (scope, seen) = (MarkerScope::of(&e), (e.partition, e.id.clone()));
+        if self.window.contains(&seen) || self.last_of_its_key(&e, scope.as_ref()) {
             // A repeat is an exact repeat: same id, same content.
             self.summary.duplicates += 1;
             return Ok(());
+        }
+        self.window.add(seen);
+        if let Some(scope) = scope {
+            self.markers.insert(scope, e.id.clone());
         }
         *self.summary.by_type.entry(e.short_type().to_string()).or_default() += 1;
         match e.body {
@@ -258,6 +314,10 @@ impl State {
                 }
                 let objects = self.resources.entry(resource.clone()).or_default();
                 let slot = (resource, key);
+                if let (Content::Patch(_), Some(home)) = (&content, self.homes.get_mut(&slot)) {
+                    // A patch refused below is still the object's latest event.
+                    home.id.clone_from(&e.id);
+                }
                 let object = match content {
                     Content::None => {
                         objects.remove(&slot.1);
@@ -285,7 +345,7 @@ impl State {
                 };
                 objects.insert(slot.1.clone(), object);
                 let term = term(&slot.1, &uid, &resource_version);
-                self.homes.insert(slot, Home { partition: e.partition, cluster: e.cluster, term });
+                self.homes.insert(slot, Home { partition: e.partition, cluster: e.cluster, term, id: e.id });
             }
         }
         Ok(())
@@ -533,6 +593,29 @@ mod tests {
         s.apply(ev("3", "object.deleted", Some("ns/a"), json!({}), 0)).unwrap();
         assert!(keys(&s).is_empty());
         assert_eq!(s.document()["summary"]["objects"], 0);
+    }
+
+    #[test]
+    fn a_late_repeat_of_an_objects_or_a_marker_scopes_last_event_is_skipped_beyond_the_window() {
+        let mut s = State { window: Window::new(1), ..State::default() };
+        let quiet = ev("q", "object.added", Some("ns/quiet"), json!({"v": 1}), 0);
+        let started = marker("m", "sync.started", "s", 0);
+        s.apply(quiet.clone()).unwrap();
+        s.apply(started.clone()).unwrap();
+        for i in 0..10 {
+            s.apply(ev(&i.to_string(), "object.updated", Some("ns/busy"), json!({"v": i}), 0)).unwrap();
+        }
+        s.apply(quiet).unwrap();
+        s.apply(started.clone()).unwrap();
+        assert_eq!(s.summary.duplicates, 2, "both repeats skipped, 10 events after the window forgot them");
+        // A Kafka marker's copy on another partition has the same id: not a repeat.
+        let mut copy = started;
+        copy.partition = 1;
+        s.apply(copy).unwrap();
+        assert_eq!(s.summary.duplicates, 2);
+        // A deleted object's events are forgotten with it: only the window remembers them.
+        s.apply(ev("d", "object.deleted", Some("ns/quiet"), json!({}), 0)).unwrap();
+        assert_eq!(keys(&s), ["ns/busy"]);
     }
 
     #[test]

@@ -241,6 +241,10 @@ pub struct Audit {
     pub duplicates: usize,
     /// Duplicates whose payload differs from the first event with that id.
     pub inexact_duplicates: usize,
+    /// Duplicates that arrived after a newer event of their object: the event contract says
+    /// none do (deltaship keeps one event per object in flight), and consumers skip repeats
+    /// in bounded memory because of it (docs/consumers/README.md).
+    pub late_repeats: usize,
     pub relists: usize,
     pub initial_syncs: usize,
     /// Starts from a checkpoint (`resume` syncs).
@@ -305,6 +309,10 @@ pub fn audit(logs: &[Vec<Item>], written: &BTreeMap<String, u64>) -> Audit {
             };
             if let Some(first) = ids.insert(id, digest) {
                 a.duplicates += 1;
+                if let Some(newer) = seq.zip(lanes.get(key).and_then(|l| l.max)).and_then(|(seq, max)| (seq < max).then_some(max)) {
+                    a.late_repeats += 1;
+                    note(&mut a, format!("{key}: id {id} repeated after seq {newer}"));
+                }
                 if first != digest {
                     a.inexact_duplicates += 1;
                     note(&mut a, format!("{key}: id {id} seen twice with different payloads"));
@@ -359,7 +367,7 @@ impl Audit {
     /// The figures line the lead copies into the report.
     pub fn print(&self, test: &str, writes: usize, faults: &str, peak_rss_mib: f64, extra: &str) {
         eprintln!(
-            "FAULT-FIGURES test={test} writes={writes} events={} faults=\"{faults}\" lost={} reordered={} duplicates={} inexact_duplicates={} skipped_by_sync={} relists={} initial_syncs={} resumes={} reordered_across_runs={} peak_rss_mib={peak_rss_mib:.1}{extra}",
+            "FAULT-FIGURES test={test} writes={writes} events={} faults=\"{faults}\" lost={} reordered={} duplicates={} inexact_duplicates={} skipped_by_sync={} relists={} initial_syncs={} resumes={} reordered_across_runs={} late_repeats={} peak_rss_mib={peak_rss_mib:.1}{extra}",
             self.events,
             self.lost,
             self.reordered,
@@ -369,18 +377,21 @@ impl Audit {
             self.relists,
             self.initial_syncs,
             self.resumes,
-            self.reordered_across_runs
+            self.reordered_across_runs,
+            self.late_repeats
         );
     }
 
-    /// Nothing lost, nothing reordered, every duplicate exact.
+    /// Nothing lost, nothing reordered, every duplicate exact and before any newer event of
+    /// its object.
     pub fn assert_clean(&self) {
         assert!(
-            self.lost == 0 && self.reordered == 0 && self.inexact_duplicates == 0,
-            "lost {}, reordered {}, inexact duplicates {}; first problems:\n{}",
+            self.lost == 0 && self.reordered == 0 && self.inexact_duplicates == 0 && self.late_repeats == 0,
+            "lost {}, reordered {}, inexact duplicates {}, late repeats {}; first problems:\n{}",
             self.lost,
             self.reordered,
             self.inexact_duplicates,
+            self.late_repeats,
             self.problems.join("\n")
         );
     }

@@ -7,6 +7,7 @@ pub mod bridge;
 pub mod chart;
 pub mod churn;
 pub mod config;
+pub mod consumers;
 pub mod docs;
 pub mod dpkg;
 pub mod envelope;

@@ -12,6 +12,10 @@ run per Kafka partition or over a JetStream stream, with a callback API::
     consumer = Consumer(listener=Table(), cluster="prod")
     consumer.kafka_record(partition, key, headers, value)   # or nats_message(...)
 
+``read_records(path, consumer)`` gives it a recorded stream (a test vector's kafka.jsonl or
+nats.jsonl); ``read_kafka`` and ``read_jetstream`` read a topic or a stream to its end and
+need the extras ``kafka`` (confluent-kafka) and ``nats`` (nats-py).
+
 A record that cannot be applied raises BadRecord (``reason``: one of vectors/README.md's)
 and leaves the state as it was; ``consumer.skip(where, bad)`` counts and reports it.
 ``sync.completed`` markers carrying a count and digest are checked: ``consumer.verified``,
@@ -24,14 +28,22 @@ CONTRACT_VERSION = 2
 from .decode import BadRecord, decode
 from .jsontext import MAX_DEPTH, MAX_RECORD_BYTES, MAX_VALUES
 from .protocol import Check, Consumer, Listener
+from .readers import read_jetstream, read_kafka
+from .records import read_records
+from .repeats import DEFAULT_REPEAT_WINDOW
 
-__all__ = ["CONTRACT_VERSION", "BadRecord", "Check", "Consumer", "Listener", "MAX_DEPTH", "MAX_RECORD_BYTES", "MAX_VALUES", "decode", "read_jetstream", "read_kafka"]
-
-
-def __getattr__(name):
-    # The readers import the broker clients: only when asked for.
-    if name in ("read_jetstream", "read_kafka"):
-        from . import readers
-
-        return getattr(readers, name)
-    raise AttributeError(name)
+__all__ = [
+    "CONTRACT_VERSION",
+    "DEFAULT_REPEAT_WINDOW",
+    "BadRecord",
+    "Check",
+    "Consumer",
+    "Listener",
+    "MAX_DEPTH",
+    "MAX_RECORD_BYTES",
+    "MAX_VALUES",
+    "decode",
+    "read_jetstream",
+    "read_kafka",
+    "read_records",
+]

@@ -1,8 +1,9 @@
 """The consumer protocol of deltaship's event contract (vectors/README.md), as
 `deltaship rebuild` runs it.
 
-1. Skip an event whose id was already seen on this partition; apply only the events of the
-   cluster being rebuilt (when one is set).
+1. Skip a repeat of an event already applied on this partition (``repeats.py``: the last
+   event of its object or marker scope, or one of the latest ids); apply only the events of
+   the cluster being rebuilt (when one is set).
 2. ``object.added``, ``.updated``, ``.synced``: store the data under (resource, key);
    an ``updated`` with ``application/json-patch+json`` data is a JSON Patch to apply to the
    stored object.
@@ -32,6 +33,7 @@ from typing import Any, Callable, Iterable, TextIO
 
 from .decode import FOREIGN, TOMBSTONE, BadRecord, Marker, Received, decode
 from .patch import NotApplied, patched
+from .repeats import DEFAULT_REPEAT_WINDOW, Window
 
 
 class Listener:
@@ -96,9 +98,18 @@ class Consumer:
     ``skipped[reason]`` counts the records skipped as bad (see ``skip``); ``verified`` and
     ``mismatched`` count the ``sync.completed`` markers whose count and digest matched the
     state held, or did not. ``on_check(check)`` is called with each marker checked;
-    mismatches are reported to ``report`` (stderr by default, None for silence)."""
+    mismatches are reported to ``report`` (stderr by default, None for silence).
+    ``repeat_window``: how many of the latest event ids are remembered to skip repeats,
+    beside the last id of each object and marker scope held."""
 
-    def __init__(self, listener: Listener | None = None, cluster: str | None = None, on_check: Callable[[Check], None] | None = None, report: TextIO | None = _STDERR) -> None:
+    def __init__(
+        self,
+        listener: Listener | None = None,
+        cluster: str | None = None,
+        on_check: Callable[[Check], None] | None = None,
+        report: TextIO | None = _STDERR,
+        repeat_window: int = DEFAULT_REPEAT_WINDOW,
+    ) -> None:
         self.listener = listener or Listener()
         self.cluster = cluster
         self.on_check = on_check
@@ -107,10 +118,13 @@ class Consumer:
         self.skipped: dict[str, int] = {}
         self.verified = 0
         self.mismatched = 0
-        # (resource, key) -> (partition, cluster, term)
-        self._homes: dict[tuple[str, str], tuple[int, str, int]] = {}
+        # (resource, key) -> (partition, cluster, term, id of its last event)
+        self._homes: dict[tuple[str, str], tuple[int, str, int, str]] = {}
         self._open: dict[tuple[int, str], _Sync] = {}
-        self._seen: set[tuple[int, str]] = set()
+        self._window = Window(repeat_window)
+        # (partition, cluster, resource, namespace, full, started) -> id of its last marker:
+        # the marker key deltaship sends under, where a marker's repeats come.
+        self._markers: dict[tuple[int, str, str, str | None, bool, bool], str] = {}
         self._stale: set[tuple[str, str]] = set()
         self.duplicates = 0
 
@@ -134,12 +148,13 @@ class Consumer:
         assert isinstance(step, Received)
         if self.cluster is not None and step.cluster != self.cluster:
             return
-        if (step.partition, step.id) in self._seen:
+        if self._repeated(step):
             self.duplicates += 1
             return
-        self._seen.add((step.partition, step.id))
+        self._window.add((step.partition, step.id))
         body = step.body
         if isinstance(body, Marker):
+            self._markers[_scope(body, step.cluster, step.partition)] = step.id
             self._marker(body, step.cluster, step.partition)
             return
         resource, key = body.resource, body.key
@@ -153,6 +168,10 @@ class Consumer:
         objects = self.state.get(resource, {})
         obj = body.content
         if body.is_patch:
+            home = self._homes.get(slot)
+            if home is not None:
+                # A patch refused below is still the object's latest event.
+                self._homes[slot] = (*home[:3], step.id)
             if slot in self._stale:
                 raise BadRecord("patch_not_applied", "the object is stale: an earlier patch to it did not apply")
             if key not in objects:
@@ -165,8 +184,20 @@ class Consumer:
         else:
             self._stale.discard(slot)
         self.state.setdefault(resource, {})[key] = obj
-        self._homes[slot] = (step.partition, step.cluster, term(key, body.uid, body.resource_version))
+        self._homes[slot] = (step.partition, step.cluster, term(key, body.uid, body.resource_version), step.id)
         self.listener.upsert(resource, key, obj)
+
+    def _repeated(self, step: Received) -> bool:
+        """Whether ``step`` repeats an event already applied: a repeat never arrives after a
+        newer event of the same key, so it is the last event of its object (or marker scope)
+        when that is still held, and else one of the latest ids."""
+        if (step.partition, step.id) in self._window:
+            return True
+        body = step.body
+        if isinstance(body, Marker):
+            return self._markers.get(_scope(body, step.cluster, step.partition)) == step.id
+        home = self._homes.get((body.resource, body.key))
+        return home is not None and home[0] == step.partition and home[1] == step.cluster and home[3] == step.id
 
     def _marker(self, m: Marker, cluster: str, partition: int) -> None:
         slot = (partition, m.sync_id)
@@ -212,6 +243,10 @@ class Consumer:
             self.listener.delete(resource, key)
         if not objects:
             self.state.pop(resource, None)
+
+
+def _scope(m: Marker, cluster: str, partition: int) -> tuple[int, str, str, str | None, bool, bool]:
+    return (partition, cluster, m.resource, m.namespace, m.full, m.started)
 
 
 def _in_scope(key: str, namespace: str | None) -> bool:

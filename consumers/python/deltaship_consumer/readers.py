@@ -1,11 +1,10 @@
 """Readers of the real brokers: every record up to the end the source had when reading
 started, then return (a rebuild). For a consumer that keeps following, call the
-``Consumer`` methods from your own Kafka or NATS subscription instead."""
+``Consumer`` methods from your own Kafka or NATS subscription instead. Each imports its
+broker's client when called: the extras ``deltaship-consumer[kafka]`` (confluent-kafka) and
+``deltaship-consumer[nats]`` (nats-py) install them."""
 
 from __future__ import annotations
-
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
-from confluent_kafka import Consumer as KafkaConsumer
 
 from .decode import BadRecord
 from .protocol import Consumer
@@ -24,6 +23,11 @@ def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict
     of an aborted transaction stay in the log, and transaction markers take offsets but are
     never delivered, so a partition ends at its EOF, not only at a record just before the end.
     """
+    try:
+        from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+        from confluent_kafka import Consumer as KafkaConsumer
+    except ImportError as e:
+        raise ImportError(f"read_kafka needs confluent-kafka ({e}); install it with: pip install 'deltaship-consumer[kafka]'") from None
     kafka = KafkaConsumer(
         {
             "bootstrap.servers": brokers,
@@ -74,8 +78,11 @@ def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict
 async def read_jetstream(url: str, stream: str, consumer: Consumer) -> None:
     """Gives ``consumer`` every message of ``stream`` in stream order, in batches through an
     ephemeral consumer; bad messages are skipped, counted and reported."""
-    import nats
-    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+    try:
+        import nats
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+    except ImportError as e:
+        raise ImportError(f"read_jetstream needs nats-py ({e}); install it with: pip install 'deltaship-consumer[nats]'") from None
 
     nc = await nats.connect(url)
     try:

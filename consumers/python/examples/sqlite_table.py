@@ -17,8 +17,7 @@ import time
 
 from confluent_kafka import Consumer as KafkaConsumer
 
-from deltaship_consumer import BadRecord, Consumer, Listener
-from deltaship_consumer.__main__ import read_records
+from deltaship_consumer import BadRecord, Consumer, Listener, read_records
 
 
 class Table(Listener):

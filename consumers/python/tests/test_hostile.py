@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from deltaship_consumer import MAX_RECORD_BYTES, Consumer
-from deltaship_consumer.__main__ import read_records
+from deltaship_consumer import read_records
 
 HERE = Path(__file__).resolve().parents[1]
 HOSTILE = HERE.parents[1] / "vectors" / "hostile"

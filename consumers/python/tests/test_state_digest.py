@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deltaship_consumer import Consumer
-from deltaship_consumer.__main__ import read_records
+from deltaship_consumer import read_records
 from deltaship_consumer.protocol import term
 
 HERE = Path(__file__).resolve().parents[1]

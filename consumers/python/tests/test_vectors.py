@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from deltaship_consumer import Consumer
-from deltaship_consumer.__main__ import read_records
+from deltaship_consumer import read_records
 
 VECTORS = Path(__file__).resolve().parents[3] / "vectors"
 CASES = sorted((d, f) for d in VECTORS.iterdir() if (d / "expected.json").is_file() for f in ("kafka.jsonl", "nats.jsonl") if (d / f).is_file())

@@ -16,7 +16,9 @@ import (
 	"os"
 	"strings"
 
-	"deltaship.dev/consumer"
+	"deltaship.dev/consumer/v2"
+	"deltaship.dev/consumer/v2/jetstream"
+	"deltaship.dev/consumer/v2/kafka"
 )
 
 type list []string
@@ -26,9 +28,9 @@ func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	var topics list
-	kafka := flag.String("kafka", "", "Kafka bootstrap servers, comma separated; read every -topic")
+	brokers := flag.String("kafka", "", "Kafka bootstrap servers, comma separated; read every -topic")
 	flag.Var(&topics, "topic", "a Kafka topic (repeat for several)")
-	url := flag.String("nats", "", "NATS server URL; read the -stream")
+	natsURL := flag.String("nats", "", "NATS server URL; read the -stream")
 	stream := flag.String("stream", "", "the JetStream stream")
 	records := flag.String("records", "", "a recorded stream (vectors/*/kafka.jsonl or nats.jsonl)")
 	cluster := flag.String("cluster", "", "apply only this cluster's events")
@@ -39,10 +41,10 @@ func main() {
 	switch {
 	case *records != "":
 		err = consumer.ReadRecords(*records, c, nil)
-	case *kafka != "" && len(topics) > 0:
-		err = consumer.ReadKafka(strings.Split(*kafka, ","), topics, c, nil)
-	case *url != "" && *stream != "":
-		err = consumer.ReadJetStream(context.Background(), *url, *stream, c, nil)
+	case *brokers != "" && len(topics) > 0:
+		err = kafka.Read(strings.Split(*brokers, ","), topics, c, nil)
+	case *natsURL != "" && *stream != "":
+		err = jetstream.Read(context.Background(), *natsURL, *stream, c, nil)
 	default:
 		fmt.Fprintln(os.Stderr, "error: give -records FILE, -kafka BROKERS with -topic, or -nats URL with -stream")
 		os.Exit(2)

@@ -14,7 +14,9 @@ import (
 	"os"
 	"strings"
 
-	"deltaship.dev/consumer"
+	"deltaship.dev/consumer/v2"
+	"deltaship.dev/consumer/v2/jetstream"
+	"deltaship.dev/consumer/v2/kafka"
 )
 
 // trigger keeps each Deployment's last pod template and calls run when it changes.
@@ -62,9 +64,9 @@ func images(template json.RawMessage) []string {
 }
 
 func main() {
-	kafka := flag.String("kafka", "", "Kafka bootstrap servers")
+	brokers := flag.String("kafka", "", "Kafka bootstrap servers")
 	topic := flag.String("topic", "", "the Deployments' topic")
-	url := flag.String("nats", "", "NATS server URL")
+	natsURL := flag.String("nats", "", "NATS server URL")
 	stream := flag.String("stream", "", "the JetStream stream")
 	flag.Parse()
 	t := &trigger{templates: map[string]json.RawMessage{}, run: func(key string, images []string) {
@@ -72,10 +74,10 @@ func main() {
 	}}
 	c := consumer.New(consumer.Options{Listener: t})
 	var err error
-	if *kafka != "" {
-		err = consumer.ReadKafka(strings.Split(*kafka, ","), []string{*topic}, c, nil)
+	if *brokers != "" {
+		err = kafka.Read(strings.Split(*brokers, ","), []string{*topic}, c, nil)
 	} else {
-		err = consumer.ReadJetStream(context.Background(), *url, *stream, c, nil)
+		err = jetstream.Read(context.Background(), *natsURL, *stream, c, nil)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)

@@ -15,8 +15,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
-import org.apache.kafka.common.header.Header;
-import org.apache.kafka.common.header.Headers;
 
 /**
  * The consumer protocol of deltaship's event contract (vectors/README.md in the repository),
@@ -35,9 +33,16 @@ public final class Consumer {
     /** The version of deltaship's event contract this library follows. */
     public static final int CONTRACT_VERSION = 2;
 
+    /**
+     * How many of the latest event ids a consumer remembers by default to skip repeats, beside the
+     * last id of each object and marker scope it holds.
+     */
+    public static final int DEFAULT_REPEAT_WINDOW = Repeats.DEFAULT_WINDOW;
+
     private record Home(int partition, String cluster) {}
 
-    private record Placed(Home home, BigInteger term) {}
+    /** Where an object lives, its term, and the id of its last event. */
+    private record Placed(Home home, BigInteger term, String id) {}
 
     private static final BigInteger MOD = BigInteger.ONE.shiftLeft(128);
 
@@ -93,7 +98,9 @@ public final class Consumer {
     private final Map<String, Map<String, JsonNode>> state = new TreeMap<>();
     private final Map<String, Placed> homes = new HashMap<>();
     private final Map<String, OpenSync> open = new HashMap<>();
-    private final Set<String> seen = new HashSet<>();
+    private final Repeats window;
+    /** The id of the last marker of each marker key (resource, namespace scope, mode, phase), per partition and cluster. */
+    private final Map<String, String> markers = new HashMap<>();
     private final Set<String> stale = new HashSet<>();
     private final Map<String, Long> skipped = new TreeMap<>();
     private PrintStream report = System.err;
@@ -107,8 +114,19 @@ public final class Consumer {
      * @param cluster apply only this cluster's events (null: all)
      */
     public Consumer(Listener listener, String cluster) {
+        this(listener, cluster, DEFAULT_REPEAT_WINDOW);
+    }
+
+    /**
+     * @param listener told of each change (null: none)
+     * @param cluster apply only this cluster's events (null: all)
+     * @param repeatWindow how many of the latest event ids are remembered to skip repeats, beside
+     *     the last id of each object and marker scope held
+     */
+    public Consumer(Listener listener, String cluster, int repeatWindow) {
         this.listener = listener == null ? new Listener() {} : listener;
         this.cluster = cluster;
+        this.window = new Repeats(repeatWindow);
     }
 
     /** The state: resource ({@code <apiVersion>/<Kind>}) to key to object. */
@@ -116,7 +134,7 @@ public final class Consumer {
         return state;
     }
 
-    /** Events skipped as repeats of an id already seen on their partition. */
+    /** Events skipped as repeats (same id, same partition) of one applied. */
     public long duplicates() {
         return duplicates;
     }
@@ -154,13 +172,12 @@ public final class Consumer {
         }
     }
 
-    /** Applies one Kafka record of {@code partition}; a null value (a tombstone) is ignored. */
-    public void kafkaRecord(int partition, Headers headers, byte[] value) throws BadRecordException {
-        List<Map.Entry<String, byte[]>> pairs = new ArrayList<>();
-        for (Header h : headers) {
-            pairs.add(new AbstractMap.SimpleEntry<>(h.key(), h.value()));
-        }
-        apply(Decode.decode(false, pairs, value, partition));
+    /**
+     * Applies one Kafka record of {@code partition}, its headers as (name, value) pairs in the
+     * record's order; a null value (a tombstone) is ignored.
+     */
+    public void kafkaRecord(int partition, List<Map.Entry<String, byte[]>> headers, byte[] value) throws BadRecordException {
+        apply(Decode.decode(false, headers, value, partition));
     }
 
     /** Applies one JetStream message, its headers as (name, value) pairs. */
@@ -176,11 +193,14 @@ public final class Consumer {
         if (r == null || cluster != null && !cluster.equals(r.cluster())) {
             return;
         }
-        if (!seen.add(r.partition() + "/" + r.id())) {
+        String seen = r.partition() + "/" + r.id();
+        if (repeated(r, seen)) {
             duplicates++;
             return;
         }
+        window.add(seen);
         if (r.marker() != null) {
+            markers.put(scope(r.marker(), r.cluster(), r.partition()), r.id());
             marker(r.marker(), r.cluster(), r.partition());
             return;
         }
@@ -197,6 +217,11 @@ public final class Consumer {
         }
         JsonNode object = o.whole();
         if (o.ops() != null) {
+            Placed held = homes.get(slot);
+            if (held != null) {
+                // A patch refused below is still the object's latest event.
+                homes.put(slot, new Placed(held.home(), held.term(), r.id()));
+            }
             if (stale.contains(slot)) {
                 throw new BadRecordException("patch_not_applied", "the object is stale: an earlier patch to it did not apply");
             }
@@ -214,8 +239,35 @@ public final class Consumer {
             stale.remove(slot);
         }
         state.computeIfAbsent(o.resource(), x -> new TreeMap<>()).put(o.key(), object);
-        homes.put(slot, new Placed(new Home(r.partition(), r.cluster()), term(o.key(), o.uid(), o.resourceVersion())));
+        homes.put(slot, new Placed(new Home(r.partition(), r.cluster()), term(o.key(), o.uid(), o.resourceVersion()), r.id()));
         listener.upsert(o.resource(), o.key(), object);
+    }
+
+    /**
+     * Whether {@code r} repeats an event already applied: a repeat never arrives after a newer
+     * event of the same key, so it is the last event of its object (or marker scope) when that is
+     * still held, and else one of the latest ids.
+     */
+    private boolean repeated(Decode.Received r, String seen) {
+        if (window.has(seen)) {
+            return true;
+        }
+        if (r.marker() != null) {
+            return r.id().equals(markers.get(scope(r.marker(), r.cluster(), r.partition())));
+        }
+        Placed p = homes.get(r.object().resource() + "\u0000" + r.object().key());
+        return p != null && p.home().equals(new Home(r.partition(), r.cluster())) && r.id().equals(p.id());
+    }
+
+    /** The marker key deltaship sends {@code m} under, on its partition, of its cluster: where its repeats come. */
+    private static String scope(Decode.Marker m, String eventCluster, int partition) {
+        return String.join("\u0000", Integer.toString(partition), eventCluster, m.resource(), m.namespace() == null ? "\u0001" : m.namespace(),
+                Boolean.toString(m.full()), Boolean.toString(m.started()));
+    }
+
+    /** How many event ids the repeat window holds now (at most twice its size). */
+    int windowed() {
+        return window.size();
     }
 
     private void marker(Decode.Marker m, String eventCluster, int partition) {

@@ -1,5 +1,7 @@
 package dev.deltaship.consumer;
 
+import dev.deltaship.consumer.jetstream.JetStreamReader;
+import dev.deltaship.consumer.kafka.KafkaReader;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -13,7 +15,7 @@ import java.util.List;
  * marker ...}); with {@code --verify} a last line {@code verification: {"verified": N,
  * "mismatched": M}} follows and the exit code is 3 when M > 0.
  *
- * <pre>java -jar deltaship-consumer-0.1.0-all.jar --kafka B --topic T | --nats URL --stream S | --records FILE [--cluster C] [--verify]</pre>
+ * <pre>java -jar deltaship-consumer-2.0.0-all.jar --kafka B --topic T | --nats URL --stream S | --records FILE [--cluster C] [--verify]</pre>
  */
 public final class Rebuild {
     private Rebuild() {}
@@ -42,11 +44,11 @@ public final class Rebuild {
         Consumer consumer = new Consumer(null, cluster);
         try {
             if (records != null) {
-                Readers.records(Path.of(records), consumer);
+                Records.read(Path.of(records), consumer);
             } else if (kafka != null && !topics.isEmpty()) {
-                Readers.kafka(kafka, topics, consumer);
+                KafkaReader.read(kafka, topics, consumer);
             } else if (nats != null && stream != null) {
-                Readers.jetStream(nats, stream, consumer);
+                JetStreamReader.read(nats, stream, consumer);
             } else {
                 usage("give --records FILE, --kafka BROKERS with --topic, or --nats URL with --stream");
             }

@@ -54,7 +54,7 @@ class HostileTest {
                     Map.Entry<String, JsonNode> c = it.next();
                     Consumer consumer = new Consumer(null, c.getKey());
                     consumer.reportTo(null);
-                    assertTimeoutPreemptively(Duration.ofSeconds(30), () -> Readers.records(stream(dir), consumer));
+                    assertTimeoutPreemptively(Duration.ofSeconds(30), () -> Records.read(stream(dir), consumer));
                     assertEquals(c.getValue(), Json.MAPPER.valueToTree(consumer.state()), dir + ", cluster " + c.getKey());
                     Map<String, Long> want = new TreeMap<>();
                     expected.get("skipped").get(c.getKey()).fields().forEachRemaining(e -> want.put(e.getKey(), e.getValue().asLong()));
@@ -81,7 +81,7 @@ class HostileTest {
         Files.writeString(file, bigRecord("a", Json.MAX_RECORD_BYTES) + bigRecord("b", 20_000_001) + bigRecord("c", 100), StandardCharsets.UTF_8);
         Consumer consumer = new Consumer(null, "c1");
         consumer.reportTo(new PrintStream(PrintStream.nullOutputStream()));
-        Readers.records(file, consumer);
+        Records.read(file, consumer);
         Map<String, JsonNode> objects = consumer.state().get("v1/ConfigMap");
         assertEquals(List.of("ns/a", "ns/c"), new ArrayList<>(objects.keySet()));
         assertEquals(Json.MAX_RECORD_BYTES, Json.MAPPER.writeValueAsBytes(objects.get("ns/a")).length);

@@ -70,7 +70,7 @@ class StateDigestTest {
                     consumer.reportTo(new PrintStream(report, true, StandardCharsets.UTF_8));
                     List<Consumer.Check> checks = new ArrayList<>();
                     consumer.onCheck(checks::add);
-                    Readers.records(stream(dir), consumer);
+                    Records.read(stream(dir), consumer);
                     assertEquals(c.getValue(), Json.MAPPER.valueToTree(consumer.state()), dir + ", cluster " + c.getKey());
                     Map<String, Long> skipped = new TreeMap<>();
                     expected.get("skipped").get(c.getKey()).fields().forEachRemaining(e -> skipped.put(e.getKey(), e.getValue().asLong()));

@@ -39,7 +39,7 @@ class VectorsTest {
                     for (Iterator<Map.Entry<String, JsonNode>> it = clusters.fields(); it.hasNext(); ) {
                         Map.Entry<String, JsonNode> c = it.next();
                         Consumer consumer = new Consumer(null, c.getKey());
-                        Readers.records(file, consumer);
+                        Records.read(file, consumer);
                         assertEquals(c.getValue(), JSON.valueToTree(consumer.state()), file + ", cluster " + c.getKey());
                         assertEquals(Map.of(), consumer.skipped(), file + ": a record of a real run skipped");
                         assertEquals(0, consumer.mismatched(), file + ": a marker's count and digest did not match");
@@ -67,7 +67,7 @@ class VectorsTest {
                 deletes.add(key);
             }
         }, null);
-        Readers.records(VECTORS.resolve("restart/kafka.jsonl"), consumer);
+        Records.read(VECTORS.resolve("restart/kafka.jsonl"), consumer);
         assertEquals(1, deletes.size(), deletes.toString());
     }
 }

@@ -1,38 +1,20 @@
-package consumer
+// Package kafka reads deltaship's Kafka topics into a consumer.Consumer with
+// github.com/IBM/sarama: every committed record, partition by partition, up to the end each
+// partition had when reading started.
+package kafka
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+
+	"deltaship.dev/consumer/v2"
 )
 
-// Skipped is told of every bad record a reader skips (after it is counted in
-// Consumer.Skipped); nil: Consumer.Skip reports it.
-type Skipped func(where string, err error)
-
-// report skips a bad record (counted, then told to skipped or reported); other errors
-// are returned.
-func report(c *Consumer, skipped Skipped, where string, err error) error {
-	var bad *BadRecord
-	if err == nil || !errors.As(err, &bad) || skipped == nil {
-		if err == nil {
-			return nil
-		}
-		return c.Skip(where, err)
-	}
-	c.Skipped[bad.Reason]++
-	skipped(where, err)
-	return nil
-}
-
-// ReadKafka gives c every committed record of topics, partition by partition, in offset
+// Read gives c every committed record of topics, partition by partition, in offset
 // order, up to the end each partition had when reading started: its last stable offset (an
 // open transaction holds it back).
 //
@@ -41,7 +23,7 @@ func report(c *Consumer, skipped Skipped, where string, err error) error {
 // but are never delivered. sarama delivers neither under ReadCommitted but does not tell
 // where its fetching got to, so when no record comes for a while, the reader looks at what
 // is left before the end itself (committedBefore).
-func ReadKafka(brokers []string, topics []string, c *Consumer, skipped Skipped) error {
+func Read(brokers []string, topics []string, c *consumer.Consumer, skipped consumer.Skipped) error {
 	config := sarama.NewConfig()
 	config.Consumer.Return.Errors = true
 	// The isolation level takes Kafka 0.11's Fetch v4; 2.1 (Fetch v10, ListOffsets v4) is
@@ -82,7 +64,7 @@ const (
 	kafkaIdle    = 200 * time.Millisecond
 )
 
-func readPartition(client sarama.Client, reader sarama.Consumer, topic string, p int32, c *Consumer, skipped Skipped) error {
+func readPartition(client sarama.Client, reader sarama.Consumer, topic string, p int32, c *consumer.Consumer, skipped consumer.Skipped) error {
 	low, err := client.GetOffset(topic, p, sarama.OffsetOldest)
 	if err != nil {
 		return fmt.Errorf("no offsets for %s/%d: %w", topic, p, err)
@@ -108,11 +90,11 @@ func readPartition(client sarama.Client, reader sarama.Consumer, topic string, p
 			if m.Offset >= high {
 				return nil // committed after reading started
 			}
-			headers := make([]Header, 0, len(m.Headers))
+			headers := make([]consumer.Header, 0, len(m.Headers))
 			for _, h := range m.Headers {
-				headers = append(headers, Header{Key: string(h.Key), Value: h.Value})
+				headers = append(headers, consumer.Header{Key: string(h.Key), Value: h.Value})
 			}
-			if err := report(c, skipped, fmt.Sprintf("%s/%d@%d", topic, p, m.Offset), c.KafkaRecord(p, m.Key, headers, m.Value)); err != nil {
+			if err := c.SkipWith(fmt.Sprintf("%s/%d@%d", topic, p, m.Offset), c.KafkaRecord(p, m.Key, headers, m.Value), skipped); err != nil {
 				return err
 			}
 			next = m.Offset + 1
@@ -220,68 +202,4 @@ func committedBefore(client sarama.Client, topic string, p int32, from, to int64
 		}
 	}
 	return false, nil
-}
-
-// ReadJetStream gives c every message of stream, in stream order, up to the last message
-// it had when reading started.
-func ReadJetStream(ctx context.Context, url, stream string, c *Consumer, skipped Skipped) error {
-	nc, err := nats.Connect(url)
-	if err != nil {
-		return fmt.Errorf("cannot connect to %s: %w", url, err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", stream, err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return err
-	}
-	last := info.State.LastSeq
-	if last == 0 {
-		return nil
-	}
-	reader, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return err
-	}
-	for seq := uint64(0); seq < last; {
-		batch, err := reader.Fetch(500, jetstream.FetchMaxWait(30*time.Second))
-		if err != nil {
-			return err
-		}
-		got := 0
-		for m := range batch.Messages() {
-			meta, err := m.Metadata()
-			if err != nil {
-				return err
-			}
-			seq = meta.Sequence.Stream
-			got++
-			var headers []Header
-			for name, values := range m.Headers() {
-				for _, v := range values {
-					headers = append(headers, Header{Key: name, Value: []byte(v)})
-				}
-			}
-			if err := report(c, skipped, fmt.Sprintf("%s#%d", stream, seq), c.NatsMessage(headers, m.Data())); err != nil {
-				return err
-			}
-			if seq >= last {
-				break
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
-		if got == 0 {
-			return fmt.Errorf("no message after %s#%d within 30 s", stream, seq)
-		}
-	}
-	return nil
 }

@@ -1,0 +1,93 @@
+package dev.deltaship.consumer.kafka;
+
+import dev.deltaship.consumer.BadRecordException;
+import dev.deltaship.consumer.Consumer;
+import java.time.Duration;
+import java.util.AbstractMap;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.Headers;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+
+/**
+ * Reads deltaship's Kafka topics into a {@link Consumer} with the Apache Kafka client
+ * ({@code org.apache.kafka:kafka-clients}, an optional dependency: declare it, at the version
+ * you choose), to the end each partition had when reading started.
+ */
+public final class KafkaReader {
+    private static final Duration TIMEOUT = Duration.ofSeconds(30);
+
+    private KafkaReader() {}
+
+    /**
+     * Every committed record of {@code topics}, partition by partition, in offset order, up to
+     * the end each partition had when its reading started: its last stable offset (an open
+     * transaction holds it back). deltaship writes inside Kafka transactions when it fences a
+     * deposed leader: the records of an aborted transaction stay in the log, and the markers
+     * that end transactions take offsets but are never delivered, so a partition ends where the
+     * consumer's position reaches the end, not at a record just before it.
+     */
+    public static void read(String brokers, List<String> topics, Consumer consumer) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", brokers);
+        p.put("enable.auto.commit", "false");
+        // kafka-clients' default is read_uncommitted; under read_committed endOffsets is the
+        // last stable offset.
+        p.put("isolation.level", "read_committed");
+        // The broker holds a fetch at a partition's end this long (default 500 ms), and reading
+        // stops at every partition's end.
+        p.put("fetch.max.wait.ms", "100");
+        try (KafkaConsumer<byte[], byte[]> kafka = new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            for (String topic : topics) {
+                List<PartitionInfo> partitions = kafka.partitionsFor(topic, TIMEOUT);
+                if (partitions == null || partitions.isEmpty()) {
+                    throw new IllegalStateException("topic " + topic + " does not exist");
+                }
+                for (PartitionInfo info : partitions) {
+                    TopicPartition tp = new TopicPartition(topic, info.partition());
+                    long end = kafka.endOffsets(List.of(tp), TIMEOUT).get(tp);
+                    kafka.assign(List.of(tp));
+                    kafka.seekToBeginning(List.of(tp));
+                    long next = kafka.position(tp, TIMEOUT);
+                    long deadline = System.nanoTime() + TIMEOUT.toNanos();
+                    while (next < end) {
+                        var records = kafka.poll(Duration.ofMillis(200));
+                        for (ConsumerRecord<byte[], byte[]> r : records) {
+                            if (r.offset() >= end) {
+                                break; // committed after reading started
+                            }
+                            try {
+                                consumer.kafkaRecord(r.partition(), pairs(r.headers()), r.value());
+                            } catch (BadRecordException e) {
+                                consumer.skip(r.topic() + "/" + r.partition() + "@" + r.offset(), e);
+                            }
+                        }
+                        // The position moves past markers and aborted records too, which no poll returns.
+                        long position = kafka.position(tp, TIMEOUT);
+                        if (position > next) {
+                            next = position;
+                            deadline = System.nanoTime() + TIMEOUT.toNanos();
+                        } else if (System.nanoTime() > deadline) {
+                            throw new IllegalStateException("no record from " + tp + " within " + TIMEOUT);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    private static List<Map.Entry<String, byte[]>> pairs(Headers headers) {
+        List<Map.Entry<String, byte[]>> out = new ArrayList<>();
+        for (Header h : headers) {
+            out.add(new AbstractMap.SimpleEntry<>(h.key(), h.value()));
+        }
+        return out;
+    }
+}
