@@ -1,6 +1,7 @@
 //! Shared helpers of the integration tests: the real test environment (tests/env), the
 //! deltaship binary as a child process and in its image, test configs, the Helm chart, a
-//! Kafka reader, an HTTP receiver of CloudEvents, and the documentation's pages and examples.
+//! Kafka reader, an HTTP receiver of CloudEvents, a PostgreSQL database and the analytics
+//! replica, and the documentation's pages and examples.
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod bridge;
@@ -19,6 +20,7 @@ pub mod log;
 pub mod nats;
 pub mod nats_server;
 pub mod node;
+pub mod postgres;
 pub mod receiver;
 pub mod state;
 
