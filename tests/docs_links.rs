@@ -1,14 +1,14 @@
 //! Every relative link of the documentation (README.md, CONTRIBUTING.md, docs/) leads to a
-//! file of the repository, and to a heading of it when it names one; every repository path
-//! written in backticks exists; every metric named in backticks is one deltaship exports.
-//! No test server is needed.
+//! file of the repository, and to a heading of it when it names one; every metric named in
+//! backticks is one deltaship exports (the paths in backticks: tests/prose.rs). No test
+//! server is needed.
 
 mod support;
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
 
-use support::docs::{pages, read, root};
+use support::docs::{pages, prose, root};
 
 /// GitHub's anchor of a heading: lower case, punctuation dropped, spaces as `-`.
 fn anchor(heading: &str) -> String {
@@ -56,20 +56,6 @@ fn normal(path: &Path) -> PathBuf {
             }
             Component::CurDir => {}
             c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The text of a page outside its fenced code blocks, line by line with line numbers.
-fn prose(page: &Path) -> Vec<(usize, String)> {
-    let mut in_code = false;
-    let mut out = Vec::new();
-    for (i, line) in read(page).lines().enumerate() {
-        if line.trim_start().starts_with("```") {
-            in_code = !in_code;
-        } else if !in_code {
-            out.push((i + 1, line.to_string()));
         }
     }
     out
@@ -143,81 +129,9 @@ fn a_broken_link_is_found() {
     assert_eq!(anchor("Files of a vector (`vectors/<name>/`)"), "files-of-a-vector-vectorsname");
 }
 
-/// The top-level entries of the repository a path in backticks may start with.
-fn top_level() -> BTreeSet<String> {
-    std::fs::read_dir(root())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| !matches!(n.as_str(), "target" | ".git"))
-        .collect()
-}
-
 /// The spans written in backticks in a line of prose.
 fn code_spans(line: &str) -> Vec<&str> {
     line.split('`').skip(1).step_by(2).collect()
-}
-
-/// A span that names a path of the repository: it starts with one of its top-level
-/// entries and holds no placeholder, space or glob. Globs (`tests/node*.rs`) must match one.
-fn repo_path(span: &str, top: &BTreeSet<String>) -> Option<String> {
-    let span = span.trim_end_matches(['.', ',', ':']);
-    let first = span.split('/').next()?;
-    if !span.contains('/') && !span.ends_with(".md") || !top.contains(first) {
-        return None;
-    }
-    if span.contains(['<', '>', '{', '}', ' ', '$', '=']) || span.contains("...") {
-        return None;
-    }
-    Some(span.to_string())
-}
-
-fn exists(path: &str) -> bool {
-    // What `tests/env/up` writes at run time (its `.state`) is named, not committed.
-    if path.starts_with("tests/env/.state/") {
-        return true;
-    }
-    match path.split_once('*') {
-        None => root().join(path).exists(),
-        Some((before, after)) => {
-            let (dir, prefix) = before.rsplit_once('/').unwrap_or(("", before));
-            std::fs::read_dir(root().join(dir)).is_ok_and(|entries| {
-                entries.filter_map(|e| e.ok()).any(|e| {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    name.starts_with(prefix) && name.ends_with(after.trim_start_matches('/'))
-                })
-            })
-        }
-    }
-}
-
-#[test]
-fn every_repository_path_in_backticks_exists() {
-    let top = top_level();
-    let mut missing = Vec::new();
-    let mut checked = 0;
-    for page in pages() {
-        for (line, text) in prose(&page) {
-            for span in code_spans(&text) {
-                if let Some(path) = repo_path(span, &top) {
-                    checked += 1;
-                    if !exists(&path) {
-                        missing.push(format!("{}:{line}: `{path}` does not exist", page.display()));
-                    }
-                }
-            }
-        }
-    }
-    assert!(missing.is_empty(), "paths that do not exist:\n{}", missing.join("\n"));
-    assert!(checked > 100, "only {checked} paths: the pages' shape changed");
-}
-
-#[test]
-fn a_missing_path_is_found() {
-    let top = top_level();
-    assert_eq!(repo_path("tests/run", &top).as_deref(), Some("tests/run"));
-    assert_eq!(repo_path("vectors/<name>/", &top), None);
-    assert_eq!(repo_path("deltaship run", &top), None);
-    assert!(exists("tests/node*.rs") && exists("docs/reference/") && !exists("tests/no_such_test.rs"));
 }
 
 #[test]

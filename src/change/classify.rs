@@ -282,8 +282,8 @@ impl Classifier {
 
     fn listed(&mut self, obj: Object, out: &mut Vec<Change>) {
         let Some(sync) = self.sync.as_mut() else {
-            // A listed object outside a sync cannot come from kube-runtime's watcher; treat
-            // it as a live change rather than lose it.
+            // The watch sends `Observed::Init` before a list's objects, so this does not
+            // happen; should it, the object is a live change rather than lost.
             return self.applied(obj, None, out);
         };
         let key = obj.reference.key();

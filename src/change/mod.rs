@@ -105,8 +105,10 @@ pub struct Marker {
     pub sync_id: Arc<str>,
     pub reason: SyncReason,
     pub mode: SyncMode,
-    /// The highest resourceVersion among the listed objects (kube-runtime's watcher does
-    /// not expose the list's own resourceVersion). Empty on `started` and for empty lists.
+    /// On `completed`: the list's own resourceVersion (the `Observed::Bookmark` the watch
+    /// sends before `InitDone`); for a resume, the checkpoint's version; for a resync, which
+    /// lists nothing, the highest resourceVersion among the indexed objects. Empty on
+    /// `started`.
     pub resource_version: String,
     /// Set on `completed`.
     pub counts: Option<SyncCounts>,

@@ -131,7 +131,8 @@ pub struct Saved {
     pub uid: String,
     #[serde(rename = "rv")]
     pub resource_version: String,
-    /// The fingerprint (`change::Fingerprinter`), 32 hex digits.
+    /// The object's fingerprint as the watch stage took it (`json::Scanner`, or
+    /// `json::Fingerprinter` for an object it changed), 32 hex digits.
     #[serde(rename = "fp", with = "hex128")]
     pub fingerprint: u128,
 }

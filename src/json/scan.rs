@@ -1,10 +1,10 @@
 //! The raw-bytes scanner: an object's metadata, fingerprint and shippable bytes read from
 //! the API server's JSON in one validating pass, without building a tree.
 //!
-//! The fingerprint is `change::Fingerprinter`'s: the xxh3-128 of the JSON with the ignored
-//! object members left out. On bytes that serde_json's compact writer produced, the two are
-//! equal (property-tested below); on other bytes (whitespace, Go's `\u003c` escapes, Go's
-//! member order) the scanner hashes the bytes as they are.
+//! The fingerprint is the tree path's (`json::Fingerprinter`): the xxh3-128 of the JSON with
+//! the ignored object members left out. On bytes that serde_json's compact writer produced,
+//! the two are equal (property-tested below); on other bytes (whitespace, Go's `\u003c`
+//! escapes, Go's member order) the scanner hashes the bytes as they are.
 
 use std::borrow::Cow;
 use std::ops::Range;

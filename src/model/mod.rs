@@ -16,8 +16,9 @@ pub use object::{Object, ObjectError, ObjectRef};
 pub use resource::ResourceType;
 pub use stall::{Stall, StallReason};
 
-/// What a watch observed, its object already decoded and redacted: kube-runtime's
-/// `watcher::Event` as the later stages take it.
+/// What a watch observed, its object already decoded and redacted: the events of
+/// `kube::runtime::watcher::Event` (which `watch::stream` replaces) and what that watcher
+/// keeps to itself (resume, bookmarks, stalls).
 #[derive(Debug)]
 pub enum Observed {
     /// A (re)list starts.

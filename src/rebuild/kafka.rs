@@ -142,8 +142,8 @@ fn follow_on(kafka: &BaseConsumer, ends: TopicPartitionList, f: &Follow, consume
 }
 
 /// The record's headers as (name, value); headers with a null value are left out.
-/// rdkafka's own `Headers::iter` panics on a name that is not UTF-8, which a hostile
-/// producer can write: read them through librdkafka's C API instead.
+/// rdkafka's own `rdkafka::message::Headers::iter` panics on a name that is not UTF-8,
+/// which a hostile producer can write: read them through librdkafka's C API instead.
 #[allow(unsafe_code)]
 fn headers<'m>(m: &'m BorrowedMessage<'_>) -> Vec<(&'m [u8], &'m [u8])> {
     use rdkafka::bindings as rd;

@@ -301,7 +301,7 @@ fn causes(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The certificate error among the causes of `e`. The TLS error reaches the client inside
-/// two `io::Error`s (tokio-rustls's, then hyper-rustls's), whose `source` skips the error
+/// two `std::io::Error`s (tokio-rustls's, then hyper-rustls's), whose `source` skips the error
 /// they wrap: each is opened by `get_ref`.
 fn certificate_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::CertificateError> {
     let mut next = Some(e);

@@ -1,6 +1,7 @@
-//! The watch stage: the API server's client, discovery and access checks, and one
-//! kube-runtime watcher per resource and namespace, its objects decoded and redacted into a
-//! stream of observations (the pipeline's worker takes it from there).
+//! The watch stage: the API server's client, discovery and access checks, and one list and
+//! watch per resource and namespace (`stream::list_watch`, client-go's reflector's loop), its
+//! objects decoded and redacted into a stream of observations (the pipeline's worker takes
+//! it from there). Of kube-runtime it uses only the error type, `watcher::Error`.
 
 pub mod access;
 pub mod client;
@@ -80,7 +81,7 @@ pub enum FailureKind {
     Unauthorized,
     Forbidden,
     NotFound,
-    /// 410 Gone: the watch's resourceVersion is too old; the watcher relists.
+    /// 410 Gone: the watch's resourceVersion is too old; the watch lists again.
     Expired,
     Throttled,
     ServerError,

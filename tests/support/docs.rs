@@ -32,6 +32,20 @@ pub fn read(page: &Path) -> String {
     std::fs::read_to_string(root().join(page)).unwrap_or_else(|e| panic!("{}: {e}", page.display()))
 }
 
+/// The text of a page outside its fenced code blocks, line by line with line numbers.
+pub fn prose(page: &Path) -> Vec<(usize, String)> {
+    let mut in_code = false;
+    let mut out = Vec::new();
+    for (i, line) in read(page).lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code {
+            out.push((i + 1, line.to_string()));
+        }
+    }
+    out
+}
+
 /// A fenced code block of a page.
 pub struct Fence {
     pub page: PathBuf,

@@ -1,4 +1,5 @@
-//! Kubernetes helpers: a client for the test API server, namespaces, readiness waits.
+//! Kubernetes helpers: a client for the test API server, namespaces, and waits (`eventually`,
+//! `until_done`).
 
 use std::time::{Duration, Instant};
 
@@ -12,8 +13,9 @@ pub async fn client() -> Client {
     Client::try_default().await.expect("a client for the test API server (KUBECONFIG)")
 }
 
-/// Creates a fresh namespace and waits until its default ServiceAccount exists (the
-/// controller-manager creates it; Pods cannot be admitted before).
+/// Creates a fresh namespace, `<prefix>-<unique>`, and returns at once: it does not wait for
+/// its default ServiceAccount (the controller-manager creates it a moment later; Pods are
+/// not admitted before), so a test that creates Pods in it waits for that itself.
 pub async fn namespace(client: &Client, prefix: &str) -> String {
     let name = super::unique(prefix);
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
