@@ -6,23 +6,25 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use rdkafka::consumer::Consumer as _;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Message as _};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::headers::headers;
 use super::ledger::{Doubt, Part};
-use crate::config::KafkaConfig;
+use crate::config::{ClientRole, KafkaConfig};
 use crate::model::Placement;
-use crate::rebuild::decode::Step;
-use crate::rebuild::kafka;
-use crate::rebuild::protocol::Body;
 
-/// Each request of the read; a broker that does not answer fails the read (the retry reads again).
+/// Each request of the read; a broker that does not answer fails the read (the retry reads
+/// again).
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Where each of `doubts` was found, by (event id, part); a record absent from the log is
-/// not in the answer. An error when a topic cannot be read to its end.
+/// Where each of `doubts` was found, by (event id, part): an object event on any partition,
+/// a marker's copy on its own. A record absent from the log is not in the answer. An error
+/// when a topic cannot be read to its end.
 pub fn find(config: &KafkaConfig, doubts: &[(String, Doubt)]) -> Result<HashMap<(String, Part), Placement>, String> {
-    let reader = kafka::connect(&config.brokers, Some(config), "deltaship-lookup").map_err(|e| e.to_string())?;
+    let reader = connect(config)?;
     // Per topic: the earliest floor, and the wanted ids.
     let mut topics: BTreeMap<&str, (i64, HashSet<&str>)> = BTreeMap::new();
     for (id, d) in doubts {
@@ -30,30 +32,46 @@ pub fn find(config: &KafkaConfig, doubts: &[(String, Doubt)]) -> Result<HashMap<
         *since = (*since).min(d.since_ms);
         ids.insert(id);
     }
-    let mut found = HashMap::new();
+    // Where each wanted id was read: (id, partition).
+    let mut read: HashMap<(String, i32), Placement> = HashMap::new();
     for (topic, (since_ms, ids)) in topics {
-        let starts = starts(&reader, topic, since_ms)?;
-        kafka::read_topic(&reader, topic, |p| starts.get(&p).copied().unwrap_or(i64::MAX), &mut |p, offset, step| {
-            if let Ok(Step::Event(e)) = step
-                && ids.contains(e.id.as_str())
-                && let Ok(offset) = u64::try_from(offset)
-            {
-                let part = match e.body {
-                    Body::Marker { .. } => Part::Marker(p),
-                    Body::Object { .. } => Part::Object,
-                };
-                found.insert((e.id, part), Placement { partition: p, offset });
-            }
-            Ok(())
-        })
-        .map_err(|e| e.to_string())?;
+        for (p, start) in starts(&reader, topic, since_ms)? {
+            read_partition(&reader, topic, p, start, &mut |m, offset| {
+                if let Some(id) = event_id(m).filter(|id| ids.contains(id.as_str())) {
+                    read.insert((id, p), Placement { partition: p, offset });
+                }
+            })?;
+        }
     }
-    Ok(found)
+    Ok(doubts
+        .iter()
+        .filter_map(|(id, d)| {
+            let at = match d.part {
+                Part::Marker(p) => read.get(&(id.clone(), p)).copied(),
+                Part::Object => read.iter().find(|((read_id, _), _)| read_id == id).map(|(_, at)| *at),
+            };
+            Some(((id.clone(), d.part), at?))
+        })
+        .collect())
+}
+
+/// A reader with the sink's connection settings that commits nothing and reports the end of
+/// each partition.
+fn connect(config: &KafkaConfig) -> Result<BaseConsumer, String> {
+    let mut client = config.client_config(ClientRole::Consumer).map_err(|e| e.to_string())?;
+    client
+        .set("bootstrap.servers", &config.brokers)
+        .set("group.id", "deltaship-lookup")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .set("fetch.wait.max.ms", "100");
+    client.create().map_err(|e| format!("cannot create a Kafka consumer: {e}"))
 }
 
 /// Per partition of `topic`, the offset of its first record stamped at or after `since_ms`;
 /// a partition without one is left out (nothing to read there).
-fn starts(reader: &rdkafka::consumer::BaseConsumer, topic: &str, since_ms: i64) -> Result<HashMap<i32, i64>, String> {
+fn starts(reader: &BaseConsumer, topic: &str, since_ms: i64) -> Result<Vec<(i32, i64)>, String> {
     let md = reader.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| format!("no metadata for topic {topic}: {e}"))?;
     let mut query = TopicPartitionList::new();
     for p in md.topics().iter().flat_map(|t| t.partitions()) {
@@ -68,4 +86,45 @@ fn starts(reader: &rdkafka::consumer::BaseConsumer, topic: &str, since_ms: i64) 
             _ => None,
         })
         .collect())
+}
+
+/// Gives `record` each record of `topic`/`p` from `start` to the partition's end.
+fn read_partition(reader: &BaseConsumer, topic: &str, p: i32, start: i64, record: &mut dyn FnMut(&BorrowedMessage<'_>, u64)) -> Result<(), String> {
+    let (_, high) = reader.fetch_watermarks(topic, p, TIMEOUT).map_err(|e| format!("no offsets for {topic}/{p}: {e}"))?;
+    if high <= start {
+        return Ok(());
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, p, Offset::Offset(start)).map_err(|e| e.to_string())?;
+    reader.assign(&tpl).map_err(|e| e.to_string())?;
+    loop {
+        match reader.poll(TIMEOUT) {
+            Some(Ok(m)) if m.partition() == p && m.topic() == topic => {
+                if let Ok(offset) = u64::try_from(m.offset()) {
+                    record(&m, offset);
+                }
+                if m.offset() + 1 >= high {
+                    return Ok(());
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(eof))) if eof == p => return Ok(()),
+            // Another partition's, read before: its records or EOF came late.
+            Some(Ok(_) | Err(KafkaError::PartitionEOF(_))) => {}
+            Some(Err(e)) => return Err(format!("reading {topic}/{p}: {e}")),
+            None => return Err(format!("no record from {topic}/{p} within {TIMEOUT:?}")),
+        }
+    }
+}
+
+/// A record's event id: its `ce_id` header (binary mode), or the `id` of the structured
+/// event in its value.
+fn event_id(m: &BorrowedMessage<'_>) -> Option<String> {
+    if let Some((_, id)) = headers(m).into_iter().find(|(name, _)| name.eq_ignore_ascii_case(b"ce_id")) {
+        return String::from_utf8(id.to_vec()).ok();
+    }
+    #[derive(serde::Deserialize)]
+    struct Structured {
+        id: String,
+    }
+    serde_json::from_slice::<Structured>(m.payload()?).ok().map(|s| s.id)
 }

@@ -4,6 +4,7 @@ mod admin;
 mod binding;
 mod delivery;
 mod error;
+pub mod headers;
 mod ledger;
 mod log;
 mod lookup;
