@@ -1,8 +1,10 @@
 //! The layering of docs/architecture.md, checked on the source: every `crate::` path in a
 //! module's code (its unit tests aside) names a module of a lower layer, so no import goes
-//! up a layer and no two modules import each other.
+//! up a layer and no two modules import each other. Inside a folder held to it (`FOLDERS`),
+//! the files import each other by name without a circle, and none reaches up to the
+//! folder's `mod.rs`, which only declares, re-exports and holds the entry points.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Each top-level module of the library and its layer, lowest first.
@@ -31,9 +33,15 @@ fn layer(module: &str) -> Option<u8> {
     LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
 }
 
-/// The code of a file without its unit tests (a trailing `#[cfg(test)]` module).
+/// The code of a file without its unit tests (a trailing `#[cfg(test)]` module named
+/// `tests`, whatever its visibility and the comments and attributes between).
 fn code(text: &str) -> &str {
-    text.find("#[cfg(test)]\nmod tests").map_or(text, |i| &text[..i])
+    let tests_module = |after: &str| {
+        let item = after.lines().map(str::trim_start).find(|l| !l.starts_with("//") && !l.starts_with("#[")).unwrap_or("");
+        let item = item.strip_prefix("pub(super) ").or_else(|| item.strip_prefix("pub(crate) ")).unwrap_or(item);
+        item.starts_with("mod tests")
+    };
+    text.match_indices("#[cfg(test)]\n").find(|(i, m)| tests_module(&text[i + m.len()..])).map_or(text, |(i, _)| &text[..i])
 }
 
 /// The modules a piece of code names through `crate::<module>`.
@@ -90,5 +98,132 @@ fn every_import_goes_down_a_layer() {
 fn the_check_sees_an_upward_import() {
     let upward = "use crate::sink::Sink;\n#[cfg(test)]\nmod tests {\n    use crate::pipeline::Worker;\n}\n";
     assert_eq!(imports(code(upward)), BTreeSet::from(["sink".to_string()]), "unit tests aside");
+    let shared = "use crate::sink::Sink;\n#[cfg(test)]\n// helpers for the folder's tests\npub(super) mod tests {\n    use crate::pipeline::Worker;\n}\n";
+    assert_eq!(imports(code(shared)), BTreeSet::from(["sink".to_string()]), "shared unit tests aside");
     assert!(layer("sink") > layer("event"));
+}
+
+/// The folders of `src/` whose files import each other without a circle and never reach up
+/// to their `mod.rs`.
+const FOLDERS: &[&str] = &["config"];
+
+/// What a piece of code in `folder` names through `super::` or `crate::<folder>::`: the first
+/// name after it, also inside a `super::{...}` group.
+fn folder_imports(code: &str, folder: &str) -> BTreeSet<String> {
+    let ident = |s: &str| s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>();
+    let mut out = BTreeSet::new();
+    for prefix in ["super::".to_string(), format!("crate::{folder}::")] {
+        for (i, _) in code.match_indices(&prefix) {
+            let rest = &code[i + prefix.len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                let mut depth = 0;
+                let mut start = 0;
+                for (j, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => {
+                            out.insert(ident(group[start..j].trim()));
+                            break;
+                        }
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            out.insert(ident(group[start..j].trim()));
+                            start = j + 1;
+                        }
+                        _ => {}
+                    }
+                }
+            } else {
+                out.insert(ident(rest));
+            }
+        }
+    }
+    out.remove("");
+    out
+}
+
+/// The arrows between the files of `dir` (each file's name without `.rs`), and the names a
+/// file takes from the folder's `mod.rs` (an arrow up), as `file: name`.
+fn folder_graph(dir: &Path, folder: &str) -> (BTreeMap<String, BTreeSet<String>>, Vec<String>) {
+    let mut names = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        if name != "mod" && (path.is_dir() || path.extension().is_some_and(|e| e == "rs")) {
+            names.insert(name);
+        }
+    }
+    let mut arrows = BTreeMap::new();
+    let mut up = Vec::new();
+    for name in &names {
+        let file = dir.join(format!("{name}.rs"));
+        let Ok(text) = std::fs::read_to_string(&file) else { continue };
+        let mut to = BTreeSet::new();
+        for import in folder_imports(code(&text), folder) {
+            if names.contains(&import) {
+                to.insert(import);
+            } else {
+                up.push(format!("src/{folder}/{name}.rs: `{import}`"));
+            }
+        }
+        to.remove(name);
+        arrows.insert(name.clone(), to);
+    }
+    (arrows, up)
+}
+
+/// A circle among `arrows`, as the files around it, if there is one.
+fn circle(arrows: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(at: &str, arrows: &BTreeMap<String, BTreeSet<String>>, path: &mut Vec<String>, done: &mut BTreeSet<String>) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == at) {
+            let mut found = path[i..].to_vec();
+            found.push(at.to_string());
+            return Some(found);
+        }
+        if done.contains(at) {
+            return None;
+        }
+        path.push(at.to_string());
+        for to in arrows.get(at).into_iter().flatten() {
+            if let Some(found) = visit(to, arrows, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.insert(at.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    arrows.keys().find_map(|start| visit(start, arrows, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn inside_a_folder_no_file_reaches_up_to_its_face_and_no_imports_go_round() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for folder in FOLDERS {
+        let (arrows, up) = folder_graph(&src.join(folder), folder);
+        assert!(
+            up.is_empty(),
+            "files that take these from src/{folder}/mod.rs, which only declares and re-exports: import them from the file that defines them, \
+             or move them to a file of their own:\n{}",
+            up.join("\n")
+        );
+        if let Some(found) = circle(&arrows) {
+            panic!("an import circle in src/{folder}/: {}; move what both need to a file of its own", found.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_folder_check_sees_an_arrow_up_and_a_circle() {
+    let code = "use super::{a::X, b::{Y, Z}};\nuse super::Face;\nuse crate::config::c::W;\n";
+    assert_eq!(folder_imports(code, "config"), BTreeSet::from(["a", "b", "c", "Face"].map(String::from)));
+    let arrows = BTreeMap::from([
+        ("a".to_string(), BTreeSet::from(["b".to_string()])),
+        ("b".to_string(), BTreeSet::from(["c".to_string()])),
+        ("c".to_string(), BTreeSet::from(["a".to_string()])),
+    ]);
+    assert_eq!(circle(&arrows), Some(["a", "b", "c", "a"].map(String::from).to_vec()));
+    let line = BTreeMap::from([("a".to_string(), BTreeSet::from(["b".to_string()])), ("b".to_string(), BTreeSet::new())]);
+    assert_eq!(circle(&line), None);
 }

@@ -57,8 +57,9 @@ fn type_of(schema: &Value, node: &Value) -> String {
             _ => "table".into(),
         },
         "object" => "table".into(),
-        "integer" => match node.get("minimum").and_then(Value::as_u64) {
-            Some(min) if min > 0 => format!("integer, at least {min}"),
+        "integer" => match (node.get("minimum").and_then(Value::as_i64), node.get("maximum").and_then(Value::as_i64)) {
+            (Some(min), Some(max)) => format!("integer, {min} to {max}"),
+            (Some(min), None) if min > 0 => format!("integer, at least {min}"),
             _ => "integer".into(),
         },
         "string" if node.get("writeOnly") == Some(&Value::Bool(true)) => "string (secret: masked)".into(),

@@ -4,8 +4,12 @@
 
 use std::collections::HashSet;
 
-use super::validate::{Problem, problem};
-use super::{Config, NatsConfig, NatsMode, ResourceConfig, SinkConfig, Template};
+use super::model::Config;
+use super::nats::{NatsConfig, NatsMode};
+use super::problem::{Problem, problem};
+use super::resource::ResourceConfig;
+use super::sink::SinkConfig;
+use super::template::Template;
 use crate::model::MarkerSlot;
 use crate::model::subject::encode_token;
 

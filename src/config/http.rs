@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ContentMode, Secret};
+use super::bounds;
+use super::content::ContentMode;
+use super::credentials::{Credentials, check_credentials};
+use super::problem::{Problem, problem};
+use super::secret::{Secret, has_userinfo, mask_urls};
 
 /// The variable a Knative SinkBinding or ContainerSource sets to the sink's address.
 pub const K_SINK: &str = "K_SINK";
@@ -29,9 +33,11 @@ pub struct HttpSinkConfig {
     /// Time allowed for one request, from connecting to the end of the response, in
     /// milliseconds; a request that takes longer is retried. Default: 10000.
     #[serde(default = "default_timeout_ms")]
+    #[schemars(transform = &bounds::HTTP_TIMEOUT_MS)]
     pub timeout_ms: u64,
     /// Requests in flight at once (each object has at most one). Default: 64.
     #[serde(default = "default_max_requests")]
+    #[schemars(transform = &bounds::HTTP_MAX_REQUESTS)]
     pub max_requests: usize,
     /// What an answer of 400-499 other than 408, 413 and 429 does (retrying cannot help):
     /// `fail` (default: the bridge stops, naming the status; the restart re-delivers) or
@@ -174,6 +180,65 @@ fn parse_ce_overrides(text: &str) -> Result<BTreeMap<String, String>, (String, S
         }
     }
     Ok(parsed.extensions)
+}
+
+impl HttpSinkConfig {
+    /// The problems of this sink, at `key` (`sink` or `routes[i].sink`).
+    pub(super) fn validate(&self, out: &mut Vec<Problem>, key: &str) {
+        let h = self;
+        let at = |field: &str| format!("{key}.{field}");
+        match h.target_url() {
+            None => out.push(problem(
+                at("url"),
+                format!("is not set, nor is {K_SINK}"),
+                "set the URL events are POSTed to, e.g. `http://broker-ingress.knative-eventing.svc/default/default`",
+            )),
+            Some(url) => match url.parse::<::http::Uri>() {
+                _ if has_userinfo(&url) => out.push(problem(
+                    at("url"),
+                    format!("`{}` holds credentials before the host, which the HTTP client never sends", mask_urls(&url)),
+                    "remove them from the URL and set `auth` (`user` with `password_file`, or `token_file`)",
+                )),
+                Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some_and(|h| !h.is_empty()) => {
+                    let tls_set = h.tls.ca_file.is_some() || h.tls.cert_file.is_some();
+                    if tls_set && uri.scheme_str() == Some("http") {
+                        out.push(problem(at("tls"), format!("is set but `{}` is not https", mask_urls(&url)), "use an https:// URL, or remove `tls`"));
+                    }
+                }
+                _ => out.push(problem(
+                    at("url"),
+                    format!("`{}` is not an http:// or https:// URL", mask_urls(&url)),
+                    "give a URL such as `https://events.example.com/hook`",
+                )),
+            },
+        }
+        if let Err((what, fix)) = ce_overrides() {
+            out.push(problem(K_CE_OVERRIDES, what, fix));
+        }
+        bounds::HTTP_TIMEOUT_MS.check(out, key, h.timeout_ms);
+        bounds::HTTP_MAX_REQUESTS.check(out, key, h.max_requests);
+        let a = &h.auth;
+        if (a.token.is_some() || a.token_file.is_some()) && a.user.is_some() {
+            out.push(problem(at("auth"), "sets both a token and a user", "keep one: `token_file` (bearer) or `user` with `password_file` (basic)"));
+        }
+        check_credentials(
+            out,
+            key,
+            Credentials {
+                user: a.user.is_some(),
+                password: (a.password.is_some(), a.password_file.is_some()),
+                token: (a.token.is_some(), a.token_file.is_some()),
+                cert_and_key: (h.tls.cert_file.is_some(), h.tls.key_file.is_some()),
+                files: &[
+                    ("auth.token_file", &a.token_file, "the bearer token"),
+                    ("auth.password_file", &a.password_file, "the password"),
+                    ("tls.ca_file", &h.tls.ca_file, "the CA certificate(s) in PEM"),
+                    ("tls.cert_file", &h.tls.cert_file, "the client certificate in PEM"),
+                    ("tls.key_file", &h.tls.key_file, "the client certificate's private key in PEM"),
+                ],
+            },
+        );
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,13 @@
 
 use std::ffi::OsString;
 
-use super::{ENV_NOT_CONFIG, ENV_PREFIX};
+/// Environment variables with this prefix override file settings; `__` separates levels,
+/// e.g. `DELTASHIP_SINK__BROKERS=host:9092` sets `sink.brokers`.
+pub const ENV_PREFIX: &str = "DELTASHIP_";
+
+/// Variables under the prefix that are not configuration: the test environment's
+/// (`DELTASHIP_TEST_*`) and the CLI's own (`DELTASHIP_CONFIG`).
+pub(super) const ENV_NOT_CONFIG: [&str; 2] = ["test_", "config"];
 
 /// The deepest nesting accepted in a config file. The deepest option is about 7 levels down
 /// (`routes`, an entry, `sink`, `create_topics`, `config`, ...); a parser needs time and

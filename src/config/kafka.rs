@@ -7,7 +7,12 @@ use rdkafka::config::ClientConfig;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ContentMode, Secret, SecretFileError, Template};
+use super::bounds;
+use super::content::ContentMode;
+use super::credentials::check_readable;
+use super::problem::{Problem, problem};
+use super::secret::{Secret, SecretFileError, mask_secrets_in};
+use super::template::{Template, check_per_resource};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -90,9 +95,11 @@ impl Compression {
 pub struct TopicCreation {
     /// Partitions of each created topic. Default: 3.
     #[serde(default = "default_partitions")]
+    #[schemars(transform = &bounds::PARTITIONS)]
     pub partitions: i32,
     /// Replication factor of each created topic. Default: 1.
     #[serde(default = "default_replication")]
+    #[schemars(transform = &bounds::REPLICATION_FACTOR)]
     pub replication_factor: i32,
     /// Topic configs of created topics, e.g. `{"cleanup.policy" = "compact"}` for a
     /// replica of cluster state (with `tombstones = true`). Default: none.
@@ -236,6 +243,100 @@ impl KafkaConfig {
             (true, false) => Some("SSL"),
             (false, true) => Some("SASL_PLAINTEXT"),
             (false, false) => None,
+        }
+    }
+}
+
+impl KafkaConfig {
+    /// The problems of this sink, at `key` (`sink` or `routes[i].sink`).
+    pub(super) fn validate(&self, out: &mut Vec<Problem>, key: &str) {
+        let k = self;
+        let at = |field: &str| format!("{key}.{field}");
+        if k.brokers.trim().is_empty() {
+            out.push(problem(at("brokers"), "is empty", "list bootstrap servers, e.g. `kafka-0:9092,kafka-1:9092`"));
+        }
+        check_per_resource(out, at("topic_template"), &k.topic_template);
+        // librdkafka checks each option when it is set: an unknown name or a bad value is a
+        // config error now, its value masked when the name looks secret (librdkafka echoes it).
+        for (name, value) in &k.librdkafka {
+            if matches!(name.as_str(), "acks" | "request.required.acks") && value.trim() == "0" {
+                out.push(problem(
+                    at(&format!("librdkafka.\"{name}\"")),
+                    "0 asks the brokers for no acknowledgement, and deltaship counts an event delivered only on the brokers' acknowledgement",
+                    "remove it (deltaship sets `all`)",
+                ));
+            }
+            if let Err(e) = rdkafka::ClientConfig::new().set(name, value).create_native_config() {
+                let reason = match e {
+                    rdkafka::error::KafkaError::ClientConfig(_, description, _, _) => description,
+                    other => other.to_string(),
+                };
+                out.push(problem(
+                    at(&format!("librdkafka.\"{name}\"")),
+                    format!("librdkafka refuses it: {}", mask_secrets_in(&reason, [(name.as_str(), value.as_str())])),
+                    "correct the option's name or value (librdkafka's CONFIGURATION.md lists them), or remove it",
+                ));
+            }
+        }
+        if let Some(t) = &k.create_topics {
+            bounds::PARTITIONS.check(out, &at("create_topics"), t.partitions);
+            bounds::REPLICATION_FACTOR.check(out, &at("create_topics"), t.replication_factor);
+        }
+        if let Some(tls) = &k.tls {
+            match (&tls.cert_file, &tls.key_file) {
+                (Some(_), None) => out.push(problem(
+                    at("tls.key_file"),
+                    "is missing: a client certificate (`cert_file`) needs its key",
+                    "set both `cert_file` and `key_file` (mutual TLS), or neither",
+                )),
+                (None, Some(_)) => out.push(problem(
+                    at("tls.cert_file"),
+                    "is missing: `key_file` needs its certificate",
+                    "set both `cert_file` and `key_file` (mutual TLS), or neither",
+                )),
+                _ => {}
+            }
+            if tls.key_password_file.is_some() && tls.key_file.is_none() {
+                out.push(problem(
+                    at("tls.key_password_file"),
+                    "is set without `key_file`",
+                    "set `key_file` to the encrypted key, or remove `key_password_file`",
+                ));
+            }
+            let files = [
+                ("tls.ca_file", &tls.ca_file, "the CA certificate(s) in PEM"),
+                ("tls.cert_file", &tls.cert_file, "the client certificate in PEM"),
+                ("tls.key_file", &tls.key_file, "the client certificate's private key in PEM"),
+                ("tls.key_password_file", &tls.key_password_file, "the password of `key_file`"),
+            ];
+            for (field, path, what) in files {
+                if let Some(path) = path {
+                    check_readable(out, at(field), path, what);
+                }
+            }
+        }
+        if let Some(sasl) = &k.sasl {
+            if sasl.username.trim().is_empty() {
+                out.push(problem(at("sasl.username"), "is empty", "set the SASL user name the brokers know"));
+            }
+            match (&sasl.password, &sasl.password_file) {
+                (Some(_), Some(_)) => out.push(problem(
+                    at("sasl.password"),
+                    "is set together with `password_file`",
+                    "keep one: `password_file` (a file holding the password) or `password`",
+                )),
+                (None, None) => {
+                    // Environment variables reach `sink` only, not list entries such as routes.
+                    let env = if key == "sink" { " (e.g. from DELTASHIP_SINK__SASL__PASSWORD)" } else { "" };
+                    out.push(problem(
+                        at("sasl.password"),
+                        "is missing: neither `password` nor `password_file` is set",
+                        format!("set `password_file` to a file holding the password, or `password`{env}"),
+                    ));
+                }
+                (None, Some(path)) => check_readable(out, at("sasl.password_file"), path, "the SASL password"),
+                (Some(_), None) => {}
+            }
         }
     }
 }

@@ -1,4 +1,6 @@
-//! The configuration tree: every option, its unit and its default.
+//! The configuration tree: the whole configuration and the sections without a file of
+//! their own, each option with its unit, its default and, for a number, its range
+//! (`bounds`); each section checks itself.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -6,7 +8,13 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::model::SyncMode;
+use super::bounds;
+use super::problem::{Problem, problem};
+use super::redact::RedactionConfig;
+use super::resource::{FilterConfig, ResourceConfig};
+use super::resume::ResumeConfig;
+use super::route::{DEFAULT_ROUTE, RouteConfig};
+use super::sink::SinkConfig;
 
 /// The whole configuration of one deltaship process.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -29,7 +37,7 @@ pub struct Config {
     /// Several sinks at once, each with its own resources, filter and shape, fed by the
     /// same watches. Not together with `sink`. Default: none (one route to `sink`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub routes: Vec<super::RouteConfig>,
+    pub routes: Vec<RouteConfig>,
     /// Queues, concurrency and retries between the watches and the sink.
     #[serde(default)]
     pub delivery: DeliveryConfig,
@@ -47,10 +55,10 @@ pub struct Config {
     pub leader_election: LeaderElectionConfig,
     /// Keyed digests of redacted values (Secret values, `hash` field rules).
     #[serde(default)]
-    pub redaction: super::RedactionConfig,
+    pub redaction: RedactionConfig,
     /// Checkpoints of what each route acknowledged, to start from after a restart.
     #[serde(default)]
-    pub resume: super::ResumeConfig,
+    pub resume: ResumeConfig,
     /// Where the JSON Schemas of the event data (the repository's `schemas/events/`) are
     /// published, a URL ending in `/`: markers and reference events then carry the
     /// CloudEvents attribute `dataschema`, e.g.
@@ -58,6 +66,35 @@ pub struct Config {
     /// (no `dataschema`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataschema_base: Option<String>,
+}
+
+impl Config {
+    /// The routes events take: `routes`, or one route named `default` to `sink` (stdout
+    /// when unset).
+    pub fn effective_routes(&self) -> Vec<RouteConfig> {
+        if !self.routes.is_empty() {
+            return self.routes.clone();
+        }
+        vec![RouteConfig {
+            name: DEFAULT_ROUTE.into(),
+            sink: self.sink.clone().unwrap_or_default(),
+            resources: Vec::new(),
+            payload: None,
+            format: None,
+            filter: FilterConfig::default(),
+        }]
+    }
+}
+
+impl Config {
+    /// The configuration with every secret replaced by `***`, for `print-config` and logs.
+    pub fn masked(&self) -> Config {
+        let mut c = self.clone();
+        for sink in c.sink.iter_mut().chain(c.routes.iter_mut().map(|r| &mut r.sink)) {
+            sink.mask();
+        }
+        c
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -76,13 +113,16 @@ pub struct LeaderElectionConfig {
     pub identity: Option<String>,
     /// How long a lease is valid after its last renewal, in seconds. Default: 15.
     #[serde(default = "default_lease_duration_secs")]
+    #[schemars(transform = &bounds::LEASE_DURATION_SECS)]
     pub lease_duration_secs: u64,
     /// The leader stops publishing when it could not renew for this long, in seconds;
     /// shorter than the lease duration. Default: 10.
     #[serde(default = "default_renew_deadline_secs")]
+    #[schemars(transform = &bounds::RENEW_DEADLINE_SECS)]
     pub renew_deadline_secs: u64,
     /// Interval of renewals and of acquisition attempts, in seconds. Default: 2.
     #[serde(default = "default_retry_period_secs")]
+    #[schemars(transform = &bounds::RETRY_PERIOD_SECS)]
     pub retry_period_secs: u64,
     /// Fence a deposed leader at the brokers: a new leader claims each Kafka and JetStream
     /// route before it ships anything (Kafka: a transactional producer whose id the replicas
@@ -121,6 +161,30 @@ fn default_retry_period_secs() -> u64 {
     2
 }
 
+impl LeaderElectionConfig {
+    pub(super) fn validate(&self, out: &mut Vec<Problem>) {
+        bounds::LEASE_DURATION_SECS.check(out, "leader_election", self.lease_duration_secs);
+        bounds::RENEW_DEADLINE_SECS.check(out, "leader_election", self.renew_deadline_secs);
+        bounds::RETRY_PERIOD_SECS.check(out, "leader_election", self.retry_period_secs);
+        if !self.enabled {
+            return;
+        }
+        if !super::names::is_dns_subdomain(&self.lease_name) {
+            out.push(problem("leader_election.lease_name", format!("`{}` is not a valid name", self.lease_name), "use lowercase letters, digits, `-` and `.`"));
+        }
+        if !(self.retry_period_secs >= 1 && self.retry_period_secs < self.renew_deadline_secs && self.renew_deadline_secs < self.lease_duration_secs) {
+            out.push(problem(
+                "leader_election.renew_deadline_secs",
+                format!(
+                    "needs 1 <= retry_period_secs ({}) < renew_deadline_secs ({}) < lease_duration_secs ({})",
+                    self.retry_period_secs, self.renew_deadline_secs, self.lease_duration_secs
+                ),
+                "e.g. 2, 10 and 15: the leader must give up before others may take over",
+            ));
+        }
+    }
+}
+
 fn default_cluster() -> String {
     "local".into()
 }
@@ -139,17 +203,20 @@ pub struct KubernetesConfig {
     pub streaming_lists: bool,
     /// Page size of initial lists and relists, in objects. Default: 500 (client-go's pager).
     #[serde(default = "default_page_size")]
+    #[schemars(transform = &bounds::PAGE_SIZE)]
     pub page_size: u32,
     /// Period of resyncs (every indexed object delivered again as `synced`, from the
     /// index, between markers with reason `resync`), in seconds, as client-go's
     /// `defaultResync`. 0 (the default) turns resyncs off. A resource's `resync_secs`
     /// overrides it.
     #[serde(default)]
+    #[schemars(transform = &bounds::RESYNC_SECS)]
     pub resync_secs: u64,
     /// /readyz fails while a watch's errors (e.g. 403 after its RBAC was revoked, or its
     /// CRD deleted) have lasted this long without the watch working again, in seconds;
-    /// 0 turns the check off; at most 86400. Default: 180.
+    /// 0 turns the check off. Default: 180.
     #[serde(default = "default_watch_failure_grace_secs")]
+    #[schemars(transform = &bounds::WATCH_FAILURE_GRACE_SECS)]
     pub watch_failure_grace_secs: u64,
 }
 
@@ -174,143 +241,23 @@ fn default_page_size() -> u32 {
     500
 }
 
-/// One watched resource, with its watch scope and how its events are shaped.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ResourceConfig {
-    /// API group; empty (the default) for the core group.
-    #[serde(default)]
-    pub group: String,
-    /// API version, e.g. `v1`.
-    pub version: String,
-    /// Kind, e.g. `ConfigMap`.
-    pub kind: String,
-    /// Namespaces to watch, one watch each. Left out (the default): all namespaces with one
-    /// watch; an empty list is refused (omit the key to watch every namespace). Must be
-    /// left out for cluster-scoped kinds.
-    #[serde(default, deserialize_with = "listed_namespaces", skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(min = 1))]
-    pub namespaces: Vec<String>,
-    /// Label selector, e.g. `app=web,tier!=cache`. Default: none.
-    pub label_selector: Option<String>,
-    /// Field selector, e.g. `metadata.name=foo`. Default: none.
-    pub field_selector: Option<String>,
-    /// What `data` carries: `object` (default), `reference`, or `patch` (updates carry an
-    /// RFC 6902 JSON Patch from the previously shipped content; the index then keeps each
-    /// object's shipped content).
-    #[serde(default)]
-    pub payload: PayloadMode,
-    /// How a relist (after a watch could not resume) is shipped: `diff` (default: only
-    /// differences against the index) or `full` (every object as `synced`, plus deletes).
-    #[serde(default)]
-    pub relist: SyncMode,
-    /// Resync period of this resource in seconds, overriding `kubernetes.resync_secs`;
-    /// 0 turns resyncs off for it. The index then keeps each object's shipped content.
-    pub resync_secs: Option<u64>,
-    /// Redact before shipping: drop managedFields, digest Secret values and a Secret's
-    /// last-applied annotation. Default: true. Turning it off ships Secret values.
-    #[serde(default = "default_true")]
-    pub redact: bool,
-    /// Field rules applied before shipping, whatever `redact` says: `{ path, action }`,
-    /// `path` a JSON pointer (`*` for every item or member), `action` `drop`, `mask` or
-    /// `hash`. Default: none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub redact_fields: Vec<super::RedactField>,
-    /// JSON pointers left out of the change fingerprint: an update that only touches
-    /// these is skipped as a no-op. `/metadata/resourceVersion` and
-    /// `/metadata/managedFields` are always ignored. Default: none.
-    #[serde(default)]
-    pub ignore_fields: Vec<String>,
-    /// Topic (Kafka) for this resource, overriding `sink.topic_template`. Same placeholders.
-    pub topic: Option<super::Template>,
-    /// Subject (NATS) of this resource's objects, overriding `sink.subject_template`.
-    pub subject: Option<super::Template>,
-    /// The shape of object events: `deltaship` (default) or `knative` (as Knative's
-    /// ApiServerSource: types `dev.knative.apiserver.resource.add|update|delete`, or
-    /// `dev.knative.apiserver.ref.*` with an ObjectReference as data when `payload` is
-    /// `reference`; `source` = the API server URL, `subject` = the object's API path), so
-    /// existing Knative Triggers and functions work unchanged. Markers keep deltaship's shape.
-    #[serde(default)]
-    pub format: EventFormat,
-    /// Which changes are shipped (default: all). For triggers and audits of selected
-    /// changes; a filtered stream cannot rebuild state. Filtered changes are counted in
-    /// `deltaship_filtered_events_total` and still tracked by the index.
-    #[serde(default)]
-    pub filter: FilterConfig,
-    /// Start this resource's watches from the routes' checkpoints (`resume.enabled`
-    /// on). False: every start is a full initial sync for it. Default: true.
-    #[serde(default = "default_true")]
-    pub resume: bool,
+impl KubernetesConfig {
+    pub(super) fn validate(&self, out: &mut Vec<Problem>) {
+        // A missing kubeconfig is reported when the client starts (it may appear later, e.g.
+        // in a shared volume), but one that is not a regular file (a FIFO) would block start-up.
+        if let Some(path) = &self.kubeconfig
+            && std::fs::metadata(path).is_ok_and(|m| !m.is_file())
+        {
+            out.push(problem("kubernetes.kubeconfig", format!("{} is not a regular file", path.display()), "give the path of a kubeconfig file"));
+        }
+        bounds::PAGE_SIZE.check(out, "kubernetes", self.page_size);
+        bounds::RESYNC_SECS.check(out, "kubernetes", self.resync_secs);
+        bounds::WATCH_FAILURE_GRACE_SECS.check(out, "kubernetes", self.watch_failure_grace_secs);
+    }
 }
 
 fn default_true() -> bool {
     true
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum PayloadMode {
-    /// The whole (redacted) object.
-    #[default]
-    Object,
-    /// apiVersion, kind, namespace, name, uid and resourceVersion only.
-    Reference,
-    /// Like `object`, but `updated` events carry a JSON Patch (RFC 6902) from the previous
-    /// event's content, with `datacontenttype: application/json-patch+json`.
-    Patch,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum EventFormat {
-    #[default]
-    Deltaship,
-    Knative,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct FilterConfig {
-    /// Ship only these object event types (`added`, `updated`, `deleted`, `synced`).
-    /// Markers are always shipped. Default: all.
-    pub types: Option<Vec<crate::model::ChangeType>>,
-    /// Ship an `updated` only when one of these JSON pointers changed, e.g.
-    /// `/spec/template` of a Deployment (so status churn never wakes a function).
-    #[serde(default)]
-    pub changed_paths: Vec<String>,
-    /// Ship an `updated` only when `metadata.generation` changed (a spec change).
-    #[serde(default)]
-    pub generation_changed: bool,
-}
-
-/// The sink, chosen by `type`.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
-pub enum SinkConfig {
-    /// Structured CloudEvents as JSON lines on standard output.
-    // A struct variant, so that unknown keys beside `type` are refused (serde ignores them
-    // for a unit variant).
-    Stdout {},
-    /// Apache Kafka.
-    Kafka(Box<super::KafkaConfig>),
-    /// NATS, core or JetStream.
-    Nats(Box<super::NatsConfig>),
-    /// HTTP: each event POSTed to a URL (CloudEvents HTTP binding), e.g. a Knative Broker.
-    Http(Box<super::HttpSinkConfig>),
-}
-
-impl Default for SinkConfig {
-    fn default() -> Self {
-        SinkConfig::Stdout {}
-    }
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ContentMode {
-    #[default]
-    Binary,
-    Structured,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -320,10 +267,12 @@ pub struct DeliveryConfig {
     /// the watches pauses. Each holds its object's bytes and about 1 KB more while it
     /// waits. Default: 2000.
     #[serde(default = "default_queue_capacity")]
+    #[schemars(transform = &bounds::QUEUE_CAPACITY)]
     pub queue_capacity: usize,
     /// Events sent and not yet acknowledged by the sink, in events (one per object at a
     /// time). Default: 1000.
     #[serde(default = "default_max_in_flight")]
+    #[schemars(transform = &bounds::MAX_IN_FLIGHT)]
     pub max_in_flight: usize,
     /// First delay before retrying a failed send, in milliseconds. Doubles per attempt,
     /// with jitter. Default: 100.
@@ -331,9 +280,11 @@ pub struct DeliveryConfig {
     pub retry_initial_ms: u64,
     /// Longest delay between retries, in milliseconds. Default: 30000.
     #[serde(default = "default_retry_max_ms")]
+    #[schemars(transform = &bounds::RETRY_MAX_MS)]
     pub retry_max_ms: u64,
     /// Time allowed on SIGTERM or SIGINT to send what is queued, in seconds. Default: 30.
     #[serde(default = "default_shutdown_timeout_secs")]
+    #[schemars(transform = &bounds::SHUTDOWN_TIMEOUT_SECS)]
     pub shutdown_timeout_secs: u64,
     /// An event larger than the sink accepts: `reference` (default: shipped as a reference
     /// event with the extension `truncated = true`), `skip` (dropped), or `fail` (the
@@ -345,12 +296,14 @@ pub struct DeliveryConfig {
     /// the checkpoint), in seconds; 0 turns the check off. A sink that does not answer makes
     /// /readyz fail, not /healthz, and the wait starts again when it answers. Default: 300.
     #[serde(default = "default_stall_timeout_secs")]
+    #[schemars(transform = &bounds::STALL_TIMEOUT_SECS)]
     pub stall_timeout_secs: u64,
     /// How often each watch ships a state marker between syncs: a `sync.started` and
     /// `sync.completed` pair with reason `state` and no objects, whose `completed` carries
     /// the count and digest of the objects consumers hold, so that they can check their
     /// state without waiting for a sync. In seconds; 0 turns them off. Default: 300.
     #[serde(default = "default_state_marker_secs")]
+    #[schemars(transform = &bounds::STATE_MARKER_SECS)]
     pub state_marker_secs: u64,
 }
 
@@ -402,20 +355,40 @@ fn default_shutdown_timeout_secs() -> u64 {
     30
 }
 
+impl DeliveryConfig {
+    pub(super) fn validate(&self, out: &mut Vec<Problem>) {
+        bounds::QUEUE_CAPACITY.check(out, "delivery", self.queue_capacity);
+        bounds::MAX_IN_FLIGHT.check(out, "delivery", self.max_in_flight);
+        bounds::RETRY_MAX_MS.check(out, "delivery", self.retry_max_ms);
+        bounds::SHUTDOWN_TIMEOUT_SECS.check(out, "delivery", self.shutdown_timeout_secs);
+        bounds::STALL_TIMEOUT_SECS.check(out, "delivery", self.stall_timeout_secs);
+        bounds::STATE_MARKER_SECS.check(out, "delivery", self.state_marker_secs);
+        if self.retry_initial_ms == 0 || self.retry_initial_ms > self.retry_max_ms {
+            out.push(problem(
+                "delivery.retry_initial_ms",
+                format!("must be between 1 and delivery.retry_max_ms ({})", self.retry_max_ms),
+                "lower retry_initial_ms or raise retry_max_ms",
+            ));
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
     /// Address of /metrics, /healthz and /readyz, IP:PORT. Default: `0.0.0.0:9090`.
     #[serde(default = "default_listen", deserialize_with = "listen_address")]
     pub listen: SocketAddr,
-    /// Connections served at once, 1 to 65536. At the limit, a new connection closes the
+    /// Connections served at once. At the limit, a new connection closes the
     /// one that has waited longest for a request. Default: 256.
     #[serde(default = "default_max_connections")]
+    #[schemars(transform = &bounds::MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// A connection is closed when a request has not arrived completely this long after it
     /// was opened or after its previous response (the header read and keep-alive idle
-    /// timeout), in seconds, 1 to 3600. Default: 10.
+    /// timeout), in seconds. Default: 10.
     #[serde(default = "default_request_timeout_secs")]
+    #[schemars(transform = &bounds::REQUEST_TIMEOUT_SECS)]
     pub request_timeout_secs: u64,
 }
 
@@ -432,13 +405,20 @@ fn default_request_timeout_secs() -> u64 {
     10
 }
 
+impl HttpConfig {
+    pub(super) fn validate(&self, out: &mut Vec<Problem>) {
+        bounds::MAX_CONNECTIONS.check(out, "http", self.max_connections);
+        bounds::REQUEST_TIMEOUT_SECS.check(out, "http", self.request_timeout_secs);
+    }
+}
+
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([0, 0, 0, 0], 9090))
 }
 
 /// `http.listen`: serde's own refusal would say neither the value nor the fix.
 fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
-    super::parse_str(d, "an address IP:PORT, e.g. `0.0.0.0:9090`", |v| {
+    super::parse::parse_str(d, "an address IP:PORT, e.g. `0.0.0.0:9090`", |v| {
         v.parse().map_err(|_| (format!("`{v}` is not an address"), "use IP:PORT, e.g. `0.0.0.0:9090`".into()))
     })
 }
@@ -486,18 +466,24 @@ impl LogConfig {
         }
         Ok(directives.join(","))
     }
-}
 
-/// `namespaces` as listed; an empty list is refused: it looks like "none" and would watch
-/// every namespace, which leaving the key out says.
-fn listed_namespaces<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    let listed = Vec::<String>::deserialize(d)?;
-    if listed.is_empty() {
-        return Err(serde::de::Error::custom(
-            "is an empty list, which would watch every namespace; fix: omit the key to watch every namespace, or list the namespaces to watch",
-        ));
+    pub(super) fn validate(&self, out: &mut Vec<Problem>) {
+        let fix =
+            "use a level (`error`, `warn` or `warning`, `info`, `debug`, `trace`, `off`) or directives `target=level` such as `deltaship=debug,kube=info`";
+        match self.filter().map(|f| tracing_subscriber::EnvFilter::try_new(f).map_err(|e| e.to_string())) {
+            Err(directive) => out.push(problem(
+                "log.level",
+                format!(
+                    "`{}` is not a log filter: `{directive}` is not a level or `target=level` (valid levels: {}); a bare word would be read as a target, silencing every other line, ERROR included",
+                    self.level,
+                    LOG_LEVELS.join(", ")
+                ),
+                fix,
+            )),
+            Ok(Err(e)) => out.push(problem("log.level", format!("`{}` is not a log filter: {e}", self.level), fix)),
+            Ok(Ok(_)) => {}
+        }
     }
-    Ok(listed)
 }
 
 fn default_level() -> String {
@@ -510,8 +496,9 @@ pub struct RuntimeConfig {
     /// Threads that run the watches, the stages and the sends (the Kafka client has threads
     /// of its own besides, and blocking work runs apart). One keeps up with thousands of
     /// events a second and wakes the fewest threads per event; raise it when one core of
-    /// `deltaship` is busy all the time. 1 to 1024. Default: 1.
+    /// `deltaship` is busy all the time. Default: 1.
     #[serde(default = "default_worker_threads")]
+    #[schemars(transform = &bounds::WORKER_THREADS)]
     pub worker_threads: usize,
 }
 
@@ -523,6 +510,12 @@ impl Default for RuntimeConfig {
 
 fn default_worker_threads() -> usize {
     1
+}
+
+impl RuntimeConfig {
+    pub(super) fn validate(&self, out: &mut Vec<Problem>) {
+        bounds::WORKER_THREADS.check(out, "runtime", self.worker_threads);
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -550,16 +543,5 @@ mod tests {
         assert_eq!(filter("inf").unwrap_err(), "inf");
         assert_eq!(filter("info,deltaship").unwrap_err(), "deltaship");
         assert_eq!(filter("deltaship=loud").unwrap_err(), "deltaship=loud");
-    }
-
-    #[test]
-    fn an_empty_namespace_list_is_refused_and_a_missing_one_watches_all() {
-        let parse = |v: serde_json::Value| serde_json::from_value::<ResourceConfig>(v);
-        let e = parse(serde_json::json!({"version": "v1", "kind": "ConfigMap", "namespaces": []})).unwrap_err().to_string();
-        assert!(e.contains("is an empty list") && e.contains("fix: omit the key to watch every namespace"), "{e}");
-        let all = parse(serde_json::json!({"version": "v1", "kind": "ConfigMap"})).unwrap();
-        assert!(all.namespaces.is_empty());
-        assert!(serde_json::to_value(&all).unwrap().get("namespaces").is_none(), "printed as it is read back");
-        assert_eq!(parse(serde_json::json!({"version": "v1", "kind": "ConfigMap", "namespaces": ["a"]})).unwrap().namespaces, ["a"]);
     }
 }

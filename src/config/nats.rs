@@ -5,7 +5,12 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ContentMode, Secret, Template};
+use super::bounds;
+use super::content::ContentMode;
+use super::credentials::{Credentials, check_credentials};
+use super::problem::{Problem, problem};
+use super::secret::{Secret, has_userinfo, mask_urls};
+use super::template::{Template, check_per_resource};
 use crate::model::subject::encode_token;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -67,18 +72,22 @@ pub struct JetStreamConfig {
     pub storage: Storage,
     /// Replicas of a created stream. Default: 1.
     #[serde(default = "default_replicas")]
+    #[schemars(transform = &bounds::REPLICAS)]
     pub replicas: usize,
     /// Window in which the stream drops a message whose id it already has, in seconds.
     /// Keep it above the longest retry. Default: 120.
     #[serde(default = "default_duplicate_window_secs")]
+    #[schemars(transform = &bounds::DUPLICATE_WINDOW_SECS)]
     pub duplicate_window_secs: u64,
     /// Messages kept per subject in a created stream; 0 (default) keeps all. With the
     /// default subject template, 1 makes the stream a live snapshot of cluster state.
     #[serde(default)]
+    #[schemars(transform = &bounds::MAX_MSGS_PER_SUBJECT)]
     pub max_msgs_per_subject: i64,
     /// Time to wait for the stream's ack of one publish before retrying, in seconds.
     /// Default: 10.
     #[serde(default = "default_ack_timeout_secs")]
+    #[schemars(transform = &bounds::ACK_TIMEOUT_SECS)]
     pub ack_timeout_secs: u64,
     /// With leader election, the subject of the fence record a new leader publishes before
     /// anything else; every later publish expects it to be the last on this subject, so a
@@ -169,4 +178,62 @@ pub struct NatsTls {
     /// server requires it).
     #[serde(default)]
     pub required: bool,
+}
+
+impl NatsConfig {
+    /// The problems of this sink, at `key` (`sink` or `routes[i].sink`).
+    pub(super) fn validate(&self, out: &mut Vec<Problem>, key: &str) {
+        let n = self;
+        let at = |field: &str| format!("{key}.{field}");
+        if n.url.trim().is_empty() {
+            out.push(problem(at("url"), "is empty", "list server URLs, e.g. `nats://nats-0:4222,nats://nats-1:4222`"));
+        }
+        if has_userinfo(&n.url) {
+            out.push(problem(
+                at("url"),
+                format!("`{}` holds credentials before a host, which the NATS client never sends", mask_urls(&n.url)),
+                "remove them from the URL and set `auth` (`user` with `password_file`, or `token_file`)",
+            ));
+        }
+        check_per_resource(out, at("marker_subject_template"), &n.marker_subject_template);
+        let js = &n.jetstream;
+        if js.stream.is_empty() || js.stream.contains(['.', '*', '>', ' ', '\t', '/', '\\']) {
+            out.push(problem(
+                at("jetstream.stream"),
+                format!("`{}` is not a valid stream name", js.stream),
+                "use letters, digits, `-` and `_`, e.g. `DELTASHIP`",
+            ));
+        }
+        if js.create && js.subjects.is_empty() {
+            out.push(problem(at("jetstream.subjects"), "is empty", "list the stream's subjects, e.g. [\"deltaship.>\"]"));
+        }
+        bounds::REPLICAS.check(out, &at("jetstream"), js.replicas);
+        bounds::DUPLICATE_WINDOW_SECS.check(out, &at("jetstream"), js.duplicate_window_secs);
+        bounds::MAX_MSGS_PER_SUBJECT.check(out, &at("jetstream"), js.max_msgs_per_subject);
+        bounds::ACK_TIMEOUT_SECS.check(out, &at("jetstream"), js.ack_timeout_secs);
+        let a = &n.auth;
+        let methods = [a.user.is_some(), a.token.is_some() || a.token_file.is_some(), a.nkey_seed_file.is_some(), a.credentials_file.is_some()];
+        if methods.iter().filter(|m| **m).count() > 1 {
+            out.push(problem(at("auth"), "sets more than one way to authenticate", "keep one of: user with password, token, nkey_seed_file, credentials_file"));
+        }
+        check_credentials(
+            out,
+            key,
+            Credentials {
+                user: a.user.is_some(),
+                password: (a.password.is_some(), a.password_file.is_some()),
+                token: (a.token.is_some(), a.token_file.is_some()),
+                cert_and_key: (n.tls.cert_file.is_some(), n.tls.key_file.is_some()),
+                files: &[
+                    ("auth.password_file", &a.password_file, "the password"),
+                    ("auth.token_file", &a.token_file, "the token"),
+                    ("auth.nkey_seed_file", &a.nkey_seed_file, "the NKey seed"),
+                    ("auth.credentials_file", &a.credentials_file, "the credentials (JWT and NKey seed)"),
+                    ("tls.ca_file", &n.tls.ca_file, "the CA certificate(s) in PEM"),
+                    ("tls.cert_file", &n.tls.cert_file, "the client certificate in PEM"),
+                    ("tls.key_file", &n.tls.key_file, "the client certificate's private key in PEM"),
+                ],
+            },
+        );
+    }
 }

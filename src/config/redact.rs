@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{Config, Problem};
+use super::problem::{Problem, problem};
+use super::secret::regular_file;
 
 /// Keyed digests of redacted values.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -161,7 +162,7 @@ impl JsonSchema for FieldPath {
 
 impl<'de> Deserialize<'de> for FieldPath {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<FieldPath, D::Error> {
-        super::parse_str(d, "a JSON pointer such as `/spec/template/spec/containers/*/env`", |v| {
+        super::parse::parse_str(d, "a JSON pointer such as `/spec/template/spec/containers/*/env`", |v| {
             FieldPath::parse(v).map_err(|e| (e.problem, format!("{} ({PATH_EXAMPLE})", e.fix)))
         })
     }
@@ -187,25 +188,14 @@ fn unescape(raw: &str) -> Option<String> {
 
 /// The digest key file (read to check it; the bridge reads it again when it starts and
 /// keeps it). Field rules parsed when the configuration was loaded.
-pub(super) fn validate(c: &Config) -> Vec<Problem> {
-    let mut out = Vec::new();
-    if let Some(path) = &c.redaction.digest_key_file
-        && let Err(e) = read_digest_key(path)
-    {
-        out.push(Problem { key: "redaction.digest_key_file".into(), problem: e.to_string(), fix: KEY_FIX.into() });
-    }
-    if c.redaction.digest_key_file.is_none() {
-        for (i, rc) in c.resources.iter().enumerate() {
-            for (j, _) in rc.redact_fields.iter().enumerate().filter(|(_, r)| r.action == RedactAction::Hash) {
-                out.push(Problem {
-                    key: format!("resources[{i}].redact_fields[{j}].action"),
-                    problem: "is `hash` without a digest key: an unkeyed digest of a short value (a PIN, a password) is recovered by hashing guesses".into(),
-                    fix: format!("set redaction.digest_key_file ({KEY_FIX}), or use `mask`"),
-                });
-            }
+impl RedactionConfig {
+    pub(super) fn validate(&self, out: &mut Vec<Problem>) {
+        if let Some(path) = &self.digest_key_file
+            && let Err(e) = read_digest_key(path)
+        {
+            out.push(problem("redaction.digest_key_file", e.to_string(), KEY_FIX));
         }
     }
-    out
 }
 
 /// How to make a good key file, for every error about one.
@@ -233,7 +223,7 @@ pub enum DigestKeyError {
 /// The file at `path` is a regular file (after symbolic links, as Secret volumes use) that
 /// is not empty. Its metadata only: a FIFO or a device is refused before it is opened.
 fn key_file(path: &Path) -> Result<(), DigestKeyError> {
-    let meta = super::secret::regular_file(path).map_err(|source| DigestKeyError::Unreadable { path: path.into(), source })?;
+    let meta = regular_file(path).map_err(|source| DigestKeyError::Unreadable { path: path.into(), source })?;
     if meta.len() == 0 {
         return Err(DigestKeyError::Empty { path: path.into() });
     }
@@ -256,6 +246,8 @@ pub fn read_digest_key(path: &Path) -> Result<Vec<u8>, DigestKeyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use crate::config::validate::validate;
 
     /// A fresh directory of this test process, for key files.
     fn scratch(name: &str) -> PathBuf {

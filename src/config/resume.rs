@@ -6,6 +6,10 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::bounds;
+use super::problem::{Problem, problem};
+use super::redact::{KEY_FIX, read_digest_key};
+
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResumeConfig {
@@ -17,6 +21,7 @@ pub struct ResumeConfig {
     /// How often acknowledged progress is written, in milliseconds (and once more on
     /// shutdown). Default: 1000.
     #[serde(default = "default_interval_ms")]
+    #[schemars(transform = &bounds::CHECKPOINT_INTERVAL_MS)]
     pub interval_ms: u64,
     /// Kafka routes: the compacted topic of checkpoints, on the route's brokers (created
     /// with one partition when missing). Default: `deltaship.checkpoints`.
@@ -37,14 +42,32 @@ pub struct ResumeConfig {
     pub key_file: Option<PathBuf>,
 }
 
-/// The checkpoint key file (read to check it; the bridge reads it again when it starts).
-pub(super) fn validate(c: &super::Config) -> Vec<super::Problem> {
-    match &c.resume.key_file {
-        Some(path) => match super::read_digest_key(path) {
-            Ok(_) => Vec::new(),
-            Err(e) => vec![super::Problem { key: "resume.key_file".into(), problem: e.to_string(), fix: super::KEY_FIX.into() }],
-        },
-        None => Vec::new(),
+impl ResumeConfig {
+    pub(super) fn validate(&self, out: &mut Vec<Problem>) {
+        bounds::CHECKPOINT_INTERVAL_MS.check(out, "resume", self.interval_ms);
+        // The key file is read to check it; the bridge reads it again when it starts.
+        if let Some(path) = &self.key_file
+            && let Err(e) = read_digest_key(path)
+        {
+            out.push(problem("resume.key_file", e.to_string(), KEY_FIX));
+        }
+        let topic = &self.kafka_topic;
+        // Kafka's rule for topic names (its `Topic.validate`).
+        if !(1..=249).contains(&topic.len()) || topic == "." || topic == ".." || !topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
+            out.push(problem(
+                "resume.kafka_topic",
+                format!("`{topic}` is not a valid Kafka topic name"),
+                "use 1 to 249 letters, digits, `.`, `_` and `-`, e.g. `deltaship.checkpoints`",
+            ));
+        }
+        let bucket = &self.nats_bucket;
+        if bucket.is_empty() || !bucket.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b)) {
+            out.push(problem(
+                "resume.nats_bucket",
+                format!("`{bucket}` is not a valid key-value bucket name"),
+                "use letters, digits, `_` and `-`, e.g. `deltaship-checkpoints`",
+            ));
+        }
     }
 }
 

@@ -1,9 +1,14 @@
 //! Routes: several sinks fed by the same watches, each with its own selection and shape.
 
+use std::collections::HashSet;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Config, EventFormat, FilterConfig, PayloadMode, ResourceConfig, SinkConfig};
+use super::problem::{Problem, problem};
+use super::resource::{EventFormat, FilterConfig, PayloadMode, ResourceConfig};
+use super::sink::SinkConfig;
+use super::{names, pointers};
 
 /// The name of the one route of a configuration with `sink` (or no sink) and no `routes`.
 pub const DEFAULT_ROUTE: &str = "default";
@@ -47,21 +52,46 @@ pub fn selector_matches(selector: &str, r: &ResourceConfig) -> bool {
     kind.eq_ignore_ascii_case(&r.kind) && group.is_none_or(|g| g.eq_ignore_ascii_case(&r.group))
 }
 
-impl Config {
-    /// The routes events take: `routes`, or else one route named `default` to `sink`
-    /// (stdout when unset) with every resource.
-    pub fn effective_routes(&self) -> Vec<RouteConfig> {
-        if !self.routes.is_empty() {
-            return self.routes.clone();
+/// `sink`, or `routes` with their sinks, names, selectors and filters.
+pub(super) fn validate_routes(out: &mut Vec<Problem>, sink: Option<&SinkConfig>, routes: &[RouteConfig], resources: &[ResourceConfig]) {
+    if let Some(sink) = sink {
+        sink.validate(out, "sink");
+        if !routes.is_empty() {
+            out.push(problem("sink", "is set together with `routes`", "move the sink into a [[routes]] entry (with a `name`), or remove `routes`"));
         }
-        vec![RouteConfig {
-            name: DEFAULT_ROUTE.into(),
-            sink: self.sink.clone().unwrap_or_default(),
-            resources: Vec::new(),
-            payload: None,
-            format: None,
-            filter: FilterConfig::default(),
-        }]
+    }
+    let mut names = HashSet::new();
+    for (i, r) in routes.iter().enumerate() {
+        let at = |field: &str| format!("routes[{i}].{field}");
+        if !names::is_dns_label(&r.name) {
+            out.push(problem(at("name"), format!("`{}` is not a valid route name", r.name), "use a lowercase DNS label, e.g. `audit`"));
+        } else if !names.insert(r.name.as_str()) {
+            out.push(problem(at("name"), format!("`{}` names two routes", r.name), "give each route its own name"));
+        }
+        r.sink.validate(out, &at("sink"));
+        for (j, selector) in r.resources.iter().enumerate() {
+            if !resources.iter().any(|rc| selector_matches(selector, rc)) {
+                let known: Vec<String> =
+                    resources.iter().map(|rc| if rc.group.is_empty() { rc.kind.clone() } else { format!("{}/{}", rc.group, rc.kind) }).collect();
+                out.push(problem(
+                    at(&format!("resources[{j}]")),
+                    format!("`{selector}` matches none of `resources`"),
+                    format!("name a configured kind as `Kind` or `group/Kind`: {}", known.join(", ")),
+                ));
+            }
+        }
+        pointers::check_pointers(out, &at("filter.changed_paths"), &r.filter.changed_paths, "`/spec/template`");
+    }
+    if !routes.is_empty() {
+        for (i, rc) in resources.iter().enumerate() {
+            if !routes.iter().any(|r| r.selects(rc)) {
+                out.push(problem(
+                    format!("resources[{i}]"),
+                    format!("{} is shipped by no route", rc.kind),
+                    "add it to a route's `resources` (or leave a route's `resources` empty to ship all), or remove it",
+                ));
+            }
+        }
     }
 }
 

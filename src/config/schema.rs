@@ -4,7 +4,7 @@
 
 use schemars::generate::SchemaSettings;
 
-use super::Config;
+use super::model::Config;
 
 /// The JSON Schema of a configuration file (TOML or YAML read as JSON): every key, its
 /// type, its default and its description. What the schema cannot say (a template's

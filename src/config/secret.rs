@@ -208,9 +208,35 @@ impl<'de> Visitor<'de> for SecretVisitor {
     }
 }
 
+/// Keys of raw client options whose values are secrets (`sasl.oauthbearer.config` holds
+/// the client's credentials).
+const SECRET_KEY_PARTS: [&str; 6] = ["password", "secret", "token", "jaas", "key.pem", "oauthbearer.config"];
+
+/// Returns `key`'s value, or a mask when the key names a secret.
+pub fn mask_value(key: &str, value: &str) -> String {
+    let key = key.to_ascii_lowercase();
+    if SECRET_KEY_PARTS.iter().any(|p| key.contains(p)) { "***".into() } else { value.into() }
+}
+
+/// `text` with the value of every secret-named option among `options` (as `mask_value`
+/// decides) replaced by `***`: for client errors, which may echo a value they refuse.
+pub fn mask_secrets_in<'a>(text: &str, options: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    options
+        .into_iter()
+        .filter(|(key, value)| !value.is_empty() && mask_value(key, value) != *value)
+        .fold(text.to_string(), |text, (_, value)| text.replace(value, "***"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_values_are_masked_inside_error_text() {
+        let options = [("sasl.oauthbearer.client.secret", "s3cr3t"), ("ssl.key.password", ""), ("linger.ms", "5")];
+        let text = "Invalid value \"s3cr3t\" for configuration property; linger.ms 5";
+        assert_eq!(mask_secrets_in(text, options), "Invalid value \"***\" for configuration property; linger.ms 5");
+    }
 
     #[test]
     fn debug_hides_and_wrong_types_are_refused_without_the_value() {

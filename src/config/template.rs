@@ -5,6 +5,8 @@ use std::borrow::Cow;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::problem::{Problem, problem};
+
 /// A name template such as `deltaship.{cluster}.{group}.{plural}`, parsed when the
 /// configuration is loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,7 +138,7 @@ impl JsonSchema for Template {
 
 impl<'de> Deserialize<'de> for Template {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Template, D::Error> {
-        super::parse_str(d, "a name template such as `deltaship.{cluster}.{group}.{plural}`", |v| {
+        super::parse::parse_str(d, "a name template such as `deltaship.{cluster}.{group}.{plural}`", |v| {
             Template::parse(v).map_err(|e| (e.to_string(), Template::HELP.into()))
         })
     }
@@ -150,6 +152,15 @@ pub fn check_topic_name(name: &str) -> Result<(), TemplateError> {
         && name != ".."
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
     if ok { Ok(()) } else { Err(TemplateError::TopicName { topic: name.into() }) }
+}
+
+/// A template of one name per resource (a topic, a marker subject) without `{namespace}`
+/// or `{name}`, which only NATS object subjects may use. The template itself parsed when
+/// the configuration was loaded.
+pub(super) fn check_per_resource(out: &mut Vec<Problem>, key: String, t: &Template) {
+    if t.names_object() {
+        out.push(problem(key, "uses {namespace} or {name}, which name single objects", "use only {cluster}, {group}, {version}, {kind} and {plural} here"));
+    }
 }
 
 #[cfg(test)]
