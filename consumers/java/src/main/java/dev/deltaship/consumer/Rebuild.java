@@ -72,7 +72,7 @@ public final class Rebuild {
                 usage("give --records FILE, --kafka BROKERS with --topic, or --nats URL with --stream");
             }
         } catch (RuntimeException e) {
-            System.err.println("error: " + e.getMessage());
+            System.err.println("error: " + causes(e));
             System.exit(1);
         }
         System.out.println(Json.MAPPER.writeValueAsString(consumer.state()));
@@ -86,6 +86,20 @@ public final class Rebuild {
                 System.exit(3);
             }
         }
+    }
+
+    /**
+     * {@code e}'s message and those of its causes not already in it: the Kafka client's own
+     * ("SSL handshake failed") names the cause only in a cause ("Received fatal alert: ...").
+     */
+    private static String causes(Throwable e) {
+        StringBuilder said = new StringBuilder(String.valueOf(e.getMessage()));
+        for (Throwable cause = e.getCause(); cause != null; cause = cause.getCause()) {
+            if (cause.getMessage() != null && !said.toString().contains(cause.getMessage())) {
+                said.append(": ").append(cause.getMessage());
+            }
+        }
+        return said.toString();
     }
 
     private static void usage(String problem) {
