@@ -24,7 +24,9 @@ use serde_json::{Value, json};
 use support::bridge::Bridge;
 use support::config::{TestConfig, kafka, nats, partitions};
 use support::consumers::{dir as consumers, run};
+use support::kafka::write_recorded;
 use support::kube::{client, delete_namespace, namespace};
+use support::secured_kafka::secured;
 use support::state::{api_configmaps, assert_rebuild_matches};
 
 fn python() -> Command {
@@ -449,4 +451,80 @@ async fn every_consumer_applies_committed_records_only_and_ends_at_a_transaction
             .collect();
         assert_eq!(data, want, "{consumer}");
     }
+}
+
+/// The TLS and SASL options of the commands (docs/consumers/): the Go and Java ones read a
+/// recorded stream, written through the plaintext listener, over the broker's mutual-TLS
+/// listener and over SASL_SSL with SCRAM-SHA-512, Python's over the latter, each to the
+/// vector's state; a wrong password and a client certificate of a CA the broker does not
+/// trust fail with an exit code and an error naming the cause, never showing a password.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_consumer_reads_over_mutual_tls_and_sasl_ssl_and_names_what_the_broker_refused() {
+    let env = support::env();
+    let s = secured();
+    let vector = consumers().parent().unwrap().join("vectors/initial-and-live");
+    let topic = write_recorded(&env.kafka, &vector.join("kafka.jsonl")).await;
+    let expected: Value = serde_json::from_slice(&std::fs::read(vector.join("expected.json")).unwrap()).unwrap();
+    let path = |name: &str| s.file(name).display().to_string();
+    let mtls = |client: &str| {
+        let (cert, key) = (path(&format!("{client}.pem")), path(&format!("{client}.key")));
+        vec![("kafka", s.mtls.clone()), ("tls-ca-file", path("ca.pem")), ("tls-cert-file", cert), ("tls-key-file", key)]
+    };
+    let scram = |password_file: String| {
+        let user = s.read("scram-sha-512.user");
+        vec![
+            ("kafka", s.sasl_ssl.clone()),
+            ("tls-ca-file", path("ca.pem")),
+            ("sasl-mechanism", "SCRAM-SHA-512".into()),
+            ("sasl-username", user),
+            ("sasl-password-file", password_file),
+        ]
+    };
+    let command = |consumer: Consumer, dash: &str, flags: Vec<(&str, String)>| {
+        let mut cmd = consumer();
+        for (name, value) in flags.into_iter().chain([("topic", topic.clone()), ("cluster", "vectors".to_string())]) {
+            cmd.arg(format!("{dash}{name}")).arg(value);
+        }
+        cmd
+    };
+    let password_file = path("scram-sha-512.password");
+    let reads = [
+        ("Go over mutual TLS", command(go_rebuild, "-", mtls("client"))),
+        ("Go over SCRAM-SHA-512", command(go_rebuild, "-", scram(password_file.clone()))),
+        ("Java over mutual TLS", command(java_rebuild, "--", mtls("client"))),
+        ("Java over SCRAM-SHA-512", command(java_rebuild, "--", scram(password_file.clone()))),
+        ("Python over SCRAM-SHA-512", command(python_rebuild, "--", scram(password_file))),
+    ];
+    for (what, cmd) in reads {
+        let started = std::time::Instant::now();
+        let state: Value = serde_json::from_str(&run(cmd, what)).unwrap();
+        assert_eq!(state, expected["clusters"]["vectors"], "{what}");
+        eprintln!("{what}: {:?}", started.elapsed());
+    }
+
+    let password = s.read("scram-sha-512.password");
+    let dir = std::env::temp_dir().join(support::unique("wrong-password"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wrong = format!("wr0ng-{}", support::unique("pw"));
+    std::fs::write(dir.join("password"), &wrong).unwrap();
+    let wrong_file = dir.join("password").display().to_string();
+    let refused = [
+        ("Go, a wrong password", command(go_rebuild, "-", scram(wrong_file.clone())), "SASL Authentication failed"),
+        ("Go, an untrusted client certificate", command(go_rebuild, "-", mtls("untrusted-client")), "certificate"),
+        ("Java, a wrong password", command(java_rebuild, "--", scram(wrong_file.clone())), "Authentication failed"),
+        ("Java, an untrusted client certificate", command(java_rebuild, "--", mtls("untrusted-client")), "certificate"),
+        ("Python, a wrong password", command(python_rebuild, "--", scram(wrong_file)), "Authentication failed"),
+        ("Python, an untrusted client certificate", command(python_rebuild, "--", mtls("untrusted-client")), "certificate"),
+    ];
+    for (what, mut cmd, cause) in refused {
+        let started = std::time::Instant::now();
+        let out = cmd.output().unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        eprintln!("{what}: {:?}: {said}", started.elapsed());
+        assert_eq!(out.status.code(), Some(1), "{what}: {said}");
+        let error = said.lines().last().unwrap_or_default();
+        assert!(error.starts_with("error: ") && error.contains(cause), "{what}: the error does not name the cause ({cause}): {said}");
+        assert!(!said.contains(&wrong) && !said.contains(&password), "{what}: a password is shown: {said}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -18,38 +18,13 @@ use support::bridge::{Bridge, command};
 use support::config::{TestConfig, kafka, partitions};
 use support::kafka::{Record, read_until};
 use support::kube::{client, delete_namespace, namespace};
+use support::secured_kafka::{Secured, secured};
 
 /// How long a bridge that cannot authenticate is watched staying alive and unready: longer
 /// than a bridge that does connect takes to turn ready here (a few seconds).
 const NOT_READY_WINDOW: Duration = Duration::from_secs(15);
 
-/// The secured listeners and their files, as tests/env/up exported them: missing
-/// variables are a failure with the command to run, never a skip (like support::env).
-struct Secured {
-    mtls: String,
-    sasl_ssl: String,
-    dir: PathBuf,
-}
-
-fn secured() -> Secured {
-    support::env();
-    let var = support::var;
-    Secured { mtls: var("DELTASHIP_TEST_KAFKA_MTLS"), sasl_ssl: var("DELTASHIP_TEST_KAFKA_SASL_SSL"), dir: PathBuf::from(var("DELTASHIP_TEST_KAFKA_TLS_DIR")) }
-}
-
 impl Secured {
-    /// A file of the test CA's set (tests/env/kafka/ctl lists them).
-    fn file(&self, name: &str) -> PathBuf {
-        let path = self.dir.join(name);
-        assert!(path.is_file(), "{} is missing: restart the broker with `tests/env/kafka/ctl restart`", path.display());
-        path
-    }
-
-    /// The content of a file of the set (user names and passwords have no newline).
-    fn read(&self, name: &str) -> String {
-        std::fs::read_to_string(self.file(name)).unwrap()
-    }
-
     /// `tls` trusting the test CA, with a client certificate from `client` (`client` or
     /// `untrusted-client`), or without one.
     fn tls(&self, client: Option<&str>) -> KafkaTls {

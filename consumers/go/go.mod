@@ -5,6 +5,7 @@ go 1.23.0
 require (
 	github.com/IBM/sarama v1.45.2
 	github.com/nats-io/nats.go v1.48.0
+	github.com/xdg-go/scram v1.2.0
 )
 
 require (
@@ -26,7 +27,10 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.22 // indirect
 	github.com/rcrowley/go-metrics v0.0.0-20201227073835-cf1acfcdf475 // indirect
+	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
+	github.com/xdg-go/stringprep v1.0.4 // indirect
 	golang.org/x/crypto v0.38.0 // indirect
 	golang.org/x/net v0.40.0 // indirect
 	golang.org/x/sys v0.33.0 // indirect
+	golang.org/x/text v0.25.0 // indirect
 )

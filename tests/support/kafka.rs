@@ -1,11 +1,16 @@
-//! Kafka helpers: read every record of a topic with partition, key, headers and value.
+//! Kafka helpers: read every record of a topic with partition, key, headers and value;
+//! write a recorded stream to a topic.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
@@ -134,4 +139,32 @@ pub fn read_to_end(brokers: &str, topic: &str, timeout: Duration) -> Vec<Record>
             Some(Err(e)) => panic!("reading {topic} failed: {e}"),
         }
     }
+}
+
+/// Writes a recorded stream (a test vector's kafka.jsonl, docs/reference/event-contract.md)
+/// to a new topic of 3 partitions at `brokers`: each line's record to its partition, with its
+/// key, headers and value, in the file's order. Returns the topic.
+pub async fn write_recorded(brokers: &str, file: &Path) -> String {
+    let topic = super::unique("recorded");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", brokers).create().unwrap();
+    let created = admin.create_topics(&[NewTopic::new(&topic, 3, TopicReplication::Fixed(1))], &AdminOptions::new()).await.unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", brokers).set("enable.idempotence", "true").create().unwrap();
+    for line in std::fs::read_to_string(file).unwrap().lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let mut headers = OwnedHeaders::new();
+        for h in r["headers"].as_array().unwrap() {
+            headers = headers.insert(Header { key: h[0].as_str().unwrap(), value: h[1].as_str() });
+        }
+        let mut record = BaseRecord::<str, str>::to(&topic).partition(r["partition"].as_i64().unwrap() as i32).headers(headers);
+        if let Some(key) = r["key"].as_str() {
+            record = record.key(key);
+        }
+        if let Some(value) = r["value"].as_str() {
+            record = record.payload(value);
+        }
+        producer.send(record).map_err(|(e, _)| e).unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    topic
 }

@@ -22,6 +22,7 @@ pub mod nats_server;
 pub mod node;
 pub mod postgres;
 pub mod receiver;
+pub mod secured_kafka;
 pub mod state;
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -23,8 +23,15 @@ import (
 // but are never delivered. sarama delivers neither under ReadCommitted but does not tell
 // where its fetching got to, so when no record comes for a while, the reader looks at what
 // is left before the end itself (committedBefore).
-func Read(brokers []string, topics []string, c *consumer.Consumer, skipped consumer.Skipped) error {
+//
+// options set how it connects: WithTLS, WithSASL.
+func Read(brokers []string, topics []string, c *consumer.Consumer, skipped consumer.Skipped, options ...Option) error {
 	config := sarama.NewConfig()
+	for _, o := range options {
+		if err := o.apply(config); err != nil {
+			return err
+		}
+	}
 	config.Consumer.Return.Errors = true
 	// The isolation level takes Kafka 0.11's Fetch v4; 2.1 (Fetch v10, ListOffsets v4) is
 	// sarama's default and what Kafka 4, which dropped older requests, still serves.

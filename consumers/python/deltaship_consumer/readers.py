@@ -6,6 +6,8 @@ broker's client when called: the extras ``deltaship-consumer[kafka]`` (confluent
 
 from __future__ import annotations
 
+import time
+
 from .decode import BadRecord
 from .protocol import Consumer
 
@@ -24,10 +26,20 @@ def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict
     never delivered, so a partition ends at its EOF, not only at a record just before the end.
     """
     try:
-        from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
         from confluent_kafka import Consumer as KafkaConsumer
     except ImportError as e:
         raise ImportError(f"read_kafka needs confluent-kafka ({e}); install it with: pip install 'deltaship-consumer[kafka]'") from None
+    refused: list[str] = []
+    theirs = (config or {}).get("error_cb")
+
+    def on_error(error: KafkaError) -> None:
+        # A refused credential or certificate: librdkafka would retry it until the timeout.
+        if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL) or "SSL" in error.str():
+            refused.append(error.str())
+        if theirs:
+            theirs(error)
+
     kafka = KafkaConsumer(
         {
             "bootstrap.servers": brokers,
@@ -37,6 +49,7 @@ def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict
             # partition's end would wait for it.
             "fetch.wait.max.ms": 100,
             **(config or {}),
+            "error_cb": on_error,
             # librdkafka's default, made explicit, and not overridable: see above.
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
@@ -44,7 +57,17 @@ def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict
     )
     try:
         for topic in topics:
-            metadata = kafka.list_topics(topic, timeout=TIMEOUT).topics.get(topic)
+            metadata = None
+            deadline = time.monotonic() + TIMEOUT
+            while metadata is None:
+                try:
+                    metadata = kafka.list_topics(topic, timeout=1.0).topics.get(topic)
+                except KafkaException as e:
+                    kafka.poll(0.1)  # serves on_error
+                    if refused:
+                        raise RuntimeError(f"Kafka at {brokers} refused the connection: {refused[-1]}") from None
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"no answer from Kafka at {brokers} within {TIMEOUT} s: {e}") from None
             if metadata is None or metadata.error is not None or not metadata.partitions:
                 raise RuntimeError(f"topic {topic} does not exist")
             for p in sorted(metadata.partitions):

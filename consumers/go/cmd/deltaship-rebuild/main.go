@@ -5,7 +5,8 @@
 // reason in a last stderr line. A sync.completed marker whose count and digest do not match
 // the state held is reported on stderr ("state mismatch at marker ..."); with -verify a last
 // line "verification: {"verified": N, "mismatched": M}" follows and the exit code is 3 when
-// M > 0.
+// M > 0. The -tls* and -sasl-* flags secure the Kafka connection; the SASL password comes
+// from a file.
 package main
 
 import (
@@ -35,6 +36,7 @@ func main() {
 	records := flag.String("records", "", "a recorded stream (vectors/*/kafka.jsonl or nats.jsonl)")
 	cluster := flag.String("cluster", "", "apply only this cluster's events")
 	verify := flag.Bool("verify", false, "exit 3 when a marker's count and digest did not match the state held")
+	security := securityFlags()
 	flag.Parse()
 	c := consumer.New(consumer.Options{Cluster: *cluster})
 	var err error
@@ -42,7 +44,12 @@ func main() {
 	case *records != "":
 		err = consumer.ReadRecords(*records, c, nil)
 	case *brokers != "" && len(topics) > 0:
-		err = kafka.Read(strings.Split(*brokers, ","), topics, c, nil)
+		options, bad := security.options()
+		if bad != nil {
+			fmt.Fprintf(os.Stderr, "error: %v\n", bad)
+			os.Exit(2)
+		}
+		err = kafka.Read(strings.Split(*brokers, ","), topics, c, nil, options...)
 	case *natsURL != "" && *stream != "":
 		err = jetstream.Read(context.Background(), *natsURL, *stream, c, nil)
 	default:

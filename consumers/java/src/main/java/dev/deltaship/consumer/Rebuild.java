@@ -5,6 +5,7 @@ import dev.deltaship.consumer.kafka.KafkaReader;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Properties;
 
 /**
  * Rebuilds state into a map from a Kafka topic, a JetStream stream or a recorded stream, and
@@ -13,9 +14,11 @@ import java.util.List;
  * <problem>}), and counted by reason in a last stderr line. A {@code sync.completed} marker whose
  * count and digest do not match the state held is reported on stderr ({@code state mismatch at
  * marker ...}); with {@code --verify} a last line {@code verification: {"verified": N,
- * "mismatched": M}} follows and the exit code is 3 when M > 0.
+ * "mismatched": M}} follows and the exit code is 3 when M > 0. The {@code --tls*} and
+ * {@code --sasl-*} flags secure the Kafka connection; the SASL password comes from a file.
  *
- * <pre>java -jar deltaship-consumer-2.0.0-all.jar --kafka B --topic T | --nats URL --stream S | --records FILE [--cluster C] [--verify]</pre>
+ * <pre>java -jar deltaship-consumer-2.0.0-all.jar --kafka B --topic T | --nats URL --stream S | --records FILE [--cluster C] [--verify]
+ *     [--tls] [--tls-ca-file F] [--tls-cert-file F --tls-key-file F] [--sasl-mechanism M --sasl-username U --sasl-password-file F]</pre>
  */
 public final class Rebuild {
     private Rebuild() {}
@@ -24,10 +27,15 @@ public final class Rebuild {
         String kafka = null, nats = null, stream = null, records = null, cluster = null;
         boolean verify = false;
         List<String> topics = new ArrayList<>();
+        KafkaSecurity security = new KafkaSecurity();
         for (int i = 0; i < args.length; i++) {
             String value = i + 1 < args.length ? args[i + 1] : null;
             if (args[i].equals("--verify")) {
                 verify = true;
+                continue;
+            }
+            if (args[i].equals("--tls")) {
+                security.tls = true;
                 continue;
             }
             switch (args[i]) {
@@ -37,7 +45,11 @@ public final class Rebuild {
                 case "--stream" -> stream = value;
                 case "--records" -> records = value;
                 case "--cluster" -> cluster = value;
-                default -> usage("unknown argument " + args[i]);
+                default -> {
+                    if (!security.take(args[i], value)) {
+                        usage("unknown argument " + args[i]);
+                    }
+                }
             }
             i++;
         }
@@ -46,14 +58,21 @@ public final class Rebuild {
             if (records != null) {
                 Records.read(Path.of(records), consumer);
             } else if (kafka != null && !topics.isEmpty()) {
-                KafkaReader.read(kafka, topics, consumer);
+                Properties client;
+                try {
+                    client = security.properties();
+                } catch (IllegalArgumentException e) {
+                    usage(e.getMessage());
+                    return;
+                }
+                KafkaReader.read(kafka, topics, consumer, client);
             } else if (nats != null && stream != null) {
                 JetStreamReader.read(nats, stream, consumer);
             } else {
                 usage("give --records FILE, --kafka BROKERS with --topic, or --nats URL with --stream");
             }
         } catch (RuntimeException e) {
-            System.err.println("error: " + e.getMessage());
+            System.err.println("error: " + causes(e));
             System.exit(1);
         }
         System.out.println(Json.MAPPER.writeValueAsString(consumer.state()));
@@ -67,6 +86,20 @@ public final class Rebuild {
                 System.exit(3);
             }
         }
+    }
+
+    /**
+     * {@code e}'s message and those of its causes not already in it: the Kafka client's own
+     * ("SSL handshake failed") names the cause only in a cause ("Received fatal alert: ...").
+     */
+    private static String causes(Throwable e) {
+        StringBuilder said = new StringBuilder(String.valueOf(e.getMessage()));
+        for (Throwable cause = e.getCause(); cause != null; cause = cause.getCause()) {
+            if (cause.getMessage() != null && !said.toString().contains(cause.getMessage())) {
+                said.append(": ").append(cause.getMessage());
+            }
+        }
+        return said.toString();
     }
 
     private static void usage(String problem) {

@@ -35,15 +35,18 @@ public final class KafkaReader {
      * consumer's position reaches the end, not at a record just before it.
      */
     public static void read(String brokers, List<String> topics, Consumer consumer) {
-        Properties p = new Properties();
-        p.put("bootstrap.servers", brokers);
-        p.put("enable.auto.commit", "false");
-        // kafka-clients' default is read_uncommitted; under read_committed endOffsets is the
-        // last stable offset.
-        p.put("isolation.level", "read_committed");
-        // The broker holds a fetch at a partition's end this long (default 500 ms), and reading
-        // stops at every partition's end.
-        p.put("fetch.max.wait.ms", "100");
+        read(brokers, topics, consumer, new Properties());
+    }
+
+    /**
+     * As {@link #read(String, List, Consumer)}, with more settings of the Kafka client: those
+     * of its connection ({@code security.protocol}, {@code ssl.*}, {@code sasl.*}) and any
+     * other consumer setting, passed through. The reader's own settings are not overridable:
+     * {@code bootstrap.servers} is {@code brokers}, {@code isolation.level} is
+     * {@code read_committed} and {@code enable.auto.commit} is {@code false}.
+     */
+    public static void read(String brokers, List<String> topics, Consumer consumer, Properties client) {
+        Properties p = settings(brokers, client);
         try (KafkaConsumer<byte[], byte[]> kafka = new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
             for (String topic : topics) {
                 List<PartitionInfo> partitions = kafka.partitionsFor(topic, TIMEOUT);
@@ -81,6 +84,21 @@ public final class KafkaReader {
                 }
             }
         }
+    }
+
+    /** The client's settings: {@code client}'s, then the reader's own over them. */
+    static Properties settings(String brokers, Properties client) {
+        Properties p = new Properties();
+        // The broker holds a fetch at a partition's end this long (default 500 ms), and reading
+        // stops at every partition's end.
+        p.put("fetch.max.wait.ms", "100");
+        p.putAll(client);
+        p.put("bootstrap.servers", brokers);
+        p.put("enable.auto.commit", "false");
+        // kafka-clients' default is read_uncommitted; under read_committed endOffsets is the
+        // last stable offset.
+        p.put("isolation.level", "read_committed");
+        return p;
     }
 
     private static List<Map.Entry<String, byte[]>> pairs(Headers headers) {
