@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Message as _};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -35,7 +35,9 @@ pub fn find(config: &KafkaConfig, doubts: &[(String, Doubt)]) -> Result<HashMap<
     // Where each wanted id was read: (id, partition).
     let mut read: HashMap<(String, i32), Placement> = HashMap::new();
     for (topic, (since_ms, ids)) in topics {
-        for (p, start) in starts(&reader, topic, since_ms)? {
+        let starts = starts(&reader, topic, since_ms)?;
+        tracing::debug!(topic, since_ms, ?starts, "Reading the log for doubtful records from these offsets (partition, offset)");
+        for (p, start) in starts {
             read_partition(&reader, topic, p, start, &mut |m, offset| {
                 if let Some(id) = event_id(m).filter(|id| ids.contains(id.as_str())) {
                     read.insert((id, p), Placement { partition: p, offset });
@@ -70,7 +72,7 @@ fn connect(config: &KafkaConfig) -> Result<BaseConsumer, String> {
 }
 
 /// Per partition of `topic`, the offset of its first record stamped at or after `since_ms`;
-/// a partition without one is left out (nothing to read there).
+/// a partition the broker says has none is left out (nothing to read there).
 fn starts(reader: &BaseConsumer, topic: &str, since_ms: i64) -> Result<Vec<(i32, i64)>, String> {
     let md = reader.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| format!("no metadata for topic {topic}: {e}"))?;
     let mut query = TopicPartitionList::new();
@@ -78,14 +80,26 @@ fn starts(reader: &BaseConsumer, topic: &str, since_ms: i64) -> Result<Vec<(i32,
         query.add_partition_offset(topic, p.id(), Offset::Offset(since_ms)).map_err(|e| e.to_string())?;
     }
     let answer = reader.offsets_for_times(query, TIMEOUT).map_err(|e| format!("cannot find {topic}'s records by time: {e}"))?;
-    Ok(answer
-        .elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), o)),
-            _ => None,
-        })
-        .collect())
+    let mut starts = Vec::new();
+    for e in answer.elements() {
+        if let Some(start) = start(topic, e.partition(), e.error(), e.offset())? {
+            starts.push((e.partition(), start));
+        }
+    }
+    Ok(starts)
+}
+
+/// Where to start reading partition `p` from the broker's answer to the time query: its
+/// offset, or none when the broker says no record is that recent. An error (a broker just
+/// restarted may answer "leader epoch is newer than broker epoch" for one partition), or any
+/// other answer, fails the read: taken for "none", it would send a written record again.
+fn start(topic: &str, p: i32, error: KafkaResult<()>, offset: Offset) -> Result<Option<i64>, String> {
+    error.map_err(|e| format!("cannot find {topic}/{p}'s records by time: {e}"))?;
+    match offset {
+        Offset::Offset(o) => Ok(Some(o)),
+        Offset::End => Ok(None),
+        other => Err(format!("cannot find {topic}/{p}'s records by time: the broker answered {other:?}")),
+    }
 }
 
 /// Gives `record` each record of `topic`/`p` from `start` to the partition's end.
@@ -127,4 +141,26 @@ fn event_id(m: &BorrowedMessage<'_>) -> Option<String> {
         id: String,
     }
     serde_json::from_slice::<Structured>(m.payload()?).ok().map(|s| s.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::Offset;
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+    use super::start;
+
+    #[test]
+    fn a_partition_answered_with_an_error_fails_the_read_instead_of_reading_as_empty() {
+        let error = Err(KafkaError::OffsetFetch(RDKafkaErrorCode::UnknownLeaderEpoch));
+        let e = start("t", 3, error, Offset::End).unwrap_err();
+        assert!(e.contains("t/3") && e.contains("epoch"), "{e}");
+    }
+
+    #[test]
+    fn the_time_query_answers_an_offset_or_none_newer_and_nothing_else() {
+        assert_eq!(start("t", 0, Ok(()), Offset::Offset(7)), Ok(Some(7)));
+        assert_eq!(start("t", 0, Ok(()), Offset::End), Ok(None));
+        assert!(start("t", 0, Ok(()), Offset::Invalid).is_err());
+    }
 }
