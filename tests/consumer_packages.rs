@@ -4,12 +4,14 @@
 //! through the installed library's public API: a wheel in a fresh virtual environment, a
 //! Go module from a module proxy into an empty module cache, a Maven artifact into an empty
 //! local repository. Each also shows what its users depend on: no broker client unless
-//! they ask for one, no logging binding, and a major version that is the contract's.
+//! they ask for one, no logging binding, and a major version that is the contract's. And
+//! `consumers/reference` generates each one's API reference with its ecosystem's tool.
 
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 use serde_json::Value;
 
@@ -18,6 +20,9 @@ use support::consumers::{dir as consumers, java_version, run};
 /// The vectors each user project checks: the recorded runs, the hostile and the
 /// count-and-digest ones (76 streams and clusters when this was written).
 const VECTORS_AT_LEAST: u64 = 70;
+
+/// Held by the tests that run Maven in consumers/java: both write its target/.
+static MAVEN: Mutex<()> = Mutex::new(());
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -165,7 +170,10 @@ fn the_java_artifact_installs_with_sources_and_javadoc_and_resolves_alone_into_a
     let version = java_version();
     let mut install = Command::new("mvn");
     install.args(["-B", "-q", "install", "-DskipTests"]).current_dir(consumers().join("java"));
-    run(install, "mvn install in consumers/java");
+    {
+        let _maven = MAVEN.lock().unwrap_or_else(|e| e.into_inner());
+        run(install, "mvn install in consumers/java");
+    }
     let local = PathBuf::from(std::env::var("HOME").expect("HOME")).join(".m2/repository");
     let installed = local.join("dev/deltaship/deltaship-consumer").join(&version);
     let file = |suffix: &str| installed.join(format!("deltaship-consumer-{version}{suffix}"));
@@ -214,4 +222,44 @@ fn the_java_artifact_installs_with_sources_and_javadoc_and_resolves_alone_into_a
     let major = version.split('.').next().unwrap();
     assert_every_vector_passed(&run(check, "VectorsCheck.java"), major, "the artifact from the empty repository");
     std::fs::remove_dir_all(&work).unwrap();
+}
+
+/// `consumers/reference` writes pdoc's, `go doc`'s and javadoc's reference of the libraries,
+/// and each shows the API that resumes from a snapshot.
+#[test]
+fn the_api_reference_of_each_library_is_generated_by_its_ecosystems_tool_and_shows_how_to_resume() {
+    let out = scratch("reference");
+    let started = std::time::Instant::now();
+    {
+        let _maven = MAVEN.lock().unwrap_or_else(|e| e.into_inner());
+        run(Command::new(consumers().join("reference")).arg(&out), "consumers/reference");
+    }
+    eprintln!("consumers/reference: {:?}", started.elapsed());
+    let read = |file: &str| std::fs::read_to_string(out.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let python = read("python/deltaship_consumer.html");
+    for id in ["Consumer.resume", "Consumer.save", "Consumer.advance", "Consumer.position", "SNAPSHOT_FORMAT"] {
+        assert!(python.contains(&format!("id=\"{id}\"")), "pdoc's page documents {id}");
+    }
+    let go = read("go/consumer.txt");
+    for signature in [
+        "func Resume(opts Options) (*Consumer, error)",
+        "func (c *Consumer) Save() error",
+        "func (c *Consumer) Advance(source string, partition int32, next int64) error",
+        "func (c *Consumer) Position(source string, partition int32) (int64, bool)",
+    ] {
+        assert!(go.contains(signature), "go doc shows {signature}");
+    }
+    for reader in ["kafka", "jetstream"] {
+        assert!(read(&format!("go/{reader}.txt")).contains("c.Position"), "go doc of {reader}: where reading starts");
+    }
+    let java = read("java/dev/deltaship/consumer/Consumer.html");
+    for member in ["resume(java.nio.file.Path", "save()", "advance(java.lang.String", "position(java.lang.String"] {
+        assert!(java.contains(member), "javadoc shows Consumer.{member}");
+    }
+    assert!(read("java/dev/deltaship/consumer/kafka/KafkaReader.html").contains("Consumer.html#position"), "javadoc of KafkaReader: where reading starts");
+    let index = read("index.html");
+    for link in ["python/deltaship_consumer.html", "go/consumer.txt", "java/index.html"] {
+        assert!(index.contains(link) && out.join(link).is_file(), "index.html links {link}");
+    }
+    std::fs::remove_dir_all(&out).unwrap();
 }

@@ -2,8 +2,11 @@
 //! passes the shared test vectors in its own test runner, and rebuilds the API server's
 //! state from the real Kafka broker and NATS server after a bridge shipped live changes,
 //! and from committed Kafka transactions only; and `deltaship rebuild --follow` keeps a
-//! state file current as more changes come.
+//! state file current as more changes come; each library resumes from its snapshot after a
+//! kill (`tests/consumers/resume.rs`).
 
+#[path = "consumers/resume.rs"]
+mod resume;
 mod support;
 
 use std::collections::BTreeMap;
@@ -74,7 +77,7 @@ fn java_rebuild() -> Command {
 #[test]
 fn the_java_consumer_passes_the_shared_vectors() {
     let said = java_built();
-    for class in ["VectorsTest", "HostileTest", "StateDigestTest", "RepeatsTest"] {
+    for class in ["VectorsTest", "HostileTest", "StateDigestTest", "RepeatsTest", "SnapshotTest"] {
         assert!(
             said.lines().any(|l| l.contains("Failures: 0, Errors: 0, Skipped: 0") && l.ends_with(&format!("dev.deltaship.consumer.{class}"))),
             "{class}: {said}"

@@ -16,6 +16,15 @@
 // is checked against the objects held of its resource, cluster and namespace scope on its
 // partition: c.Verified and c.Mismatched count the markers, Options.OnCheck is told of each
 // Check, and each mismatch is reported ("state mismatch at marker ...").
+//
+// A consumer keeps its place: Advance records the next offset of each partition (the
+// readers call it), Save writes the state, the protocol's memory and those positions to the
+// Options.Snapshot file at once, atomically (Advance saves every Options.SaveEvery records),
+// and Resume starts from it; the readers start each partition at its Position.
+//
+//	c, err := consumer.Resume(consumer.Options{Cluster: "prod", Snapshot: "prod.snapshot"})
+//	err = kafka.Read(brokers, topics, c, nil) // from the saved positions to the end
+//	err = c.Save()
 package consumer
 
 import (
@@ -64,6 +73,11 @@ type Options struct {
 	// RepeatWindow: how many of the latest event ids are remembered to skip repeats, beside
 	// the last id of each object and marker scope held; 0: DefaultRepeatWindow.
 	RepeatWindow int
+	// Snapshot: the file Save writes the state, the protocol's memory and the positions to,
+	// atomically, and Resume reads; empty: none.
+	Snapshot string
+	// SaveEvery: with a Snapshot, Advance saves every SaveEvery records; 0: DefaultSaveEvery.
+	SaveEvery int
 }
 
 // figures is a count and a digest (the sum of terms modulo 2^128, as two halves).
@@ -147,7 +161,10 @@ type Consumer struct {
 	window  *window
 	markers map[markerScope]string
 	stale   map[slot]bool
-	Skipped map[string]int
+	// positions: source (topic or stream) to partition to the next offset or sequence.
+	positions map[string]map[int32]int64
+	unsaved   int
+	Skipped   map[string]int
 	// Duplicates: events skipped as repeats (same id, same partition) of one applied.
 	Duplicates int
 	// Verified, Mismatched: sync.completed markers whose count and digest matched the state
@@ -166,8 +183,11 @@ func New(opts Options) *Consumer {
 	if opts.RepeatWindow <= 0 {
 		opts.RepeatWindow = DefaultRepeatWindow
 	}
+	if opts.SaveEvery <= 0 {
+		opts.SaveEvery = DefaultSaveEvery
+	}
 	return &Consumer{opts: opts, state: map[string]map[string]json.RawMessage{}, values: map[slot]any{}, homes: map[slot]placed{}, open: map[syncSlot]*openSync{},
-		window: newWindow(opts.RepeatWindow), markers: map[markerScope]string{}, stale: map[slot]bool{}, Skipped: map[string]int{}}
+		window: newWindow(opts.RepeatWindow), markers: map[markerScope]string{}, stale: map[slot]bool{}, positions: map[string]map[int32]int64{}, Skipped: map[string]int{}}
 }
 
 // State is the current state: resource ("<apiVersion>/<Kind>") to key to object.

@@ -16,8 +16,10 @@ import (
 	"deltaship.dev/consumer/v2"
 )
 
-// Read gives c every message of stream, in stream order, up to the last message
-// it had when reading started.
+// Read gives c every message of stream, in stream order, up to the last message it had
+// when reading started. It starts at c.Position(stream, 0) (restored by consumer.Resume, or
+// where a previous Read ended; the first message when there is none), and c.Advance moves
+// it past every message: Read again to follow.
 func Read(ctx context.Context, url, stream string, c *consumer.Consumer, skipped consumer.Skipped) error {
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -37,14 +39,23 @@ func Read(ctx context.Context, url, stream string, c *consumer.Consumer, skipped
 		return err
 	}
 	last := info.State.LastSeq
-	if last == 0 {
+	from := jetstream.OrderedConsumerConfig{}
+	seq := uint64(0)
+	if start, resumed := c.Position(stream, 0); resumed {
+		if uint64(start) < info.State.FirstSeq {
+			return fmt.Errorf("the position of stream %s is sequence %d, but the stream begins at %d: messages were deleted (limits) before they were read; rebuild from a new snapshot", stream, start, info.State.FirstSeq)
+		}
+		from = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: uint64(start)}
+		seq = uint64(start) - 1
+	}
+	if last == 0 || seq >= last {
 		return nil
 	}
-	reader, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	reader, err := s.OrderedConsumer(ctx, from)
 	if err != nil {
 		return err
 	}
-	for seq := uint64(0); seq < last; {
+	for seq < last {
 		batch, err := reader.Fetch(500, jetstream.FetchMaxWait(30*time.Second))
 		if err != nil {
 			return err
@@ -64,6 +75,9 @@ func Read(ctx context.Context, url, stream string, c *consumer.Consumer, skipped
 				}
 			}
 			if err := c.SkipWith(fmt.Sprintf("%s#%d", stream, seq), c.NatsMessage(headers, m.Data()), skipped); err != nil {
+				return err
+			}
+			if err := c.Advance(stream, 0, int64(seq)+1); err != nil {
 				return err
 			}
 			if seq >= last {

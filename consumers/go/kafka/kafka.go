@@ -16,7 +16,9 @@ import (
 
 // Read gives c every committed record of topics, partition by partition, in offset
 // order, up to the end each partition had when reading started: its last stable offset (an
-// open transaction holds it back).
+// open transaction holds it back). Each partition starts at c.Position (restored by
+// consumer.Resume, or where a previous Read ended; the oldest offset when there is none),
+// and c.Advance moves it past every record: Read again to follow.
 //
 // deltaship writes inside Kafka transactions when it fences a deposed leader: the records of
 // an aborted transaction stay in the log, and the markers that end transactions take offsets
@@ -80,10 +82,16 @@ func readPartition(client sarama.Client, reader sarama.Consumer, topic string, p
 	if err != nil {
 		return fmt.Errorf("no offsets for %s/%d: %w", topic, p, err)
 	}
-	if high <= low {
+	start, resumed := c.Position(topic, p)
+	if !resumed {
+		start = low
+	} else if start < low {
+		return fmt.Errorf("the position of %s/%d is offset %d, but the partition begins at %d: records were deleted (retention) before they were read; rebuild from a new snapshot", topic, p, start, low)
+	}
+	if high <= start {
 		return nil
 	}
-	pc, err := reader.ConsumePartition(topic, p, sarama.OffsetOldest)
+	pc, err := reader.ConsumePartition(topic, p, start)
 	if err != nil {
 		return fmt.Errorf("reading %s/%d: %w", topic, p, err)
 	}
@@ -91,7 +99,7 @@ func readPartition(client sarama.Client, reader sarama.Consumer, topic string, p
 	idle := time.NewTimer(kafkaIdle)
 	defer idle.Stop()
 	deadline := time.Now().Add(kafkaTimeout)
-	for next := low; next < high; {
+	for next := start; next < high; {
 		select {
 		case m := <-pc.Messages():
 			if m.Offset >= high {
@@ -102,6 +110,9 @@ func readPartition(client sarama.Client, reader sarama.Consumer, topic string, p
 				headers = append(headers, consumer.Header{Key: string(h.Key), Value: h.Value})
 			}
 			if err := c.SkipWith(fmt.Sprintf("%s/%d@%d", topic, p, m.Offset), c.KafkaRecord(p, m.Key, headers, m.Value), skipped); err != nil {
+				return err
+			}
+			if err := c.Advance(topic, p, m.Offset+1); err != nil {
 				return err
 			}
 			next = m.Offset + 1

@@ -18,6 +18,15 @@ need the extras ``kafka`` (confluent-kafka) and ``nats`` (nats-py).
 
 A record that cannot be applied raises BadRecord (``reason``: one of vectors/README.md's)
 and leaves the state as it was; ``consumer.skip(where, bad)`` counts and reports it.
+``Consumer.resume(path)`` starts from the snapshot file at ``path`` (or anew), the readers
+start each partition at its saved position, and ``consumer.save()`` writes the state, the
+protocol's memory and the positions to it atomically (``advance`` saves every
+``save_every`` records)::
+
+    consumer = Consumer.resume("prod.snapshot", listener=Table(), cluster="prod")
+    read_kafka("kafka:9092", ["deltaship.prod.core.configmaps"], consumer)
+    consumer.save()
+
 ``sync.completed`` markers carrying a count and digest are checked: ``consumer.verified``,
 ``consumer.mismatched``, and ``Consumer(on_check=...)`` called with each ``Check``.
 """
@@ -27,14 +36,16 @@ CONTRACT_VERSION = 2
 
 from .decode import BadRecord, decode
 from .jsontext import MAX_DEPTH, MAX_RECORD_BYTES, MAX_VALUES
-from .protocol import Check, Consumer, Listener
+from .protocol import DEFAULT_SAVE_EVERY, Check, Consumer, Listener
 from .readers import read_jetstream, read_kafka
 from .records import read_records
 from .repeats import DEFAULT_REPEAT_WINDOW
+from .snapshot import SNAPSHOT_FORMAT
 
 __all__ = [
     "CONTRACT_VERSION",
     "DEFAULT_REPEAT_WINDOW",
+    "DEFAULT_SAVE_EVERY",
     "BadRecord",
     "Check",
     "Consumer",
@@ -42,6 +53,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_RECORD_BYTES",
     "MAX_VALUES",
+    "SNAPSHOT_FORMAT",
     "decode",
     "read_jetstream",
     "read_kafka",

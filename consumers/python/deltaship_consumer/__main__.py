@@ -15,7 +15,7 @@ import asyncio
 import json
 import sys
 
-from .protocol import Consumer
+from .protocol import DEFAULT_SAVE_EVERY, Consumer
 from .records import read_records
 
 
@@ -28,6 +28,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", action="append", default=[], help="a Kafka topic (repeat for several)")
     p.add_argument("--stream", help="the JetStream stream")
     p.add_argument("--cluster", help="apply only this cluster's events")
+    p.add_argument("--snapshot", metavar="FILE", help="resume from this snapshot file (when it exists) and save to it as records are read and at the end")
+    p.add_argument("--save-every", metavar="N", type=int, default=DEFAULT_SAVE_EVERY, help="records between two saves of --snapshot")
     p.add_argument("--verify", action="store_true", help="exit 3 when a marker's count and digest did not match the state held")
     tls = p.add_argument_group("Kafka TLS and SASL")
     tls.add_argument("--tls", action="store_true", help="connect over TLS (on too with any --tls-* file; the system's CAs without --tls-ca-file)")
@@ -43,8 +45,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
-    consumer = Consumer(cluster=args.cluster)
+    if args.snapshot and args.records:
+        p.error("--snapshot keeps positions in a topic or a stream: give it with --kafka or --nats")
     try:
+        if args.snapshot:
+            consumer = Consumer.resume(args.snapshot, cluster=args.cluster, save_every=args.save_every)
+        else:
+            consumer = Consumer(cluster=args.cluster)
         if args.records:
             read_records(args.records, consumer)
         elif args.kafka:
@@ -59,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.stream:
                 p.error("--nats needs --stream")
             asyncio.run(read_jetstream(args.nats, args.stream, consumer))
+        if args.snapshot:
+            consumer.save()
     except (ImportError, OSError, RuntimeError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

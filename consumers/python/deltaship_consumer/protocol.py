@@ -27,6 +27,8 @@ later patches to it are refused until its next whole object or delete.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, TextIO
@@ -34,6 +36,11 @@ from typing import Any, Callable, Iterable, TextIO
 from .decode import FOREIGN, TOMBSTONE, BadRecord, Marker, Received, decode
 from .patch import NotApplied, patched
 from .repeats import DEFAULT_REPEAT_WINDOW, Window
+from .snapshot import load, restore, snapshot_of, write_atomically
+
+DEFAULT_SAVE_EVERY = 10_000
+"""How many records a ``Consumer`` with a ``snapshot`` file advances past between two saves
+by default: each save writes the whole state and repeat window."""
 
 
 class Listener:
@@ -100,7 +107,15 @@ class Consumer:
     state held, or did not. ``on_check(check)`` is called with each marker checked;
     mismatches are reported to ``report`` (stderr by default, None for silence).
     ``repeat_window``: how many of the latest event ids are remembered to skip repeats,
-    beside the last id of each object and marker scope held."""
+    beside the last id of each object and marker scope held.
+
+    Positions and snapshots: ``advance(source, partition, next)`` records where the next
+    record of a Kafka topic's partition (or a JetStream stream's, partition 0) is, after a
+    record was applied or skipped (the readers call it); ``position(source, partition)``
+    gives it back, and the readers start there. ``save()`` writes the state, the protocol's
+    memory (the ids that tell repeats, open syncs, stale objects, counts) and the positions
+    to the ``snapshot`` file at once, atomically; with a ``snapshot`` file, ``advance``
+    saves every ``save_every`` records. ``Consumer.resume(snapshot)`` starts from it."""
 
     def __init__(
         self,
@@ -109,7 +124,15 @@ class Consumer:
         on_check: Callable[[Check], None] | None = None,
         report: TextIO | None = _STDERR,
         repeat_window: int = DEFAULT_REPEAT_WINDOW,
+        snapshot: str | os.PathLike[str] | None = None,
+        save_every: int = DEFAULT_SAVE_EVERY,
     ) -> None:
+        if save_every < 1:
+            raise ValueError(f"save_every={save_every}: give at least 1 (records between two saves)")
+        self.snapshot = snapshot
+        self.save_every = save_every
+        self._positions: dict[str, dict[int, int]] = {}
+        self._unsaved = 0
         self.listener = listener or Listener()
         self.cluster = cluster
         self.on_check = on_check
@@ -127,6 +150,51 @@ class Consumer:
         self._markers: dict[tuple[int, str, str, str | None, bool, bool], str] = {}
         self._stale: set[tuple[str, str]] = set()
         self.duplicates = 0
+
+    @classmethod
+    def resume(
+        cls,
+        snapshot: str | os.PathLike[str],
+        listener: Listener | None = None,
+        cluster: str | None = None,
+        on_check: Callable[[Check], None] | None = None,
+        report: TextIO | None = _STDERR,
+        repeat_window: int = DEFAULT_REPEAT_WINDOW,
+        save_every: int = DEFAULT_SAVE_EVERY,
+    ) -> Consumer:
+        """The consumer saved in the file ``snapshot``, saving there again, or a new one when
+        there is no such file yet. The listener is not told of the state restored. Raises
+        ValueError when the file is not a snapshot, or was taken with another ``cluster``."""
+        c = cls(listener, cluster, on_check, report, repeat_window, snapshot, save_every)
+        doc = load(snapshot)
+        if doc is not None:
+            try:
+                restore(c, doc, os.fspath(snapshot))
+            except (KeyError, TypeError, AttributeError) as e:
+                raise ValueError(f"{os.fspath(snapshot)} is not a snapshot (it lacks {e})") from None
+        return c
+
+    def position(self, source: str, partition: int) -> int | None:
+        """The offset (JetStream: stream sequence) of the next record to read of ``source``'s
+        ``partition``; None when none was read."""
+        return self._positions.get(source, {}).get(partition)
+
+    def advance(self, source: str, partition: int, next: int) -> None:
+        """Records that the records of ``source``'s ``partition`` before ``next`` were applied
+        (or skipped); saves the snapshot when ``save_every`` records passed since the last."""
+        self._positions.setdefault(source, {})[partition] = next
+        self._unsaved += 1
+        if self.snapshot is not None and self._unsaved >= self.save_every:
+            self.save()
+
+    def save(self, path: str | os.PathLike[str] | None = None) -> None:
+        """Writes the snapshot (state, protocol memory, positions) to ``path`` (default: the
+        ``snapshot`` file) atomically: a crash leaves the previous snapshot or this one."""
+        path = path if path is not None else self.snapshot
+        if path is None:
+            raise ValueError("no snapshot file to save to: give save(path), or Consumer(snapshot=path)")
+        write_atomically(path, json.dumps(snapshot_of(self), allow_nan=False, separators=(",", ":")))
+        self._unsaved = 0
 
     def kafka_record(self, partition: int, key: bytes | str | None, headers: Iterable[tuple[bytes | str, bytes | str | None]], value: bytes | None) -> None:
         """Applies one Kafka record of ``partition``; BadRecord when it cannot be applied."""

@@ -1,6 +1,9 @@
 """Readers of the real brokers: every record up to the end the source had when reading
-started, then return (a rebuild). For a consumer that keeps following, call the
-``Consumer`` methods from your own Kafka or NATS subscription instead. Each imports its
+started, then return (a rebuild). Each starts every partition at the consumer's position
+(``Consumer.position``: restored from a snapshot, or where a previous read ended), from the
+beginning when it has none, and advances it past every record (``Consumer.advance``): read
+again to follow. For a consumer that keeps following, call the ``Consumer`` methods from
+your own Kafka or NATS subscription instead. Each imports its
 broker's client when called: the extras ``deltaship-consumer[kafka]`` (confluent-kafka) and
 ``deltaship-consumer[nats]`` (nats-py) install them."""
 
@@ -72,9 +75,15 @@ def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict
                 raise RuntimeError(f"topic {topic} does not exist")
             for p in sorted(metadata.partitions):
                 low, high = kafka.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT)
-                if high <= low:
+                start = consumer.position(topic, p)
+                if start is not None and start < low:
+                    raise RuntimeError(
+                        f"the position of {topic}/{p} is offset {start}, but the partition begins at {low}: "
+                        "records were deleted (retention) before they were read; rebuild from a new snapshot"
+                    )
+                if high <= (low if start is None else start):
                     continue
-                kafka.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
+                kafka.assign([TopicPartition(topic, p, OFFSET_BEGINNING if start is None else start)])
                 while True:
                     m = kafka.poll(TIMEOUT)
                     if m is None:
@@ -92,6 +101,7 @@ def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict
                         consumer.kafka_record(p, m.key(), m.headers() or [], m.value())
                     except BadRecord as e:
                         consumer.skip(f"{topic}/{p}@{m.offset()}", e)
+                    consumer.advance(topic, p, m.offset() + 1)
                     if m.offset() + 1 >= high:
                         break
     finally:
@@ -99,8 +109,9 @@ def read_kafka(brokers: str, topics: list[str], consumer: Consumer, config: dict
 
 
 async def read_jetstream(url: str, stream: str, consumer: Consumer) -> None:
-    """Gives ``consumer`` every message of ``stream`` in stream order, in batches through an
-    ephemeral consumer; bad messages are skipped, counted and reported."""
+    """Gives ``consumer`` every message of ``stream`` in stream order (from its position:
+    partition 0), in batches through an ephemeral consumer; bad messages are skipped, counted
+    and reported."""
     try:
         import nats
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -110,12 +121,20 @@ async def read_jetstream(url: str, stream: str, consumer: Consumer) -> None:
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
-        last = (await js.stream_info(stream)).state.last_seq
-        if last == 0:
+        held = (await js.stream_info(stream)).state
+        last = held.last_seq
+        start = consumer.position(stream, 0)
+        if start is not None and start < held.first_seq:
+            raise RuntimeError(
+                f"the position of stream {stream} is sequence {start}, but the stream begins at {held.first_seq}: "
+                "messages were deleted (limits) before they were read; rebuild from a new snapshot"
+            )
+        if last == 0 or start is not None and start > last:
             return
-        info = await js.add_consumer(stream, ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0))
+        where = {"deliver_policy": DeliverPolicy.ALL} if start is None else {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": start}
+        info = await js.add_consumer(stream, ConsumerConfig(ack_policy=AckPolicy.NONE, inactive_threshold=30.0, **where))
         sub = await js.pull_subscribe_bind(info.name, stream=stream)
-        seq = 0
+        seq = 0 if start is None else start - 1
         while seq < last:
             for m in await sub.fetch(min(BATCH, last - seq), timeout=TIMEOUT):
                 seq = m.metadata.sequence.stream
@@ -123,6 +142,7 @@ async def read_jetstream(url: str, stream: str, consumer: Consumer) -> None:
                     consumer.nats_message((m.headers or {}).items(), m.data)
                 except BadRecord as e:
                     consumer.skip(f"{stream}#{seq}", e)
+                consumer.advance(stream, 0, seq + 1)
                 if seq >= last:
                     break
         await sub.unsubscribe()

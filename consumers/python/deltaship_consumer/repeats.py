@@ -35,5 +35,13 @@ class Window:
             self._previous, self._current = self._current, set()
         self._current.add(id)
 
+    def generations(self) -> tuple[set[tuple[int, str]], set[tuple[int, str]]]:
+        """The previous and the current generation (for a snapshot)."""
+        return self._previous, self._current
+
+    def restore(self, previous: set[tuple[int, str]], current: set[tuple[int, str]]) -> None:
+        """Takes back the generations a snapshot kept."""
+        self._previous, self._current = previous, current
+
     def __len__(self) -> int:
         return len(self._current) + len(self._previous)

@@ -6,7 +6,8 @@
 // the state held is reported on stderr ("state mismatch at marker ..."); with -verify a last
 // line "verification: {"verified": N, "mismatched": M}" follows and the exit code is 3 when
 // M > 0. The -tls* and -sasl-* flags secure the Kafka connection; the SASL password comes
-// from a file.
+// from a file. With -snapshot FILE it resumes from the snapshot in FILE (when there is one)
+// and saves it there every -save-every records and at the end.
 package main
 
 import (
@@ -36,10 +37,24 @@ func main() {
 	records := flag.String("records", "", "a recorded stream (vectors/*/kafka.jsonl or nats.jsonl)")
 	cluster := flag.String("cluster", "", "apply only this cluster's events")
 	verify := flag.Bool("verify", false, "exit 3 when a marker's count and digest did not match the state held")
+	snapshot := flag.String("snapshot", "", "resume from this snapshot file (when it exists) and save to it as records are read and at the end")
+	saveEvery := flag.Int("save-every", consumer.DefaultSaveEvery, "records between two saves of -snapshot")
 	security := securityFlags()
 	flag.Parse()
-	c := consumer.New(consumer.Options{Cluster: *cluster})
+	opts := consumer.Options{Cluster: *cluster}
+	c := consumer.New(opts)
 	var err error
+	if *snapshot != "" {
+		if *records != "" {
+			fmt.Fprintln(os.Stderr, "error: -snapshot keeps positions in a topic or a stream: give it with -kafka or -nats")
+			os.Exit(2)
+		}
+		opts.Snapshot, opts.SaveEvery = *snapshot, *saveEvery
+		if c, err = consumer.Resume(opts); err != nil {
+			fmt.Fprintf(os.Stderr, "error: %v\n", err)
+			os.Exit(1)
+		}
+	}
 	switch {
 	case *records != "":
 		err = consumer.ReadRecords(*records, c, nil)
@@ -55,6 +70,9 @@ func main() {
 	default:
 		fmt.Fprintln(os.Stderr, "error: give -records FILE, -kafka BROKERS with -topic, or -nats URL with -stream")
 		os.Exit(2)
+	}
+	if err == nil && *snapshot != "" {
+		err = c.Save()
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)

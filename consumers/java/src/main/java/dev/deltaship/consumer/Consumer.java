@@ -1,11 +1,14 @@
 package dev.deltaship.consumer;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import java.io.IOException;
 import java.io.PrintStream;
+import java.io.UncheckedIOException;
 import java.math.BigInteger;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
 import java.util.AbstractMap;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -13,6 +16,7 @@ import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.OptionalLong;
 import java.util.Set;
 import java.util.TreeMap;
 
@@ -27,7 +31,20 @@ import java.util.TreeMap;
  * digest, vectors/README.md step 7) is checked against the objects held of its resource, cluster
  * and namespace scope on its partition: {@link #verified()} and {@link #mismatched()} count the
  * markers, {@link #onCheck} is told of each {@link Check}, and each mismatch is reported
- * ({@code state mismatch at marker ...}). Not thread-safe.
+ * ({@code state mismatch at marker ...}).
+ *
+ * <p>A consumer keeps its place: {@link #advance} records the next offset of each partition (the
+ * readers call it), {@link #save()} writes the state, the protocol's memory and those positions to
+ * a snapshot file at once, atomically, and {@link #resume} starts from it; the readers start each
+ * partition at its {@link #position}.
+ *
+ * <pre>{@code
+ * Consumer c = Consumer.resume(Path.of("prod.snapshot"), listener, "prod");
+ * KafkaReader.read("kafka:9092", List.of("deltaship.prod.core.configmaps"), c); // from the saved positions
+ * c.save();
+ * }</pre>
+ *
+ * <p>Not thread-safe.
  */
 public final class Consumer {
     /** The version of deltaship's event contract this library follows. */
@@ -39,10 +56,19 @@ public final class Consumer {
      */
     public static final int DEFAULT_REPEAT_WINDOW = Repeats.DEFAULT_WINDOW;
 
-    private record Home(int partition, String cluster) {}
+    /**
+     * How many records a consumer with a snapshot file advances past between two saves by
+     * default ({@link #saveEvery}): each save writes the whole state and repeat window.
+     */
+    public static final int DEFAULT_SAVE_EVERY = 10_000;
+
+    /** The version of the snapshot file's format this library writes and reads. */
+    public static final int SNAPSHOT_FORMAT = Snapshot.FORMAT;
+
+    record Home(int partition, String cluster) {}
 
     /** Where an object lives, its term, and the id of its last event. */
-    private record Placed(Home home, BigInteger term, String id) {}
+    record Placed(Home home, BigInteger term, String id) {}
 
     private static final BigInteger MOD = BigInteger.ONE.shiftLeft(128);
 
@@ -80,7 +106,7 @@ public final class Consumer {
         return String.format("%032x", digest);
     }
 
-    private static final class OpenSync {
+    static final class OpenSync {
         final String cluster;
         final String resource;
         final String namespace;
@@ -94,20 +120,25 @@ public final class Consumer {
     }
 
     private final Listener listener;
-    private final String cluster;
-    private final Map<String, Map<String, JsonNode>> state = new TreeMap<>();
-    private final Map<String, Placed> homes = new HashMap<>();
-    private final Map<String, OpenSync> open = new HashMap<>();
-    private final Repeats window;
+    final String cluster;
+    final Map<String, Map<String, JsonNode>> state = new TreeMap<>();
+    final Map<String, Placed> homes = new HashMap<>();
+    final Map<String, OpenSync> open = new HashMap<>();
+    final Repeats window;
     /** The id of the last marker of each marker key (resource, namespace scope, mode, phase), per partition and cluster. */
-    private final Map<String, String> markers = new HashMap<>();
-    private final Set<String> stale = new HashSet<>();
-    private final Map<String, Long> skipped = new TreeMap<>();
+    final Map<String, String> markers = new HashMap<>();
+    final Set<String> stale = new HashSet<>();
+    final Map<String, Long> skipped = new TreeMap<>();
+    /** Source (topic or stream) to partition to the offset or sequence of its next record. */
+    final Map<String, Map<Integer, Long>> positions = new TreeMap<>();
     private PrintStream report = System.err;
     private java.util.function.Consumer<Check> onCheck = check -> {};
-    private long duplicates;
-    private long verified;
-    private long mismatched;
+    long duplicates;
+    long verified;
+    long mismatched;
+    private Path snapshot;
+    private int saveEvery = DEFAULT_SAVE_EVERY;
+    private int unsaved;
 
     /**
      * @param listener told of each change (null: none)
@@ -127,6 +158,105 @@ public final class Consumer {
         this.listener = listener == null ? new Listener() {} : listener;
         this.cluster = cluster;
         this.window = new Repeats(repeatWindow);
+    }
+
+    /**
+     * The consumer saved in the file {@code snapshot}, saving there again ({@link #save()}, and
+     * every {@link #saveEvery} records through {@link #advance}), or a new one when there is no
+     * such file yet. The listener is not told of the state restored.
+     *
+     * @param snapshot the snapshot file
+     * @param listener told of each change (null: none)
+     * @param cluster apply only this cluster's events (null: all); the snapshot's own
+     * @throws IllegalArgumentException the file is not a snapshot, or was taken with another cluster
+     * @throws IOException the file cannot be read
+     */
+    public static Consumer resume(Path snapshot, Listener listener, String cluster) throws IOException {
+        return resume(snapshot, listener, cluster, DEFAULT_REPEAT_WINDOW);
+    }
+
+    /**
+     * As {@link #resume(Path, Listener, String)}, with the size of the repeat window.
+     *
+     * @param snapshot the snapshot file
+     * @param listener told of each change (null: none)
+     * @param cluster apply only this cluster's events (null: all); the snapshot's own
+     * @param repeatWindow how many of the latest event ids are remembered to skip repeats
+     * @throws IOException the file cannot be read
+     */
+    public static Consumer resume(Path snapshot, Listener listener, String cluster, int repeatWindow) throws IOException {
+        Consumer c = new Consumer(listener, cluster, repeatWindow);
+        c.snapshot = snapshot;
+        JsonNode doc = Snapshot.read(snapshot);
+        if (doc != null) {
+            try {
+                Snapshot.restore(c, doc, snapshot);
+            } catch (IllegalArgumentException e) {
+                throw e;
+            } catch (RuntimeException e) {
+                throw new IllegalArgumentException(snapshot + " is not a snapshot: " + e.getMessage(), e);
+            }
+        }
+        return c;
+    }
+
+    /** With a snapshot file, {@link #advance} saves every {@code records} records (default {@link #DEFAULT_SAVE_EVERY}). */
+    public void saveEvery(int records) {
+        if (records < 1) {
+            throw new IllegalArgumentException("saveEvery(" + records + "): give at least 1 (records between two saves)");
+        }
+        this.saveEvery = records;
+    }
+
+    /**
+     * The offset (JetStream: stream sequence) of the next record to read of {@code source}'s
+     * {@code partition}, empty when none was read. The readers start there.
+     */
+    public OptionalLong position(String source, int partition) {
+        Long next = positions.getOrDefault(source, Map.of()).get(partition);
+        return next == null ? OptionalLong.empty() : OptionalLong.of(next);
+    }
+
+    /**
+     * Records that the records of {@code source}'s {@code partition} before {@code next} were
+     * applied (or skipped); the readers call it after each record. With a snapshot file, saves
+     * it every {@link #saveEvery} records.
+     *
+     * @throws UncheckedIOException the snapshot could not be written
+     */
+    public void advance(String source, int partition, long next) {
+        positions.computeIfAbsent(source, x -> new TreeMap<>()).put(partition, next);
+        unsaved++;
+        if (snapshot != null && unsaved >= saveEvery) {
+            try {
+                save();
+            } catch (IOException e) {
+                throw new UncheckedIOException("writing the snapshot " + snapshot + ": " + e.getMessage(), e);
+            }
+        }
+    }
+
+    /**
+     * Writes the snapshot (the state, the protocol's memory, the positions) to the file given to
+     * {@link #resume} atomically: a crash at any moment leaves the previous snapshot or this one.
+     *
+     * @throws IOException the file could not be written
+     */
+    public void save() throws IOException {
+        if (snapshot == null) {
+            throw new IllegalStateException("no snapshot file to save to: make the consumer with Consumer.resume(path, ...), or call save(path)");
+        }
+        save(snapshot);
+    }
+
+    /**
+     * Writes the snapshot to {@code path} atomically.
+     *
+     * @throws IOException the file could not be written
+     */
+    public void save(Path path) throws IOException {
+        Snapshot.writeAtomically(path, Json.MAPPER.writeValueAsBytes(Snapshot.of(this)));
+        unsaved = 0;
     }
 
     /** The state: resource ({@code <apiVersion>/<Kind>}) to key to object. */

@@ -15,16 +15,19 @@ import java.util.Properties;
  * count and digest do not match the state held is reported on stderr ({@code state mismatch at
  * marker ...}); with {@code --verify} a last line {@code verification: {"verified": N,
  * "mismatched": M}} follows and the exit code is 3 when M > 0. The {@code --tls*} and
- * {@code --sasl-*} flags secure the Kafka connection; the SASL password comes from a file.
+ * {@code --sasl-*} flags secure the Kafka connection; the SASL password comes from a file. With
+ * {@code --snapshot FILE} it resumes from the snapshot in FILE (when there is one) and saves it
+ * there every {@code --save-every} records and at the end.
  *
  * <pre>java -jar deltaship-consumer-2.0.0-all.jar --kafka B --topic T | --nats URL --stream S | --records FILE [--cluster C] [--verify]
- *     [--tls] [--tls-ca-file F] [--tls-cert-file F --tls-key-file F] [--sasl-mechanism M --sasl-username U --sasl-password-file F]</pre>
+ *     [--snapshot FILE [--save-every N]] [--tls] [--tls-ca-file F] [--tls-cert-file F --tls-key-file F] [--sasl-mechanism M --sasl-username U --sasl-password-file F]</pre>
  */
 public final class Rebuild {
     private Rebuild() {}
 
     public static void main(String[] args) throws Exception {
-        String kafka = null, nats = null, stream = null, records = null, cluster = null;
+        String kafka = null, nats = null, stream = null, records = null, cluster = null, snapshot = null;
+        int saveEvery = Consumer.DEFAULT_SAVE_EVERY;
         boolean verify = false;
         List<String> topics = new ArrayList<>();
         KafkaSecurity security = new KafkaSecurity();
@@ -45,6 +48,8 @@ public final class Rebuild {
                 case "--stream" -> stream = value;
                 case "--records" -> records = value;
                 case "--cluster" -> cluster = value;
+                case "--snapshot" -> snapshot = value;
+                case "--save-every" -> saveEvery = Integer.parseInt(value);
                 default -> {
                     if (!security.take(args[i], value)) {
                         usage("unknown argument " + args[i]);
@@ -53,8 +58,15 @@ public final class Rebuild {
             }
             i++;
         }
+        if (snapshot != null && records != null) {
+            usage("--snapshot keeps positions in a topic or a stream: give it with --kafka or --nats");
+        }
         Consumer consumer = new Consumer(null, cluster);
         try {
+            if (snapshot != null) {
+                consumer = Consumer.resume(Path.of(snapshot), null, cluster);
+                consumer.saveEvery(saveEvery);
+            }
             if (records != null) {
                 Records.read(Path.of(records), consumer);
             } else if (kafka != null && !topics.isEmpty()) {
@@ -71,7 +83,10 @@ public final class Rebuild {
             } else {
                 usage("give --records FILE, --kafka BROKERS with --topic, or --nats URL with --stream");
             }
-        } catch (RuntimeException e) {
+            if (snapshot != null) {
+                consumer.save();
+            }
+        } catch (RuntimeException | java.io.IOException e) {
             System.err.println("error: " + causes(e));
             System.exit(1);
         }

@@ -44,6 +44,22 @@ final class Repeats {
         current.add(id);
     }
 
+    /** The previous generation (for a snapshot). */
+    Set<String> previous() {
+        return previous;
+    }
+
+    /** The current generation (for a snapshot). */
+    Set<String> current() {
+        return current;
+    }
+
+    /** Takes back the generations a snapshot kept. */
+    void restore(Set<String> previous, Set<String> current) {
+        this.previous = previous;
+        this.current = current;
+    }
+
     int size() {
         return current.size() + previous.size();
     }

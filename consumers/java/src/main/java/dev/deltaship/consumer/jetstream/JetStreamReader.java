@@ -12,6 +12,7 @@ import java.util.AbstractMap;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.OptionalLong;
 
 /**
  * Reads a deltaship JetStream stream into a {@link Consumer} with the NATS client
@@ -21,17 +22,29 @@ import java.util.Map;
 public final class JetStreamReader {
     private JetStreamReader() {}
 
-    /** Every message of {@code stream}, in stream order. */
+    /**
+     * Every message of {@code stream}, in stream order, from {@link Consumer#position} (partition
+     * 0: restored by {@link Consumer#resume}, or where a previous read ended; the first message
+     * when there is none); {@link Consumer#advance} moves it past every message: read again to
+     * follow.
+     */
     public static void read(String url, String stream, Consumer consumer) throws IOException, InterruptedException {
         try (Connection nc = Nats.connect(url)) {
             JetStreamManagement jsm = nc.jetStreamManagement();
             var state = jsm.getStreamInfo(stream).getStreamState();
-            for (long seq = Math.max(1, state.getFirstSequence()); seq <= state.getLastSequence(); seq++) {
+            long first = Math.max(1, state.getFirstSequence());
+            OptionalLong start = consumer.position(stream, 0);
+            if (start.isPresent() && start.getAsLong() < first) {
+                throw new IllegalStateException("the position of stream " + stream + " is sequence " + start.getAsLong() + ", but the stream begins at " + first
+                        + ": messages were deleted (limits) before they were read; rebuild from a new snapshot");
+            }
+            for (long seq = start.orElse(first); seq <= state.getLastSequence(); seq++) {
                 MessageInfo m;
                 try {
                     m = jsm.getMessage(stream, seq);
                 } catch (io.nats.client.JetStreamApiException e) {
                     consumer.skip(stream + "#" + seq, new BadRecordException("missing", "no message at this sequence: " + e.getMessage()));
+                    consumer.advance(stream, 0, seq + 1);
                     continue;
                 }
                 try {
@@ -39,6 +52,7 @@ public final class JetStreamReader {
                 } catch (BadRecordException e) {
                     consumer.skip(stream + "#" + seq, e);
                 }
+                consumer.advance(stream, 0, seq + 1);
             }
         } catch (io.nats.client.JetStreamApiException e) {
             throw new IllegalStateException("stream " + stream + ": " + e.getMessage(), e);

@@ -7,6 +7,7 @@ import java.util.AbstractMap;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.OptionalLong;
 import java.util.Properties;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -32,7 +33,10 @@ public final class KafkaReader {
      * transaction holds it back). deltaship writes inside Kafka transactions when it fences a
      * deposed leader: the records of an aborted transaction stay in the log, and the markers
      * that end transactions take offsets but are never delivered, so a partition ends where the
-     * consumer's position reaches the end, not at a record just before it.
+     * consumer's position reaches the end, not at a record just before it. Each partition starts
+     * at {@link Consumer#position} (restored by {@link Consumer#resume}, or where a previous read
+     * ended; the beginning when there is none), and {@link Consumer#advance} moves it past every
+     * record: read again to follow.
      */
     public static void read(String brokers, List<String> topics, Consumer consumer) {
         read(brokers, topics, consumer, new Properties());
@@ -57,7 +61,17 @@ public final class KafkaReader {
                     TopicPartition tp = new TopicPartition(topic, info.partition());
                     long end = kafka.endOffsets(List.of(tp), TIMEOUT).get(tp);
                     kafka.assign(List.of(tp));
-                    kafka.seekToBeginning(List.of(tp));
+                    OptionalLong start = consumer.position(topic, info.partition());
+                    if (start.isPresent()) {
+                        long low = kafka.beginningOffsets(List.of(tp), TIMEOUT).get(tp);
+                        if (start.getAsLong() < low) {
+                            throw new IllegalStateException("the position of " + topic + "/" + info.partition() + " is offset " + start.getAsLong() + ", but the partition begins at " + low
+                                    + ": records were deleted (retention) before they were read; rebuild from a new snapshot");
+                        }
+                        kafka.seek(tp, start.getAsLong());
+                    } else {
+                        kafka.seekToBeginning(List.of(tp));
+                    }
                     long next = kafka.position(tp, TIMEOUT);
                     long deadline = System.nanoTime() + TIMEOUT.toNanos();
                     while (next < end) {
@@ -71,6 +85,7 @@ public final class KafkaReader {
                             } catch (BadRecordException e) {
                                 consumer.skip(r.topic() + "/" + r.partition() + "@" + r.offset(), e);
                             }
+                            consumer.advance(topic, r.partition(), r.offset() + 1);
                         }
                         // The position moves past markers and aborted records too, which no poll returns.
                         long position = kafka.position(tp, TIMEOUT);
