@@ -3,7 +3,9 @@
 //! fingerprint (xxh3-128 of the JSON without resourceVersion and managedFields), on the
 //! Pod and ConfigMap fixtures as the API server sends them (compact JSON).
 //!
-//!   cargo bench --bench parsers
+//!   cargo bench --features parser-comparison --bench parsers
+//!
+//! (The feature brings the candidate parsers; without it the bench is not built.)
 //!
 //! Every candidate's fingerprint is checked against the tree path's (`json::Fingerprinter`)
 //! once before it is measured, so that each measures the same work.

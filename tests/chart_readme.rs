@@ -59,8 +59,8 @@ fn default_of(values: &Value, path: &[&str]) -> String {
 
 fn generate() -> String {
     let text = std::fs::read_to_string(VALUES).unwrap();
-    let values: Value = serde_yaml::from_str(&text).unwrap();
-    let chart: Value = serde_yaml::from_str(&std::fs::read_to_string("deploy/helm/deltaship/Chart.yaml").unwrap()).unwrap();
+    let values: Value = serde_saphyr::from_str(&text).unwrap();
+    let chart: Value = serde_saphyr::from_str(&std::fs::read_to_string("deploy/helm/deltaship/Chart.yaml").unwrap()).unwrap();
     let mut rows = Vec::new();
     let (mut comment, mut group): (Vec<&str>, Option<&str>) = (Vec::new(), None);
     for line in text.lines() {
@@ -108,7 +108,7 @@ fn the_chart_readme_lists_every_value_as_values_yaml_says() {
     let committed = std::fs::read_to_string(README).unwrap_or_default();
     assert!(committed == fresh, "{README} is not what values.yaml says; regenerate it with: DELTASHIP_BLESS=1 cargo test --test chart_readme");
     // Every top-level value has a row.
-    let values: Value = serde_yaml::from_str(&std::fs::read_to_string(VALUES).unwrap()).unwrap();
+    let values: Value = serde_saphyr::from_str(&std::fs::read_to_string(VALUES).unwrap()).unwrap();
     for key in values.as_object().unwrap().keys() {
         assert!(fresh.contains(&format!("| `{key}")), "no row for {key}");
     }

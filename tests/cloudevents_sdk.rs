@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use deltaship::config::{EventFormat, ResourceConfig};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::Value;
 use support::bridge::Bridge;
 use support::config::{TestConfig, resource};
 use support::kube::{client, delete_namespace, namespace};
@@ -41,15 +41,9 @@ async fn deltaship_and_knative_shaped_events_pass_the_official_sdk() {
     knative.wait_ready(Duration::from_secs(60));
 
     let deploys: Api<Deployment> = Api::namespaced(kube.clone(), &ns);
-    let d: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}
-    }))
-    .unwrap();
+    let d = support::deployment::deployment("web", "nginx:1.27");
     deploys.create(&PostParams::default(), &d).await.unwrap();
-    let image = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.28"}]}}}});
-    deploys.patch("web", &PatchParams::default(), &Patch::Strategic(&image)).await.unwrap();
+    support::deployment::set_image(&deploys, "web", "nginx:1.28").await;
     deploys.delete("web", &DeleteParams::default()).await.unwrap();
 
     let deadline = Instant::now() + Duration::from_secs(60);

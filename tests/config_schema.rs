@@ -13,8 +13,9 @@ use std::path::Path;
 
 use deltaship::config;
 use figment::Figment;
-use figment::providers::{Format, Toml, Yaml};
+use figment::providers::{Format, Toml};
 use serde_json::{Value, json};
+use serde_saphyr::figment::Yaml;
 
 const SCHEMA: &str = "schemas/config.schema.json";
 const VALUES_SCHEMA: &str = "deploy/helm/deltaship/values.schema.json";
@@ -107,7 +108,7 @@ fn every_example_config_and_the_charts_default_are_valid() {
         }
     }
     assert!(checked >= 8, "{checked} examples");
-    let values: Value = serde_yaml::from_str(&std::fs::read_to_string(root().join("deploy/helm/deltaship/values.yaml")).unwrap()).unwrap();
+    let values: Value = serde_saphyr::from_str(&std::fs::read_to_string(root().join("deploy/helm/deltaship/values.yaml")).unwrap()).unwrap();
     assert_eq!(schema_errors(&values["config"]), Vec::<String>::new(), "the chart's default config");
 }
 

@@ -53,7 +53,7 @@ fn selects(selector: &Value, labels: &Value) -> bool {
 
 fn yaml_file(path: &str) -> Value {
     let text = std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 /// {(group, plural)} of values.yaml's rbac.resources.

@@ -179,9 +179,9 @@ async fn deltaship_runs_with_only_the_roles_of_its_namespaces() {
 
     // The same config watching a third namespace as well: no Role there, a start-up error.
     let text = std::fs::read_to_string(&config_file).unwrap();
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
-    config["resources"][0]["namespaces"].as_sequence_mut().unwrap().push(c.clone().into());
-    std::fs::write(&config_file, serde_yaml::to_string(&config).unwrap()).unwrap();
+    let mut config: Value = serde_saphyr::from_str(&text).unwrap();
+    config["resources"][0]["namespaces"].as_array_mut().unwrap().push(c.clone().into());
+    std::fs::write(&config_file, serde_saphyr::to_string(&config).unwrap()).unwrap();
     let mut bridge = Bridge::start_file(&config_file, &envs);
     let status = bridge.wait_exit(Duration::from_secs(60));
     let log = bridge.log_text();

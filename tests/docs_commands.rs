@@ -101,7 +101,7 @@ fn check_deltaship(args: &[String]) -> Vec<String> {
 
 /// The chart's values and the configuration's top-level keys.
 fn chart_values() -> Value {
-    serde_yaml::from_str(&read(std::path::Path::new("deploy/helm/deltaship/values.yaml"))).unwrap()
+    serde_saphyr::from_str(&read(std::path::Path::new("deploy/helm/deltaship/values.yaml"))).unwrap()
 }
 
 /// A `--set KEY=VALUE` of a `helm` command names a value of the chart (or, under `config.`,

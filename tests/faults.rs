@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use support::bridge::Bridge;
-use support::churn::{Arrivals, Audit, Churn, Item, RssSampler, audit, create_namespace, ctl, delete_namespace, metric};
-use support::kube::client;
+use support::churn::{Arrivals, Audit, Churn, Item, RssSampler, audit, ctl, metric};
+use support::kube::{client, delete_namespace, namespace};
 use support::nats::STREAM;
 use support::state::assert_rebuild_matches;
 
@@ -263,7 +263,7 @@ async fn kafka_broker_restarts(fenced: bool) {
     let _serial = SERIAL.lock().await;
     let _busy = support::CpuBurner::start();
     let client = client().await;
-    let ns = create_namespace(&client, "it-fault-kafka").await;
+    let ns = namespace(&client, "it-fault-kafka").await;
     let run = KafkaRun::new();
     // Every delivery report in the log, to trace a lost record (locate_gaps).
     let mut config = run.config(&ns, "");
@@ -393,7 +393,7 @@ async fn twenty_nats_server_restarts_in_a_row_on_a_busy_machine_lose_and_reorder
     let _serial = SERIAL.lock().await;
     let _busy = support::CpuBurner::start();
     let client = client().await;
-    let ns = create_namespace(&client, "it-fault-nats").await;
+    let ns = namespace(&client, "it-fault-nats").await;
     let cluster = support::unique("c");
     let mut bridge = Bridge::start(&nats_config(&cluster, &ns));
     bridge.wait_ready(Duration::from_secs(60));
@@ -468,7 +468,7 @@ const PEAK_MIB: f64 = 200.0;
 async fn a_broker_outage_longer_than_the_queues_pauses_the_watches_with_bounded_memory_and_loses_nothing() {
     let _serial = SERIAL.lock().await;
     let client = client().await;
-    let ns = create_namespace(&client, "it-fault-outage").await;
+    let ns = namespace(&client, "it-fault-outage").await;
     let run = KafkaRun::new();
     let mut bridge = Bridge::start(&run.config(&ns, "queue_capacity = 200\nmax_in_flight = 100"));
     bridge.wait_ready(Duration::from_secs(60));
@@ -538,7 +538,7 @@ async fn a_broker_outage_longer_than_the_queues_pauses_the_watches_with_bounded_
 async fn a_bridge_killed_mid_stream_and_restarted_delivers_every_final_state_in_order() {
     let _serial = SERIAL.lock().await;
     let client = client().await;
-    let ns = create_namespace(&client, "it-fault-kill").await;
+    let ns = namespace(&client, "it-fault-kill").await;
     let run = KafkaRun::new();
     let config = run.config(&ns, "");
     let mut first = Bridge::start(&config);
@@ -570,7 +570,7 @@ async fn a_bridge_killed_mid_stream_and_restarted_delivers_every_final_state_in_
 async fn a_forced_watch_expiry_mid_stream_is_caught_up_by_the_relist_without_going_backwards() {
     let _serial = SERIAL.lock().await;
     let client = client().await;
-    let ns = create_namespace(&client, "it-fault-expire").await;
+    let ns = namespace(&client, "it-fault-expire").await;
     let run = KafkaRun::new();
     let mut bridge = Bridge::start(&run.config(&ns, ""));
     bridge.wait_ready(Duration::from_secs(60));

@@ -156,15 +156,9 @@ async fn a_deployment_lifecycle_ships_in_order_without_status_only_updates() {
     let mut bridge = Bridge::start(&cfg);
     bridge.wait_ready(WAIT);
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let deploy: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}
-    }))
-    .unwrap();
+    let deploy = support::deployment::deployment("web", "nginx:1.27");
     deploys.create(&PostParams::default(), &deploy).await.unwrap();
-    let image = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.28"}]}}}});
-    deploys.patch("web", &PatchParams::default(), &Patch::Strategic(&image)).await.unwrap();
+    support::deployment::set_image(&deploys, "web", "nginx:1.28").await;
     // Let the controller-manager write status for the new generation, so status-only
     // updates did happen while the bridge watched.
     eventually(WAIT, "the deployment controller to observe generation 2", || {

@@ -117,15 +117,9 @@ async fn kafka_stream_carries_every_change_in_order_with_markers_on_every_partit
     secrets.create(&pp(), &secret).await.unwrap();
 
     // A Deployment (the controller-manager adds status updates) and an image change.
-    let deploy: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}
-    }))
-    .unwrap();
+    let deploy = support::deployment::deployment("web", "nginx:1.27");
     deploys.create(&pp(), &deploy).await.unwrap();
-    let image = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.28"}]}}}});
-    deploys.patch("web", &PatchParams::default(), &Patch::Strategic(&image)).await.unwrap();
+    support::deployment::set_image(&deploys, "web", "nginx:1.28").await;
 
     // A custom resource with unusual fields.
     let widget: DynamicObject = serde_json::from_value(json!({

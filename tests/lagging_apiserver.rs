@@ -18,10 +18,10 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
-use support::churn::{Churn, create_namespace, delete_namespace, metric, try_ctl};
+use support::churn::{Churn, metric, try_ctl};
 use support::config::{TestConfig, kafka};
 use support::history::{history, reached};
-use support::kube::{client, until_done};
+use support::kube::{client, delete_namespace, namespace, until_done};
 use support::state::{api_configmaps, rebuild_matches};
 
 /// ConfigMaps updated by the churn; a few more are created and deleted beside them.
@@ -186,7 +186,7 @@ impl Scene {
     async fn start() -> Scene {
         let steering = Steering::take().await;
         let kube = client().await;
-        let ns = create_namespace(&kube, "it-lag").await;
+        let ns = namespace(&kube, "it-lag").await;
         let mut churn = Churn::create(&kube, &ns, OBJECTS, 0).await;
         churn.start(2, Duration::from_millis(200), None);
         let ephemera = Ephemera::start(&kube, &ns);

@@ -37,7 +37,7 @@ fn promtool(args: &[&str]) -> std::process::Output {
 }
 
 fn alerts() -> Value {
-    serde_yaml::from_str(&std::fs::read_to_string(ALERTS).unwrap()).unwrap()
+    serde_saphyr::from_str(&std::fs::read_to_string(ALERTS).unwrap()).unwrap()
 }
 
 fn dashboard() -> Value {

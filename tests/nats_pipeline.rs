@@ -43,15 +43,9 @@ async fn jetstream_stream_carries_every_change_with_headers_subjects_and_markers
     cms.create(&PostParams::default(), &cm).await.unwrap();
     cms.patch("app.settings", &PatchParams::default(), &Patch::Merge(&json!({"data": {"n": "2"}}))).await.unwrap();
     cms.delete("app.settings", &DeleteParams::default()).await.unwrap();
-    let deploy: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}
-    }))
-    .unwrap();
+    let deploy = support::deployment::deployment("web", "nginx:1.27");
     deploys.create(&PostParams::default(), &deploy).await.unwrap();
-    let image = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.28"}]}}}});
-    deploys.patch("web", &PatchParams::default(), &Patch::Strategic(&image)).await.unwrap();
+    support::deployment::set_image(&deploys, "web", "nginx:1.28").await;
     deploys.delete("web", &DeleteParams::default()).await.unwrap();
 
     let js = jetstream().await;

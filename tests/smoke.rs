@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, PostParams};
-use kube::runtime::watcher;
+use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -23,13 +22,10 @@ async fn api_server_watch_sees_a_configmap_created_and_deleted() {
     assert!(version.git_version.starts_with("v1.34."), "a real 1.34 API server: {}", version.git_version);
     let ns = support::kube::namespace(&client, "smoke").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let mut events = std::pin::pin!(watcher(api.clone(), watcher::Config::default()));
-    // The initial (empty) list completes first.
-    loop {
-        if let Some(Ok(watcher::Event::InitDone)) = events.next().await {
-            break;
-        }
-    }
+    // A watch from the (empty) list's version sees every change after it.
+    let listed = api.list_metadata(&ListParams::default()).await.unwrap();
+    let from = listed.metadata.resource_version.expect("a list's resourceVersion");
+    let mut events = std::pin::pin!(api.watch(&WatchParams::default().timeout(60), &from).await.unwrap());
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "smoke"}})).unwrap();
     api.create(&PostParams::default(), &cm).await.unwrap();
     api.delete("smoke", &DeleteParams::default()).await.unwrap();
@@ -37,8 +33,8 @@ async fn api_server_watch_sees_a_configmap_created_and_deleted() {
     let seen = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(e) = events.next().await {
             match e.unwrap() {
-                watcher::Event::Apply(o) if o.metadata.name.as_deref() == Some("smoke") => applied = true,
-                watcher::Event::Delete(o) if o.metadata.name.as_deref() == Some("smoke") => deleted = true,
+                WatchEvent::Added(o) if o.metadata.name.as_deref() == Some("smoke") => applied = true,
+                WatchEvent::Deleted(o) if o.metadata.name.as_deref() == Some("smoke") => deleted = true,
                 _ => {}
             }
             if applied && deleted {

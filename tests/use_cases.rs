@@ -26,15 +26,6 @@ fn run(name: &str, envs: &[(&str, &str)]) -> Bridge {
     bridge
 }
 
-fn deployment(name: &str, image: &str) -> Deployment {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": image}]}}}
-    }))
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn deploy_trigger_ships_exactly_one_event_per_pod_template_change() {
     let env = support::env();
@@ -43,15 +34,14 @@ async fn deploy_trigger_ships_exactly_one_event_per_pod_template_change() {
     let cluster = support::unique("c");
     let _run = run("deploy-trigger.toml", &[("DELTASHIP_SINK__URL", &env.nats), ("DELTASHIP_CLUSTER", &cluster)]);
     let deploys: Api<Deployment> = Api::namespaced(kube.clone(), &ns);
-    deploys.create(&PostParams::default(), &deployment("web", "nginx:1.27")).await.unwrap();
+    deploys.create(&PostParams::default(), &support::deployment::deployment("web", "nginx:1.27")).await.unwrap();
     // Let the controller-manager finish its status and annotation updates.
     eventually(Duration::from_secs(60), "the Deployment to be observed", || {
         let deploys = deploys.clone();
         async move { deploys.get("web").await.ok()?.status?.observed_generation.filter(|g| *g >= 1) }
     })
     .await;
-    let image = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.28"}]}}}});
-    deploys.patch("web", &PatchParams::default(), &Patch::Strategic(&image)).await.unwrap();
+    support::deployment::set_image(&deploys, "web", "nginx:1.28").await;
     // Scaling changes the spec but not the pod template: no trigger.
     deploys.patch("web", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"replicas": 2}}))).await.unwrap();
     eventually(Duration::from_secs(60), "the rollout's status updates", || {

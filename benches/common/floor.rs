@@ -192,17 +192,7 @@ impl Update {
             uid: "5f0c3a9e-2b1d-4c8e-9a7f-3e6d2c1b0a98".into(),
             resource_version: (1_000_000 + n).to_string(),
         });
-        let env = Envelope {
-            attributes,
-            data: value.into(),
-            destination: self.destination.clone(),
-            kind,
-            resource: self.watch.resource.clone(),
-            completes_initial_sync: false,
-            position: None,
-            observed: None,
-            state: None,
-        };
+        let env = Envelope::new(attributes, value.into(), self.destination.clone(), kind, self.watch.resource.clone());
         deltaship::sink::kafka::encode(&env, ContentMode::Binary)
     }
 }

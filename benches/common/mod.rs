@@ -17,10 +17,9 @@ use deltaship::pipeline::Worker;
 use deltaship::plan::Scope;
 use deltaship::redact::Redactor;
 use deltaship::telemetry::Health;
-use deltaship::watch::{Decoder, lines};
+use deltaship::watch::{Decoder, WatchError, lines};
 use futures::{Stream, StreamExt, stream};
 use kube::core::WatchEvent;
-use kube::runtime::watcher;
 use rdkafka::message::OwnedHeaders;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -203,7 +202,7 @@ pub fn worker(cluster: &str, scope: Arc<Scope>, queue: mpsc::Sender<Envelope>) -
 }
 
 /// What the watch stage hands the worker for a recording.
-pub fn observations(recorded: Arc<Vec<Recorded>>) -> impl Stream<Item = Result<Observed, watcher::Error>> + Send + 'static {
+pub fn observations(recorded: Arc<Vec<Recorded>>) -> impl Stream<Item = Result<Observed, WatchError>> + Send + 'static {
     stream::iter(0..recorded.len()).map(move |i| Ok(watch_event(&recorded[i])))
 }
 

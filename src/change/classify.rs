@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Change, Entry, Index, Marker, ObjectChange, Payload, StateTerms, SyncCounts};
+use super::index::{Entry, Index};
+use super::output::{Change, Marker, ObjectChange, Payload, StateTerms, SyncCounts};
 use crate::model::digest;
 use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Observed, Stall, SyncMode, SyncReason};
 use crate::telemetry::metrics::{self as m, Counters};

@@ -139,8 +139,9 @@ fn closing_brace(text: &str) -> Option<usize> {
 // figment::Jail's closures return figment's (large) error type; not ours to shrink.
 #[allow(clippy::result_large_err)]
 mod tests {
-    use figment::providers::{Format, Toml, Yaml};
+    use figment::providers::{Format, Toml};
     use figment::{Figment, Jail};
+    use serde_saphyr::figment::Yaml;
 
     use super::*;
 

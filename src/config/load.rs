@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 use figment::Figment;
 use figment::error::{Actual, Kind};
-use figment::providers::{Env, Format, Toml, Yaml};
+use figment::providers::{Env, Format, Toml};
 use figment::value::{Dict, Value};
+use serde_saphyr::figment::Yaml;
 
 use super::input::{ENV_NOT_CONFIG, ENV_PREFIX};
 use super::interpolate::Interpolated;

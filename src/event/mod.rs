@@ -1,6 +1,8 @@
 //! The event stage: changes and markers as CloudEvents, routed, ready for a sink.
 
 mod attributes;
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod id;
 mod knative;
 mod time;
@@ -58,6 +60,12 @@ pub struct Envelope {
 }
 
 impl Envelope {
+    /// An event going to `destination`, not yet placed in its watch's order (`position`,
+    /// `observed` and `state` unset) and not completing a sync.
+    pub fn new(attributes: Attributes, data: Bytes, destination: Arc<str>, kind: EnvelopeKind, resource: Arc<str>) -> Envelope {
+        Envelope { attributes, data, destination, kind, resource, completes_initial_sync: false, position: None, observed: None, state: None }
+    }
+
     /// The partition key (`partitionkey` extension): one per object, or the marker key.
     pub fn key(&self) -> &str {
         &self.attributes.partitionkey
@@ -197,17 +205,7 @@ fn object_event(watch: &WatchAttributes, scope: &Scope, output: &Output, c: Obje
         (_, Payload::Object(o), _) => (o.json, o.reference),
     };
     attributes.object = Some(r);
-    Envelope {
-        attributes,
-        data,
-        destination,
-        kind,
-        resource: watch.resource.clone(),
-        completes_initial_sync: false,
-        position: None,
-        observed: None,
-        state: None,
-    }
+    Envelope::new(attributes, data, destination, kind, watch.resource.clone())
 }
 
 /// The same event as a reference (identity only), marked with the extension
@@ -294,17 +292,8 @@ fn marker_event(watch: &WatchAttributes, scope: &Scope, output: &Output, m: Mark
     let mut attributes = watch.event(id, ty, now, output.address.marker_key(slot));
     attributes.dataschema = dataschema(output, "marker.schema.json");
     attributes.syncid = Some(m.sync_id);
-    Envelope {
-        attributes,
-        data: to_bytes(&data),
-        destination: output.address.marker_destination_of(slot),
-        kind,
-        resource: watch.resource.clone(),
-        completes_initial_sync,
-        position: None,
-        observed: None,
-        state,
-    }
+    let destination = output.address.marker_destination_of(slot);
+    Envelope { completes_initial_sync, state, ..Envelope::new(attributes, to_bytes(&data), destination, kind, watch.resource.clone()) }
 }
 
 #[cfg(test)]

@@ -7,9 +7,5 @@ mod scan;
 pub(crate) mod strategies;
 mod tree;
 
-pub use scan::{Found, MANAGED_FIELDS, Member, Meta, ScanError, Scanned, Scanner};
+pub use scan::{ALWAYS_IGNORED, Found, MANAGED_FIELDS, Member, Meta, ScanError, Scanned, Scanner};
 pub use tree::{Fingerprinter, Serialized};
-
-/// Fields that never make an update worth shipping on their own: left out of every
-/// fingerprint, whatever `ignore_fields` adds.
-pub const ALWAYS_IGNORED: [&str; 2] = ["/metadata/resourceVersion", MANAGED_FIELDS];

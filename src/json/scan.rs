@@ -14,6 +14,10 @@ use xxhash_rust::xxh3::Xxh3Default;
 /// The member no shipped object carries: cut out of the bytes by its span.
 pub const MANAGED_FIELDS: &str = "/metadata/managedFields";
 
+/// Fields that never make an update worth shipping on their own: left out of every
+/// fingerprint, whatever `ignore_fields` adds.
+pub const ALWAYS_IGNORED: [&str; 2] = ["/metadata/resourceVersion", MANAGED_FIELDS];
+
 /// serde_json's recursion limit: deeper input is refused instead of overflowing the stack.
 const MAX_DEPTH: usize = 128;
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 use serde_json::ser::Formatter;
 use xxhash_rust::xxh3::Xxh3Default;
 
-use super::ALWAYS_IGNORED;
+use super::scan::ALWAYS_IGNORED;
 
 /// Serializes objects and fingerprints them without the ignored JSON pointers.
 #[derive(Debug, Clone)]

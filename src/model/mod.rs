@@ -17,8 +17,8 @@ pub use resource::ResourceType;
 pub use stall::{Stall, StallReason};
 
 /// What a watch observed, its object already decoded and redacted: the events of
-/// `kube::runtime::watcher::Event` (which `watch::stream` replaces) and what that watcher
-/// keeps to itself (resume, bookmarks, stalls).
+/// kube-runtime's watcher (which `watch::stream` replaces) and what that watcher keeps to
+/// itself (resume, bookmarks, stalls).
 #[derive(Debug)]
 pub enum Observed {
     /// A (re)list starts.

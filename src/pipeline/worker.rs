@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{Stream, StreamExt};
-use kube::runtime::watcher;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -18,7 +17,7 @@ use crate::model::{ChangeType, MarkerPhase, Observed, Stall, StallReason};
 use crate::plan::Scope;
 use crate::telemetry::WatchHealth;
 use crate::telemetry::metrics::{self as m, Counters};
-use crate::watch::FailureKind;
+use crate::watch::{FailureKind, WatchError};
 
 /// Everything one watch's worker needs besides its observations.
 pub struct Worker {
@@ -41,7 +40,7 @@ impl Worker {
     /// Runs until `stop` is cancelled, the observations end or a route's queue is closed.
     /// Watch errors never end it: they are logged and counted, and the watch stage resumes
     /// (or relists) after a backoff.
-    pub async fn run(mut self, observed: impl Stream<Item = Result<Observed, watcher::Error>>, stop: CancellationToken) {
+    pub async fn run(mut self, observed: impl Stream<Item = Result<Observed, WatchError>>, stop: CancellationToken) {
         let scope = self.scope.clone();
         let watch = WatchAttributes::new(self.cluster.clone(), &scope.resource);
         let mut meters = Meters::new(&watch.resource, &scope);
@@ -324,7 +323,7 @@ mod tests {
     async fn watch_errors_are_counted_and_the_watch_goes_on() {
         let (w, mut rx) = worker(scope(two_routes()), 2);
         let observed =
-            stream::iter([Err(watcher::Error::NoResourceVersion), Ok(Observed::Init), Ok(Observed::InitApply(cm("a", "1", "x"))), Ok(Observed::InitDone)]);
+            stream::iter([Err(WatchError::NoResourceVersion), Ok(Observed::Init), Ok(Observed::InitApply(cm("a", "1", "x"))), Ok(Observed::InitDone)]);
         w.run(observed, CancellationToken::new()).await;
         assert_eq!(received(&mut rx[0]).await, ["sync.started", "synced ns/a", "sync.completed"]);
     }

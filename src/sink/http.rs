@@ -427,24 +427,8 @@ mod tests {
         let cfg: HttpSinkConfig = serde_json::from_value(serde_json::json!({"url": "http://127.0.0.1:9/events", "content_mode": mode})).unwrap();
         let mut sink = HttpSink::new(&cfg).unwrap();
         Arc::get_mut(&mut sink.inner).unwrap().overrides = vec![("team".into(), "shop".into()), ("tier".into(), "gold".into())];
-        let mut attributes = crate::event::WatchAttributes::new("c".into(), &crate::model::fixtures::configmaps()).event(
-            "e1".into(),
-            "dev.deltaship.object.added",
-            chrono::Utc::now(),
-            "ns/a".into(),
-        );
-        attributes.subject = Some("ns/a".into());
-        let env = Envelope {
-            attributes,
-            data: Bytes::from_static(b"{\"kind\":\"ConfigMap\"}"),
-            destination: "t".into(),
-            kind: crate::event::EnvelopeKind::Object(crate::model::ChangeType::Added),
-            resource: "configmaps".into(),
-            completes_initial_sync: false,
-            position: None,
-            observed: None,
-            state: None,
-        };
+        let kind = crate::event::EnvelopeKind::Object(crate::model::ChangeType::Added);
+        let env = Envelope { data: Bytes::from_static(b"{\"kind\":\"ConfigMap\"}"), ..crate::event::fixtures::configmap_event("ns/a", "e1", kind) };
         sink.request(&env).unwrap()
     }
 

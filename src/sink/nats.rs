@@ -319,31 +319,21 @@ fn classify(e: jetstream::context::PublishError) -> SendError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{EnvelopeKind, WatchAttributes};
-    use crate::model::fixtures::configmaps;
+    use crate::event::EnvelopeKind;
+    use crate::event::fixtures::configmap_event;
     use crate::model::{ChangeType, ObjectRef};
 
     /// An event that sets every attribute and extension there is, one value needing
     /// percent-encoding.
     fn every_attribute() -> Envelope {
-        let kind = EnvelopeKind::Object(ChangeType::Updated);
-        let mut attributes = WatchAttributes::new("c".into(), &configmaps()).event("1".into(), kind.event_type(), chrono::Utc::now(), "ns/a".into());
+        let mut env = configmap_event("ns/a", "1", EnvelopeKind::Object(ChangeType::Updated));
+        let attributes = &mut env.attributes;
         attributes.subject = Some("ns/a \u{20AC}".into());
         attributes.dataschema = Some(url::Url::parse("https://schemas.example.com/reference.schema.json").unwrap());
         attributes.object = Some(ObjectRef { namespace: Some("ns".into()), name: "a".into(), uid: "u1".into(), resource_version: "2".into() });
         attributes.syncid = Some("s1".into());
         attributes.truncated = true;
-        Envelope {
-            attributes,
-            data: Bytes::from_static(b"{}"),
-            destination: "subject".into(),
-            kind,
-            resource: "configmaps".into(),
-            completes_initial_sync: false,
-            position: None,
-            observed: None,
-            state: None,
-        }
+        env
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! The watch stage: the API server's client, discovery and access checks, and one list and
 //! watch per resource and namespace (`stream::list_watch`, client-go's reflector's loop), its
 //! objects decoded and redacted into a stream of observations (the pipeline's worker takes
-//! it from there). Of kube-runtime it uses only the error type, `watcher::Error`.
+//! it from there).
 
 pub mod access;
 pub mod client;
 mod decode;
 pub mod discovery;
+mod error;
 pub mod lines;
 pub mod position;
 mod requests;
@@ -18,9 +19,7 @@ use std::sync::Arc;
 
 use futures::Stream;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::Request;
-use kube::runtime::watcher;
 
 use crate::config::KubernetesConfig;
 use crate::model::Observed;
@@ -28,6 +27,7 @@ use crate::plan::Scope;
 use crate::telemetry::metrics::{self as m, Counters};
 
 pub use decode::{DecodeError, Decoder};
+pub use error::WatchError;
 pub use watched::WatchedObject;
 
 /// What one watch observes: the list and watch of the scope's resource and namespace
@@ -40,7 +40,7 @@ pub fn observe(
     scope: &Arc<Scope>,
     kubernetes: &KubernetesConfig,
     resume_from: Option<String>,
-) -> impl Stream<Item = Result<Observed, watcher::Error>> + Send + 'static {
+) -> impl Stream<Item = Result<Observed, WatchError>> + Send + 'static {
     let label: Arc<str> = scope.resource.label().into();
     let decoder = Decoder::new(&scope.resource, scope.scanner.clone(), &scope.ignore_fields, scope.redaction.redactor(&label));
     let watch = scope.describe();
@@ -67,7 +67,7 @@ pub fn observe(
         page_size: kubernetes.page_size,
         streaming: kubernetes.streaming_lists,
     };
-    let request = Request::new(api(client.clone(), scope).resource_url());
+    let request = Request::new(position::api(client.clone(), scope).resource_url());
     stream::list_watch(client, request, settings, resume_from, decode)
 }
 
@@ -90,14 +90,14 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
-    pub fn of(e: &watcher::Error) -> FailureKind {
+    pub fn of(e: &WatchError) -> FailureKind {
         let code = match e {
-            watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => match e {
+            WatchError::InitialListFailed(e) | WatchError::WatchStartFailed(e) | WatchError::WatchFailed(e) => match e {
                 kube::Error::Api(s) => s.code,
                 _ => return FailureKind::Connection,
             },
-            watcher::Error::WatchError(s) => s.code,
-            watcher::Error::NoResourceVersion => return FailureKind::NoResourceVersion,
+            WatchError::ErrorEvent(s) => s.code,
+            WatchError::NoResourceVersion => return FailureKind::NoResourceVersion,
         };
         match code {
             401 => FailureKind::Unauthorized,
@@ -122,15 +122,5 @@ impl FailureKind {
             FailureKind::ServerError => "server_error",
             FailureKind::ApiError => "api_error",
         }
-    }
-}
-
-/// The API of the scope's resource within its namespace (or all).
-fn api(client: Client, scope: &Scope) -> Api<DynamicObject> {
-    let r = &scope.resource;
-    let ar = ApiResource { group: r.group.clone(), version: r.version.clone(), api_version: r.api_version(), kind: r.kind.clone(), plural: r.plural.clone() };
-    match &scope.namespace {
-        Some(ns) => Api::namespaced_with(client, ns, &ar),
-        None => Api::all_with(client, &ar),
     }
 }

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube::Client;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::core::Request;
 use serde::Deserialize;
 
@@ -21,8 +21,18 @@ struct Head {
 /// The API server's current resourceVersion for `scope`: a consistent list of at most one
 /// object with the scope's selectors (the API server rejects a bad selector here, with 400).
 pub async fn current_version(client: &Client, scope: &Scope) -> kube::Result<String> {
-    let url = super::api(client.clone(), scope).resource_url().to_string();
+    let url = api(client.clone(), scope).resource_url().to_string();
     version_at(client, &Request::new(url), scope.label_selector.clone(), scope.field_selector.clone()).await
+}
+
+/// The API of the scope's resource within its namespace (or all).
+pub(super) fn api(client: Client, scope: &Scope) -> Api<DynamicObject> {
+    let r = &scope.resource;
+    let ar = ApiResource { group: r.group.clone(), version: r.version.clone(), api_version: r.api_version(), kind: r.kind.clone(), plural: r.plural.clone() };
+    match &scope.namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &ar),
+        None => Api::all_with(client, &ar),
+    }
 }
 
 /// The API server's current resourceVersion for the resource of `request` (its URL): a

@@ -17,12 +17,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube::Client;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::core::Request;
-use kube::runtime::watcher::Error;
 use rand::Rng;
 use serde::Deserialize;
 // tokio's clock, so that the tests can pause and advance it.
 use tokio::time::Instant;
 
+use super::error::WatchError;
 use super::{WatchedObject, lines, position, stall};
 use crate::model::{Object, Observed, Stall};
 
@@ -119,7 +119,7 @@ pub fn list_watch<D>(
     settings: Settings,
     resume_from: Option<String>,
     decode: D,
-) -> impl Stream<Item = Result<Observed, Error>> + Send
+) -> impl Stream<Item = Result<Observed, WatchError>> + Send
 where
     D: FnMut(WatchedObject) -> Option<Object> + Send + 'static,
 {
@@ -136,7 +136,7 @@ where
 }
 
 impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
-    async fn next(&mut self) -> Result<Observed, Error> {
+    async fn next(&mut self) -> Result<Observed, WatchError> {
         if let Some(held) = self.held.take() {
             return Ok(held);
         }
@@ -159,7 +159,7 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
     }
 
     /// One request or one buffered item: what to yield, if anything.
-    async fn step(&mut self) -> Result<Option<Observed>, Error> {
+    async fn step(&mut self) -> Result<Option<Observed>, WatchError> {
         match std::mem::replace(&mut self.state, State::List) {
             State::List if self.settings.streaming => {
                 let params = self.watch_params().initial_events();
@@ -200,8 +200,8 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
                     self.state = State::Streaming(events);
                     Ok(None)
                 }
-                Some(Ok(WatchEvent::Error(s))) => Err(Error::WatchError(s)),
-                Some(Err(e)) => Err(Error::WatchFailed(e)),
+                Some(Ok(WatchEvent::Error(s))) => Err(WatchError::ErrorEvent(s)),
+                Some(Err(e)) => Err(WatchError::WatchFailed(e)),
                 // Ended before the initial events did: list again.
                 None => Ok(None),
             },
@@ -215,9 +215,9 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
                     self.watching(version, events);
                     Ok(None)
                 }
-                Err(Error::WatchStartFailed(kube::Error::Api(s))) if s.code == 410 => Ok(self.expired(&version)),
+                Err(WatchError::WatchStartFailed(kube::Error::Api(s))) if s.code == 410 => Ok(self.expired(&version)),
                 Err(e) => {
-                    if let Error::WatchStartFailed(kube::Error::Api(s)) = &e
+                    if let WatchError::WatchStartFailed(kube::Error::Api(s)) = &e
                         && stall::too_large(s)
                         && let Some(stall) = self.check(&version, true).await
                     {
@@ -266,11 +266,11 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
                             return Ok(self.stalled(stall));
                         }
                         self.state = State::Connect(version);
-                        return Err(Error::WatchError(s));
+                        return Err(WatchError::ErrorEvent(s));
                     }
                     Some(Err(e)) => {
                         self.state = State::Connect(version);
-                        return Err(Error::WatchFailed(e));
+                        return Err(WatchError::WatchFailed(e));
                     }
                     // The API server ended the watch (its timeout): renew it.
                     None => {
@@ -370,15 +370,15 @@ async fn current_version(client: &Client, request: &Request, settings: &Settings
 }
 
 /// Starts a watch from `version`.
-async fn watch(client: &Client, request: &Request, params: &WatchParams, version: &str) -> Result<Events, Error> {
-    let mut req = request.watch(params, version).map_err(|e| Error::WatchStartFailed(kube::Error::BuildRequest(e)))?;
+async fn watch(client: &Client, request: &Request, params: &WatchParams, version: &str) -> Result<Events, WatchError> {
+    let mut req = request.watch(params, version).map_err(|e| WatchError::WatchStartFailed(kube::Error::BuildRequest(e)))?;
     req.extensions_mut().insert("watch");
-    let events = lines::request_events(client, req).await.map_err(Error::WatchStartFailed)?;
+    let events = lines::request_events(client, req).await.map_err(WatchError::WatchStartFailed)?;
     Ok(events.boxed())
 }
 
 /// Requests a page of the list (the first when `token` is `None`).
-async fn page(client: &Client, request: &Request, settings: &Settings, token: Option<String>) -> Result<State, Error> {
+async fn page(client: &Client, request: &Request, settings: &Settings, token: Option<String>) -> Result<State, WatchError> {
     let mut params = ListParams { label_selector: settings.label_selector.clone(), field_selector: settings.field_selector.clone(), ..ListParams::default() }
         .limit(settings.page_size);
     // The first page names no version: a consistent read (client-go's relist after its
@@ -387,10 +387,10 @@ async fn page(client: &Client, request: &Request, settings: &Settings, token: Op
     if let Some(t) = &token {
         params = params.continue_token(t);
     }
-    let mut req = request.list(&params).map_err(|e| Error::InitialListFailed(kube::Error::BuildRequest(e)))?;
+    let mut req = request.list(&params).map_err(|e| WatchError::InitialListFailed(kube::Error::BuildRequest(e)))?;
     req.extensions_mut().insert("list");
-    let page: Page = client.request(req).await.map_err(Error::InitialListFailed)?;
-    let version = page.metadata.resource_version.filter(|v| !v.is_empty()).ok_or(Error::NoResourceVersion)?;
+    let page: Page = client.request(req).await.map_err(WatchError::InitialListFailed)?;
+    let version = page.metadata.resource_version.filter(|v| !v.is_empty()).ok_or(WatchError::NoResourceVersion)?;
     let next = page.metadata.continue_.filter(|t| !t.is_empty());
     Ok(State::Paging { items: page.items.unwrap_or_default().into(), next, version })
 }
@@ -442,7 +442,7 @@ mod tests {
         server: (Client, Request, Arc<Mutex<Vec<String>>>),
         settings: Settings,
         resume_from: Option<String>,
-    ) -> (impl Stream<Item = Result<Observed, Error>>, Arc<Mutex<Vec<String>>>) {
+    ) -> (impl Stream<Item = Result<Observed, WatchError>>, Arc<Mutex<Vec<String>>>) {
         let (client, request, seen) = server;
         let decoder = Decoder::new(&configmaps(), crate::json::Scanner::new(&[], &[]).unwrap(), &[], Redactor::default());
         (list_watch(client, request, settings, resume_from, move |o: WatchedObject| decoder.decode(&o.0).ok()), seen)
@@ -457,7 +457,7 @@ mod tests {
     }
 
     /// The first `n` items, each as `kind name-or-version`.
-    async fn first(stream: impl Stream<Item = Result<Observed, Error>>, n: usize) -> Vec<String> {
+    async fn first(stream: impl Stream<Item = Result<Observed, WatchError>>, n: usize) -> Vec<String> {
         stream
             .take(n)
             .map_ok(|observed| match observed {
@@ -613,7 +613,7 @@ mod tests {
         (lw, seen)
     }
 
-    fn stall_of(observed: Result<Observed, Error>) -> Stall {
+    fn stall_of(observed: Result<Observed, WatchError>) -> Stall {
         match observed {
             Ok(Observed::Stalled(stall)) => stall,
             other => panic!("expected a stall, got {other:?}"),
@@ -708,7 +708,7 @@ mod tests {
         let watches = vec![vec![too_large()], vec![json!({"type": "ADDED", "object": cm("n", "501")})]];
         let (stream, seen) = watch(scripted(vec![version("600")], watches), settings(), Some("500".into()));
         let mut stream = std::pin::pin!(stream);
-        assert!(matches!(stream.next().await, Some(Err(Error::WatchError(s))) if s.code == 504), "the error, retried");
+        assert!(matches!(stream.next().await, Some(Err(WatchError::ErrorEvent(s))) if s.code == 504), "the error, retried");
         assert!(matches!(stream.next().await, Some(Ok(Observed::Resumed))));
         assert!(seen.lock().unwrap()[2].contains("resourceVersion=500"), "retried from the same version");
     }

@@ -12,8 +12,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Client;
 use kube::api::{Api, DynamicObject, GroupVersionKind, PostParams};
 use kube::discovery::Scope;
-use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -46,7 +45,7 @@ pub fn template(release: &str, namespace: &str, extra: &[&str]) -> std::process:
 
 /// The documents of a multi-document YAML stream, empty ones left out.
 pub fn docs(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml).map(|d| Value::deserialize(d).expect("rendered YAML parses")).filter(|v| !v.is_null()).collect()
+    serde_saphyr::from_multiple::<Value>(yaml).expect("rendered YAML parses").into_iter().filter(|v| !v.is_null()).collect()
 }
 
 pub fn render(release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> {
@@ -170,13 +169,13 @@ pub async fn service_account_kubeconfig_from(client: &Client, namespace: &str, n
         .unwrap()
         .token;
     let admin = std::fs::read_to_string(admin).unwrap_or_else(|e| panic!("{admin}: {e}"));
-    let mut kubeconfig: serde_yaml::Value = serde_yaml::from_str(&admin).unwrap();
-    kubeconfig["users"] = serde_yaml::from_str(&format!("[{{name: sa, user: {{token: {token}}}}}]")).unwrap();
-    for ctx in kubeconfig["contexts"].as_sequence_mut().unwrap() {
+    let mut kubeconfig: Value = serde_saphyr::from_str(&admin).unwrap();
+    kubeconfig["users"] = json!([{"name": "sa", "user": {"token": token}}]);
+    for ctx in kubeconfig["contexts"].as_array_mut().unwrap() {
         ctx["context"]["user"] = "sa".into();
     }
     let path = scratch_dir().join("sa.kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&kubeconfig).unwrap()).unwrap();
+    std::fs::write(&path, serde_saphyr::to_string(&kubeconfig).unwrap()).unwrap();
     let sa_client = Client::try_from(
         kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&path).unwrap(), &kube::config::KubeConfigOptions::default()).await.unwrap(),
     )

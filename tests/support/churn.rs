@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::kube::until_done;
@@ -39,25 +39,12 @@ pub fn try_ctl(component: &str, action: &str) -> Result<(), String> {
     Err(format!("{path} {action} failed three times; last: {last}"))
 }
 
-pub async fn create_namespace(client: &Client, prefix: &str) -> String {
-    let name = super::unique(prefix);
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    let (api, ns) = (&Api::<Namespace>::all(client.clone()), &ns);
-    until_done("create the test namespace", 409, || async move { api.create(&PostParams::default(), ns).await.map(|_| ()) }).await;
-    name
-}
-
 /// A write the namespace's ConfigMap watches never see (a label on the Namespace itself):
 /// it moves etcd's revision past everything those watches have seen.
 pub async fn touch_namespace(client: &Client, name: &str) {
     let (api, pp) = (&Api::<Namespace>::all(client.clone()), &PatchParams::default());
     let patch = &Patch::Merge(json!({"metadata": {"labels": {"deltaship-test/touched": super::unique("t")}}}));
     until_done("label the test namespace", 0, || async move { api.patch(name, pp, patch).await.map(|_| ()) }).await;
-}
-
-pub async fn delete_namespace(client: &Client, name: &str) {
-    let api = &Api::<Namespace>::all(client.clone());
-    until_done("delete the test namespace", 404, || async move { api.delete(name, &DeleteParams::default()).await.map(|_| ()) }).await;
 }
 
 /// Objects `obj-000`... of one namespace, updated in turns by a few writer tasks. Each

@@ -10,15 +10,6 @@ pub fn configmap_event(cluster: &str, destination: &str, key: &str, id: &str, ki
     let configmaps = ResourceType { group: String::new(), version: "v1".into(), kind: "ConfigMap".into(), plural: "configmaps".into(), namespaced: true };
     let mut attributes = WatchAttributes::new(cluster.into(), &configmaps).event(id.into(), kind.event_type(), chrono::Utc::now(), key.into());
     attributes.subject = Some(key.into());
-    Envelope {
-        attributes,
-        data: serde_json::to_vec(&json!({"metadata": {"name": key}, "data": {"id": id}})).unwrap().into(),
-        destination: destination.into(),
-        kind,
-        resource: "configmaps".into(),
-        completes_initial_sync: false,
-        position: None,
-        observed: None,
-        state: None,
-    }
+    let data = serde_json::to_vec(&json!({"metadata": {"name": key}, "data": {"id": id}})).unwrap().into();
+    Envelope::new(attributes, data, destination.into(), kind, "configmaps".into())
 }

@@ -13,18 +13,22 @@ pub async fn client() -> Client {
     Client::try_default().await.expect("a client for the test API server (KUBECONFIG)")
 }
 
-/// Creates a fresh namespace, `<prefix>-<unique>`, and returns at once: it does not wait for
-/// its default ServiceAccount (the controller-manager creates it a moment later; Pods are
-/// not admitted before), so a test that creates Pods in it waits for that itself.
+/// Creates a fresh namespace, `<prefix>-<unique>` (retried through an API server restart,
+/// which other test binaries cause), and returns at once: it does not wait for its default
+/// ServiceAccount (the controller-manager creates it a moment later; Pods are not admitted
+/// before), so a test that creates Pods in it waits for that itself.
 pub async fn namespace(client: &Client, prefix: &str) -> String {
     let name = super::unique(prefix);
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create the test namespace");
+    let (api, ns) = (&Api::<Namespace>::all(client.clone()), &ns);
+    until_done("create the test namespace", 409, || async move { api.create(&PostParams::default(), ns).await.map(|_| ()) }).await;
     name
 }
 
+/// Deletes the namespace `name` (retried through an API server restart; gone already is done).
 pub async fn delete_namespace(client: &Client, name: &str) {
-    let _ = Api::<Namespace>::all(client.clone()).delete(name, &DeleteParams::default()).await;
+    let api = &Api::<Namespace>::all(client.clone());
+    until_done("delete the test namespace", 404, || async move { api.delete(name, &DeleteParams::default()).await.map(|_| ()) }).await;
 }
 
 /// Polls `f` every 200 ms until it returns Some, at most `timeout`.

@@ -9,6 +9,7 @@ pub mod chart;
 pub mod churn;
 pub mod config;
 pub mod consumers;
+pub mod deployment;
 pub mod docs;
 pub mod dpkg;
 pub mod envelope;

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::StoreError;
+use super::error::StoreError;
 use crate::checkpoint::progress::Records;
 use crate::checkpoint::record::token;
 

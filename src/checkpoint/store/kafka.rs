@@ -13,7 +13,7 @@ use rdkafka::message::Message as _;
 use rdkafka::producer::{Producer as _, PurgeConfig};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::StoreError;
+use super::error::StoreError;
 use super::inflight::{self, STALL, Stop};
 use crate::checkpoint::progress::Records;
 use crate::config::{ClientRole, KafkaConfig};

@@ -2,6 +2,7 @@
 //! topic on the route's brokers, NATS routes in a JetStream key-value bucket, stdout routes
 //! in a file. Every store holds the latest value per key and is written in order.
 
+mod error;
 mod file;
 mod inflight;
 mod kafka;
@@ -12,34 +13,10 @@ use std::collections::HashMap;
 use super::progress::Records;
 use crate::config::{ResumeConfig, SinkConfig};
 
+pub use error::StoreError;
 pub use file::FileStore;
 pub use kafka::KafkaStore;
 pub use nats::NatsStore;
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("checkpoint file {path}: {source}")]
-    File {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("checkpoint topic {topic}: {reason}")]
-    Kafka { topic: String, reason: String },
-    #[error("checkpoint bucket {bucket}: {reason}")]
-    Nats { bucket: String, reason: String },
-    /// The store exists in a shape deltaship cannot use, or may not be created: retrying
-    /// does not help.
-    #[error("checkpoint {store} cannot be used: {reason}")]
-    Refused { store: String, reason: String },
-}
-
-impl StoreError {
-    /// Whether retrying cannot help (the store must be fixed first).
-    pub fn is_permanent(&self) -> bool {
-        matches!(self, StoreError::Refused { .. })
-    }
-}
 
 pub enum Store {
     Kafka(KafkaStore),

@@ -12,7 +12,7 @@ use async_nats::jetstream::{self, kv, stream};
 use bytes::Bytes;
 use futures::StreamExt as _;
 
-use super::StoreError;
+use super::error::StoreError;
 use super::inflight::{self, STALL, Stop};
 use crate::checkpoint::progress::Records;
 use crate::config::{NatsConfig, Storage};
