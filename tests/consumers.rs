@@ -77,7 +77,7 @@ fn java_rebuild() -> Command {
 #[test]
 fn the_java_consumer_passes_the_shared_vectors() {
     let said = java_built();
-    for class in ["VectorsTest", "HostileTest", "StateDigestTest", "RepeatsTest", "SnapshotTest"] {
+    for class in ["VectorsTest", "HostileTest", "StateDigestTest", "RepeatsTest", "SnapshotTest", "LongRunTest"] {
         assert!(
             said.lines().any(|l| l.contains("Failures: 0, Errors: 0, Skipped: 0") && l.ends_with(&format!("dev.deltaship.consumer.{class}"))),
             "{class}: {said}"
@@ -88,11 +88,12 @@ fn the_java_consumer_passes_the_shared_vectors() {
 #[test]
 fn the_go_consumer_passes_the_shared_vectors() {
     let mut test = go();
-    test.args(["test", "-count=1", "./..."]);
+    test.args(["test", "-count=1", "-v", "./..."]);
     let said = run(test, "go test ./... in consumers/go");
     for package in ["deltaship.dev/consumer/v2\t", "deltaship.dev/consumer/v2/kafka\t"] {
         assert!(said.lines().any(|l| l.starts_with("ok") && l.contains(package)), "{package}: {said}");
     }
+    assert!(said.contains("--- PASS: TestMillionsOfEventsKeepMemoryFlat") && !said.contains("--- SKIP"), "{said}");
 }
 
 /// A consumer's rebuild command, ready for its flags.
@@ -107,11 +108,13 @@ fn python_rebuild() -> Command {
 #[test]
 fn the_python_consumer_passes_the_shared_vectors() {
     let mut pytest = python();
-    pytest.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]);
+    pytest.args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rp"]);
     let said = run(pytest, "pytest consumers/python");
-    assert!(said.contains("passed") && !said.contains("skipped") && !said.contains("failed"), "{said}");
-    let passed: usize =
-        said.split_whitespace().zip(said.split_whitespace().skip(1)).find(|(_, w)| w.starts_with("passed")).and_then(|(n, _)| n.parse().ok()).unwrap_or(0);
+    // The last line counts them ("135 passed in 31.62s"); -rp lists each one passed above it.
+    let summary = said.lines().last().unwrap_or_default();
+    assert!(summary.contains("passed") && !summary.contains("skipped") && !summary.contains("failed"), "{said}");
+    assert!(said.contains("PASSED tests/test_long_run.py::test_millions_of_events_keep_memory_flat"), "{said}");
+    let passed: usize = summary.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(passed >= 2 * 30 + 15, "the hostile vectors did not all run: {said}");
 }
 

@@ -1,5 +1,7 @@
-//! The analytics replica in PostgreSQL (consumers/python/examples/postgres_replica.py,
-//! docs/consumers/postgres-replica.md) against the real servers: ConfigMaps churn while the
+//! The analytics replica in PostgreSQL (consumers/python/examples/postgres_replica.py and
+//! consumers/go/examples/postgres-replica, docs/consumers/postgres-replica.md) against the
+//! real servers, one test per language running the same scenario (the two side by side):
+//! ConfigMaps churn while the
 //! bridge and the replica are each SIGKILLed three times, in turns, each replica killed once
 //! it wrote (the last after the churn ended, so that the last replica knows the objects from
 //! its replay alone); then a third of the objects is deleted while the bridge is down, and the
@@ -20,7 +22,7 @@ use support::bridge::Bridge;
 use support::churn::Churn;
 use support::config::{TestConfig, kafka};
 use support::kube::{client, delete_namespace, namespace, until_done};
-use support::postgres::{Database, Replica, psql};
+use support::postgres::{Database, Language, Replica, psql};
 
 const OBJECTS: usize = 45;
 const KILLS: usize = 3;
@@ -58,7 +60,16 @@ fn committed(db: &Database) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_replica_equals_the_api_server_after_sigkills_of_the_bridge_and_the_replica() {
+async fn the_python_replica_equals_the_api_server_after_sigkills_of_the_bridge_and_the_replica() {
+    replica_survives_sigkills(Language::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_go_replica_equals_the_api_server_after_sigkills_of_the_bridge_and_the_replica() {
+    replica_survives_sigkills(Language::Go).await;
+}
+
+async fn replica_survives_sigkills(language: Language) {
     let began = Instant::now();
     let env = support::env();
     let kube = client().await;
@@ -85,7 +96,7 @@ async fn the_replica_equals_the_api_server_after_sigkills_of_the_bridge_and_the_
     let mut churn = Churn::create(&kube, &ns, OBJECTS, 0).await;
     let mut bridge = Bridge::start(&config(true));
     bridge.wait_ready(Duration::from_secs(120));
-    let mut replica = Replica::start(&env.kafka, &topic, &db.dsn, &cluster, log.clone());
+    let mut replica = Replica::start(language, &env.kafka, &topic, &db.dsn, &cluster, log.clone());
     churn.start(3, Duration::from_millis(150), None);
 
     // Kill moments spread over 0 to 1.5 s: the bridge's after it is ready, the replica's after
@@ -116,7 +127,7 @@ async fn the_replica_equals_the_api_server_after_sigkills_of_the_bridge_and_the_
         }
         tokio::time::sleep(next_moment()).await;
         replica.kill();
-        replica = Replica::start(&env.kafka, &topic, &db.dsn, &cluster, log.clone());
+        replica = Replica::start(language, &env.kafka, &topic, &db.dsn, &cluster, log.clone());
     }
     let writes = churn.writes();
 
@@ -157,7 +168,7 @@ async fn the_replica_equals_the_api_server_after_sigkills_of_the_bridge_and_the_
     let text = replica.log_text();
     let replays = text.matches("replayed ").count();
     eprintln!(
-        "PG-REPLICA-FIGURES bridge_kills={KILLS} replica_kills={KILLS} writes={writes} deleted={} rows={} api_objects={} missing=0 extra=0 stale=0 history={history} markers_verified={verified} markers_mismatched={mismatched} removed_by_marker={removed_by_marker} replica_replays={replays} catch_up_s={:.1} test_s={:.1}",
+        "PG-REPLICA-FIGURES language={language:?} bridge_kills={KILLS} replica_kills={KILLS} writes={writes} deleted={} rows={} api_objects={} missing=0 extra=0 stale=0 history={history} markers_verified={verified} markers_mismatched={mismatched} removed_by_marker={removed_by_marker} replica_replays={replays} catch_up_s={:.1} test_s={:.1}",
         deleted.len(),
         table.len(),
         want.len(),

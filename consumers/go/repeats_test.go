@@ -88,11 +88,7 @@ func TestUpdatesOfAFewKeysKeepMemoryFlatAndLateRepeatsOfHeldObjectsSkipped(t *te
 // not a repeat.
 func TestARepeatOfAMarkerIsSkippedAsLongAsItIsItsScopesLast(t *testing.T) {
 	c := New(Options{Cluster: "c1", RepeatWindow: 1})
-	marker := []Header{}
-	for _, h := range [][2]string{{"ce_id", "m1"}, {"ce_type", "dev.deltaship.sync.started"}, {"ce_apiversion", "v1"}, {"ce_kind", "ConfigMap"}, {"ce_cluster", "c1"}, {"content-type", "application/json"}} {
-		marker = append(marker, Header{Key: h[0], Value: []byte(h[1])})
-	}
-	data := []byte(`{"syncId": "s1", "mode": "full", "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}`)
+	marker, data := syncMarker("m1", "started", "s1")
 	h, v := update("a1", "a", 1)
 	for _, step := range []func() error{
 		func() error { return c.KafkaRecord(0, nil, marker, data) },

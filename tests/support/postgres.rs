@@ -1,8 +1,10 @@
 //! The test PostgreSQL server (tests/env/postgres) through psql, and the analytics replica
-//! (consumers/python/examples/postgres_replica.py) as a child process.
+//! (consumers/python/examples/postgres_replica.py, consumers/go/examples/postgres-replica)
+//! as a child process.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 
 /// A database of its own on the test server, for one test; dropped with the value.
 pub struct Database {
@@ -48,6 +50,38 @@ pub fn psql(dsn: &str, sql: &str) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The replica examples: the same flags, tables and messages, one per language.
+#[derive(Clone, Copy, Debug)]
+pub enum Language {
+    Python,
+    Go,
+}
+
+impl Language {
+    /// The replica's command, before its flags; the Go one built once per test binary.
+    fn command(self) -> Command {
+        let consumers = Path::new(env!("CARGO_MANIFEST_DIR")).join("consumers");
+        match self {
+            Language::Python => {
+                let mut cmd = Command::new(super::var("DELTASHIP_TEST_PYTHON"));
+                cmd.arg(consumers.join("python/examples/postgres_replica.py")).env("PYTHONPATH", consumers.join("python"));
+                cmd
+            }
+            Language::Go => {
+                static BUILT: OnceLock<PathBuf> = OnceLock::new();
+                Command::new(BUILT.get_or_init(|| {
+                    let bin = Path::new(env!("CARGO_TARGET_TMPDIR")).join("postgres-replica-go");
+                    let mut build = Command::new("go");
+                    build.args(["build", "-o"]).arg(&bin).arg(".");
+                    build.current_dir(consumers.join("go/examples/postgres-replica")).env("GOTOOLCHAIN", "local");
+                    super::consumers::run(build, "go build in consumers/go/examples/postgres-replica");
+                    bin
+                }))
+            }
+        }
+    }
+}
+
 /// The replica example following `topic`, writing to `dsn`; its stderr appended to `log`
 /// (one file for every run of a test). Killed (SIGKILL) when dropped.
 pub struct Replica {
@@ -56,17 +90,15 @@ pub struct Replica {
 }
 
 impl Replica {
-    pub fn start(brokers: &str, topic: &str, dsn: &str, cluster: &str, log: PathBuf) -> Replica {
-        let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("consumers/python");
+    pub fn start(language: Language, brokers: &str, topic: &str, dsn: &str, cluster: &str, log: PathBuf) -> Replica {
         let stderr = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("open the replica's log");
-        let child = Command::new(super::var("DELTASHIP_TEST_PYTHON"))
-            .arg(python.join("examples/postgres_replica.py"))
+        let child = language
+            .command()
             .args(["--kafka", brokers, "--topic", topic, "--dsn", dsn, "--cluster", cluster])
-            .env("PYTHONPATH", &python)
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
-            .expect("start the replica (DELTASHIP_TEST_PYTHON)");
+            .unwrap_or_else(|e| panic!("start the {language:?} replica: {e}"));
         Replica { child, log }
     }
 

@@ -28,29 +28,11 @@ import (
 //
 // options set how it connects: WithTLS, WithSASL.
 func Read(brokers []string, topics []string, c *consumer.Consumer, skipped consumer.Skipped, options ...Option) error {
-	config := sarama.NewConfig()
-	for _, o := range options {
-		if err := o.apply(config); err != nil {
-			return err
-		}
-	}
-	config.Consumer.Return.Errors = true
-	// The isolation level takes Kafka 0.11's Fetch v4; 2.1 (Fetch v10, ListOffsets v4) is
-	// sarama's default and what Kafka 4, which dropped older requests, still serves.
-	config.Version = sarama.V2_1_0_0
-	config.Consumer.IsolationLevel = sarama.ReadCommitted
-	// The broker holds a fetch at a partition's end this long (sarama's default: 500 ms);
-	// closing a partition's consumer waits for its fetch, at every partition's end.
-	config.Consumer.MaxWaitTime = 100 * time.Millisecond
-	client, err := sarama.NewClient(brokers, config)
-	if err != nil {
-		return fmt.Errorf("cannot connect to Kafka at %v: %w", brokers, err)
-	}
-	defer client.Close()
-	reader, err := sarama.NewConsumerFromClient(client)
+	client, reader, err := connect(brokers, options)
 	if err != nil {
 		return err
 	}
+	defer client.Close()
 	defer reader.Close()
 	for _, topic := range topics {
 		partitions, err := client.Partitions(topic)
@@ -64,6 +46,44 @@ func Read(brokers []string, topics []string, c *consumer.Consumer, skipped consu
 		}
 	}
 	return nil
+}
+
+// connect makes a client that reads committed records only, with options, and a reader
+// of partitions on it.
+func connect(brokers []string, options []Option) (sarama.Client, sarama.Consumer, error) {
+	config := sarama.NewConfig()
+	for _, o := range options {
+		if err := o.apply(config); err != nil {
+			return nil, nil, err
+		}
+	}
+	config.Consumer.Return.Errors = true
+	// The isolation level takes Kafka 0.11's Fetch v4; 2.1 (Fetch v10, ListOffsets v4) is
+	// sarama's default and what Kafka 4, which dropped older requests, still serves.
+	config.Version = sarama.V2_1_0_0
+	config.Consumer.IsolationLevel = sarama.ReadCommitted
+	// The broker holds a fetch at a partition's end this long (sarama's default: 500 ms);
+	// closing a partition's consumer waits for its fetch, at every partition's end.
+	config.Consumer.MaxWaitTime = 100 * time.Millisecond
+	client, err := sarama.NewClient(brokers, config)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot connect to Kafka at %v: %w", brokers, err)
+	}
+	reader, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return client, reader, nil
+}
+
+// headersOf is a record's headers as the consumer takes them.
+func headersOf(m *sarama.ConsumerMessage) []consumer.Header {
+	headers := make([]consumer.Header, 0, len(m.Headers))
+	for _, h := range m.Headers {
+		headers = append(headers, consumer.Header{Key: string(h.Key), Value: h.Value})
+	}
+	return headers
 }
 
 // kafkaTimeout bounds the wait for a record; kafkaIdle is how long no record comes before
@@ -105,11 +125,7 @@ func readPartition(client sarama.Client, reader sarama.Consumer, topic string, p
 			if m.Offset >= high {
 				return nil // committed after reading started
 			}
-			headers := make([]consumer.Header, 0, len(m.Headers))
-			for _, h := range m.Headers {
-				headers = append(headers, consumer.Header{Key: string(h.Key), Value: h.Value})
-			}
-			if err := c.SkipWith(fmt.Sprintf("%s/%d@%d", topic, p, m.Offset), c.KafkaRecord(p, m.Key, headers, m.Value), skipped); err != nil {
+			if err := c.SkipWith(fmt.Sprintf("%s/%d@%d", topic, p, m.Offset), c.KafkaRecord(p, m.Key, headersOf(m), m.Value), skipped); err != nil {
 				return err
 			}
 			if err := c.Advance(topic, p, m.Offset+1); err != nil {

@@ -14,7 +14,7 @@ import org.junit.jupiter.api.Test;
 /** Repeats are skipped in memory that does not grow with the stream. */
 class RepeatsTest {
     /** The heap in use once collected, in bytes. */
-    private static long heap() {
+    static long heap() {
         Runtime rt = Runtime.getRuntime();
         for (int i = 0; i < 3; i++) {
             System.gc();
@@ -46,7 +46,8 @@ class RepeatsTest {
         assertTrue(grown < 96L << 20, grown + " bytes for " + w.size() + " ids");
     }
 
-    private static List<Map.Entry<String, byte[]>> update(String id, String key) {
+    /** The headers of a Kafka record of an update of ns/{@code key}, of cluster c1. */
+    static List<Map.Entry<String, byte[]>> update(String id, String key) {
         List<Map.Entry<String, byte[]>> headers = new ArrayList<>();
         for (String[] h : new String[][] {{"ce_id", id}, {"ce_type", "dev.deltaship.object.updated"}, {"ce_subject", "ns/" + key}, {"ce_apiversion", "v1"},
                 {"ce_kind", "ConfigMap"}, {"ce_cluster", "c1"}, {"content-type", "application/json"}}) {
@@ -55,7 +56,8 @@ class RepeatsTest {
         return headers;
     }
 
-    private static byte[] value(String key, int v) {
+    /** The value of an update of ns/{@code key}: its data {@code v}. */
+    static byte[] value(String key, int v) {
         return ("{\"metadata\":{\"name\":\"" + key + "\",\"namespace\":\"ns\"},\"data\":{\"v\":\"" + v + "\"}}").getBytes(StandardCharsets.UTF_8);
     }
 
@@ -79,15 +81,27 @@ class RepeatsTest {
         assertEquals(5, c.state().get("v1/ConfigMap").size());
     }
 
+    /** The headers of a Kafka record of a sync's {@code phase} ("started", "completed") marker of ConfigMaps, of cluster c1. */
+    static List<Map.Entry<String, byte[]>> syncMarker(String id, String phase) {
+        List<Map.Entry<String, byte[]>> headers = new ArrayList<>();
+        for (String[] h : new String[][] {{"ce_id", id}, {"ce_type", "dev.deltaship.sync." + phase}, {"ce_apiversion", "v1"}, {"ce_kind", "ConfigMap"},
+                {"ce_cluster", "c1"}, {"content-type", "application/json"}}) {
+            headers.add(new AbstractMap.SimpleEntry<>(h[0], h[1].getBytes(StandardCharsets.UTF_8)));
+        }
+        return headers;
+    }
+
+    /** The data of a full sync's marker of ConfigMaps in every namespace. */
+    static byte[] syncData(String syncId) {
+        return ("{\"syncId\": \"" + syncId + "\", \"mode\": \"full\", \"resource\": {\"group\": \"\", \"version\": \"v1\", \"kind\": \"ConfigMap\"}}")
+                .getBytes(StandardCharsets.UTF_8);
+    }
+
     @Test
     void aRepeatOfAMarkerIsSkippedAsLongAsItIsItsScopesLast() throws BadRecordException {
         Consumer c = new Consumer(null, "c1", 1);
-        List<Map.Entry<String, byte[]>> marker = new ArrayList<>();
-        for (String[] h : new String[][] {{"ce_id", "m1"}, {"ce_type", "dev.deltaship.sync.started"}, {"ce_apiversion", "v1"}, {"ce_kind", "ConfigMap"},
-                {"ce_cluster", "c1"}, {"content-type", "application/json"}}) {
-            marker.add(new AbstractMap.SimpleEntry<>(h[0], h[1].getBytes(StandardCharsets.UTF_8)));
-        }
-        byte[] data = "{\"syncId\": \"s1\", \"mode\": \"full\", \"resource\": {\"group\": \"\", \"version\": \"v1\", \"kind\": \"ConfigMap\"}}".getBytes(StandardCharsets.UTF_8);
+        List<Map.Entry<String, byte[]>> marker = syncMarker("m1", "started");
+        byte[] data = syncData("s1");
         c.kafkaRecord(0, marker, data);
         c.kafkaRecord(0, update("a1", "a"), value("a", 1));
         c.kafkaRecord(0, marker, data);

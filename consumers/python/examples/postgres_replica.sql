@@ -1,0 +1,1 @@
+../../go/examples/postgres-replica/schema.sql
