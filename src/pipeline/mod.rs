@@ -5,6 +5,7 @@ mod dispatch;
 mod meters;
 mod resume;
 mod retry;
+mod sequencer;
 mod startup;
 mod tail;
 mod worker;
