@@ -36,7 +36,7 @@ pub async fn run(config: Config, stop: CancellationToken) -> Result<(), RunError
     // not up yet) end on SIGTERM too.
     forward_signals(stop.clone())?;
     let Some((mut bridge, started)) = Bridge::start(&config, &stop).await? else { return Ok(()) };
-    let end = match bridge.lead(&config, started, &stop).await {
+    let end = match bridge.begin(&config, started, &stop).await {
         Ok(true) => bridge.until_stopped(&stop).await,
         Ok(false) => End::BeforeLeading(Ok(())),
         Err(e) => End::BeforeLeading(Err(e)),
@@ -140,7 +140,7 @@ impl Bridge {
 
     /// With leader election, waits to lead and claims the routes; then starts the
     /// checkpoint writers, the deliveries and the watches. False when stopped first.
-    async fn lead(&mut self, config: &Config, Started { client, scopes }: Started, stop: &CancellationToken) -> Result<bool, RunError> {
+    async fn begin(&mut self, config: &Config, Started { client, scopes }: Started, stop: &CancellationToken) -> Result<bool, RunError> {
         // With leader election, only the leader goes on; it starts with a full initial sync.
         self.elector = config.leader_election.enabled.then(|| Arc::new(Elector::new(client.clone(), &config.leader_election)));
         if let Some(elector) = &self.elector {

@@ -123,8 +123,10 @@ impl<T: Sequenced> Sequencer<T> {
     /// Call it until None.
     pub fn next_send(&mut self) -> Option<(T, Lane)> {
         loop {
-            if self.in_flight == 0 && matches!(self.barrier, Barrier::Waiting(..)) {
-                let Barrier::Waiting(marker, lane) = std::mem::replace(&mut self.barrier, Barrier::Sending) else { unreachable!() };
+            if self.in_flight == 0
+                && matches!(self.barrier, Barrier::Waiting(..))
+                && let Barrier::Waiting(marker, lane) = std::mem::replace(&mut self.barrier, Barrier::Sending)
+            {
                 self.in_flight = 1;
                 return Some((marker, lane));
             }
