@@ -1,22 +1,20 @@
-//! Delivery: many objects in flight, one object's events strictly in order, markers as
-//! barriers, retries with backoff; never more than `max_in_flight` events held. The sends
+//! Delivery: sends in the order the sequencer (`pipeline/sequencer.rs`) gives, retries with
+//! backoff, applies the oversize and client-error policies, and moves the checkpoint. The sends
 //! (encoding, the client's enqueue, the wait for the acknowledgement) are futures this task
 //! polls, not tasks of their own: encoding and the enqueue cost less than the client's own
 //! work per event, and the acknowledgements of many sends wake this task once instead of
 //! one task each (BENCHMARKS.md measures both ways).
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
-use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use super::meters::Meters;
 use super::retry::RetryPolicy;
+use super::sequencer::{Lane, Sequenced, Sequencer};
 use crate::checkpoint::Progress;
 use crate::config::OversizePolicy;
 use crate::event::{self, Envelope, EnvelopeKind};
@@ -35,46 +33,15 @@ pub enum DispatchError {
     },
 }
 
-/// The ordering domain of an event, its topic and partition key, as a hash: two keys that
-/// share a hash share a lane, which orders them more strictly than needed, never less.
-type Lane = u64;
-
-/// Hashes an event's topic and partition key into its lane: xxh3 with a seed of the
-/// process's own, so that object names cannot be chosen to crowd one lane.
-#[derive(Clone, Copy)]
-struct LaneHash(u64);
-
-impl LaneHash {
-    fn new() -> LaneHash {
-        LaneHash(RandomState::new().hash_one(0u8))
+impl Sequenced for Envelope {
+    fn domain(&self) -> (&str, &str) {
+        (&self.destination, self.key())
     }
 
-    fn of(self, destination: &str, key: &str) -> Lane {
-        xxh3_64_with_seed(key.as_bytes(), self.0 ^ xxh3_64(destination.as_bytes()))
+    fn is_barrier(&self) -> bool {
+        matches!(self.kind, EnvelopeKind::Marker(_))
     }
 }
-
-/// A lane is a hash already: the map of lanes takes it as it is.
-#[derive(Default)]
-struct LaneHasher(u64);
-
-impl Hasher for LaneHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-
-    fn write_u64(&mut self, lane: u64) {
-        self.0 = lane;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type Lanes = HashMap<Lane, VecDeque<Envelope>, BuildHasherDefault<LaneHasher>>;
 
 struct Outcome {
     env: Envelope,
@@ -94,13 +61,12 @@ pub struct Dispatcher<P> {
     route: String,
     /// The route's checkpoint progress, moved by each acknowledgement.
     progress: Option<Arc<Progress>>,
-    lanes: LaneHash,
 }
 
 impl<P: Publisher> Dispatcher<P> {
     /// The dispatcher of one route: `health` is that route's.
     pub fn new(sink: P, max_in_flight: usize, oversize: OversizePolicy, retry: RetryPolicy, health: RouteHealth) -> Self {
-        Dispatcher { sink: Arc::new(sink), max_in_flight, oversize, retry, route: health.name().to_string(), health, progress: None, lanes: LaneHash::new() }
+        Dispatcher { sink: Arc::new(sink), max_in_flight, oversize, retry, route: health.name().to_string(), health, progress: None }
     }
 
     /// Moves `progress` with every event the sink acknowledges (or skips by policy).
@@ -109,70 +75,32 @@ impl<P: Publisher> Dispatcher<P> {
         self
     }
 
-    /// Delivers everything received on `rx` until it is closed and drained.
+    /// Delivers everything received on `rx` until it is closed and drained, in the order
+    /// the sequencer gives.
     pub async fn run(self, mut rx: mpsc::Receiver<Envelope>) -> Result<(), DispatchError> {
         let mut meters = Meters::new(&self.route, self.sink.name());
+        let mut order = Sequencer::new(self.max_in_flight);
         // Dropped on return (a fatal error): the sends still running are abandoned with it.
         let mut in_flight = FuturesUnordered::new();
-        // Lanes with an event in flight, and their later events, in arrival order.
-        let mut lanes = Lanes::default();
-        let mut held = 0usize; // events waiting in `lanes`
-        // A marker waits until everything before it is acknowledged, and everything after
-        // it waits until it is: consumers see sync boundaries in order on every partition.
-        let mut barrier = false;
-        let mut marker: Option<(Envelope, Lane)> = None; // the barrier's marker, not yet sent
-        // Nothing more joins what is in flight behind a barrier: the sink is asked to send
-        // it at once, after the sends just taken in have run up to their wait.
-        let mut expedite = false;
-        let mut input_open = true;
-        // Received and not yet taken in (behind a barrier, or beyond `max_in_flight`), in
-        // order; taken from the queue many at a time, so that the workers filling it are
-        // woken once per batch rather than once per event.
-        let mut inbox: VecDeque<Envelope> = VecDeque::new();
+        // Taken from the queue many at a time, so that the workers filling it are woken
+        // once per batch rather than once per event.
         let mut batch: Vec<Envelope> = Vec::new();
         loop {
-            if in_flight.is_empty()
-                && let Some((env, lane)) = marker.take()
-            {
+            while let Some((env, lane)) = order.next_send() {
                 in_flight.push(self.attempt(env, lane, 0, None));
             }
-            while !barrier && in_flight.len() + held < self.max_in_flight {
-                let Some(env) = inbox.pop_front() else { break };
-                let lane = self.lanes.of(&env.destination, env.key());
-                if matches!(env.kind, EnvelopeKind::Marker(_)) {
-                    barrier = true;
-                    marker = Some((env, lane));
-                    expedite = !in_flight.is_empty();
-                    break;
-                }
-                match lanes.get_mut(&lane) {
-                    Some(queue) => {
-                        queue.push_back(env);
-                        held += 1;
-                    }
-                    None => {
-                        lanes.insert(lane, VecDeque::new());
-                        in_flight.push(self.attempt(env, lane, 0, None));
-                    }
-                }
+            meters.in_flight.set(order.in_flight() as f64);
+            meters.held.set(order.held() as f64);
+            meters.queued.set((rx.len() + order.waiting()) as f64);
+            self.health.set_outstanding(order.outstanding());
+            if order.finished() {
+                return Ok(());
             }
-            if marker.is_some() && in_flight.is_empty() {
-                continue;
-            }
-            let outstanding = in_flight.len() + held + inbox.len();
-            meters.in_flight.set(in_flight.len() as f64);
-            meters.held.set(held as f64);
-            meters.queued.set((rx.len() + inbox.len()) as f64);
-            self.health.set_outstanding(outstanding);
-            let room = self.max_in_flight.saturating_sub(outstanding);
-            let can_take = input_open && !barrier && room > 0;
-            if !can_take && in_flight.is_empty() {
-                if !input_open && inbox.is_empty() {
-                    return Ok(());
-                }
-                // Unreachable in practice (a barrier is sent above when nothing is in flight,
-                // and what is received is taken in while there is room); guard against a
-                // busy loop all the same.
+            let room = order.room();
+            if room == 0 && in_flight.is_empty() {
+                // Unreachable in practice (a barrier is sent when nothing is in flight, and
+                // what is received is taken in while there is room); guard against a busy
+                // loop all the same.
                 tokio::task::yield_now().await;
                 continue;
             }
@@ -181,45 +109,30 @@ impl<P: Publisher> Dispatcher<P> {
                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                     let lane = done.lane;
                     match self.settle(done, &mut meters) {
-                        Settled::Retry(env, attempt, delay) => {
-                            in_flight.push(self.attempt(env, lane, attempt, Some(delay)));
-                            continue;
-                        }
+                        Settled::Retry(env, attempt, delay) => in_flight.push(self.attempt(env, lane, attempt, Some(delay))),
                         Settled::Fatal(e) => return Err(e),
                         Settled::Done(env, placed) => {
                             if let (Some(progress), Some(position)) = (&self.progress, env.position) {
                                 progress.acknowledged(position, placed);
                             }
-                            if matches!(env.kind, EnvelopeKind::Marker(_)) {
-                                barrier = false;
-                                continue;
-                            }
-                        }
-                    }
-                    // The lane's next event, if any, may go now.
-                    if let Some(queue) = lanes.get_mut(&lane) {
-                        match queue.pop_front() {
-                            Some(next) => {
-                                held -= 1;
+                            // The lane's next event, if any, may go now.
+                            if let Some((next, lane)) = order.delivered(lane) {
                                 in_flight.push(self.attempt(next, lane, 0, None));
-                            }
-                            None => {
-                                lanes.remove(&lane);
                             }
                         }
                     }
                 }
                 // Only once `in_flight` has nothing ready: every send has been polled, so
                 // what it hands the sink is there to be sent.
-                () = std::future::ready(()), if expedite => {
+                () = std::future::ready(()), if order.expedite() => {
                     self.sink.expedite();
-                    expedite = false;
+                    order.expedited();
                 }
-                received = rx.recv_many(&mut batch, room), if can_take => {
+                received = rx.recv_many(&mut batch, room), if room > 0 => {
                     if received == 0 {
-                        input_open = false;
+                        order.close();
                     }
-                    inbox.extend(batch.drain(..));
+                    order.receive(batch.drain(..));
                 }
             }
         }
@@ -316,7 +229,7 @@ enum Settled {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
     use std::sync::Mutex;
 
     use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -419,18 +332,6 @@ mod tests {
         let send = d.attempt(envelope("a", "a1", EnvelopeKind::Object(ChangeType::Updated)), 0, 0, None);
         let size = std::mem::size_of_val(&send);
         assert!(size <= 960, "a send's future is {size} bytes");
-    }
-
-    #[test]
-    fn a_lane_is_its_topic_and_key_and_the_map_of_lanes_keys_it_as_it_is() {
-        let h = LaneHash::new();
-        assert_eq!(h.of("t", "ns/a"), h.of("t", "ns/a"));
-        let lanes: HashSet<Lane> = [h.of("t", "ns/a"), h.of("t", "ns/b"), h.of("u", "ns/a"), h.of("t", "ns/a\u{0}")].into();
-        assert_eq!(lanes.len(), 4, "another key or topic, another lane");
-        assert_ne!(LaneHash(1).of("t", "ns/a"), LaneHash(2).of("t", "ns/a"), "the seed is part of it");
-        let mut hasher = LaneHasher::default();
-        hasher.write_u64(42);
-        assert_eq!(hasher.finish(), 42);
     }
 
     #[tokio::test(start_paused = true)]

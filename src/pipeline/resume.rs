@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::RetryPolicy;
+use super::retry::RetryPolicy;
 use super::tail;
 use crate::change::Entry;
 use kube::Client;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use kube::Client;
 
-use super::RunError;
+use super::error::RunError;
 use crate::config::Config;
 use crate::plan::{self, Scope};
 use crate::watch::{access, client, discovery};
