@@ -235,8 +235,7 @@ mod tests {
     use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
     use super::*;
-    use crate::event::WatchAttributes;
-    use crate::model::fixtures::configmaps;
+    use crate::event::fixtures::configmap_event;
     use crate::model::{ChangeType, MarkerPhase, ObjectRef};
     use crate::telemetry::Health;
 
@@ -293,20 +292,6 @@ mod tests {
         Failure::Kafka(Box::new(KafkaError::MessageProduction(code)))
     }
 
-    fn envelope(key: &str, id: &str, kind: EnvelopeKind) -> Envelope {
-        Envelope {
-            attributes: WatchAttributes::new("c".into(), &configmaps()).event(id.into(), kind.event_type(), chrono::Utc::now(), key.into()),
-            data: bytes::Bytes::from_static(b"{}"),
-            destination: "topic".into(),
-            kind,
-            resource: "configmaps".into(),
-            completes_initial_sync: false,
-            position: None,
-            observed: None,
-            state: None,
-        }
-    }
-
     async fn deliver(sink: Scripted, input: Vec<Envelope>, max_in_flight: usize) -> Vec<String> {
         let (tx, rx) = mpsc::channel(4);
         let retry = RetryPolicy { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
@@ -329,7 +314,7 @@ mod tests {
         let sink = crate::sink::Sink::Kafka(crate::sink::KafkaSink::new(&kafka).unwrap());
         let retry = RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) };
         let d = Dispatcher::new(sink, 10, OversizePolicy::Reference, retry, Health::single(0).route(0));
-        let send = d.attempt(envelope("a", "a1", EnvelopeKind::Object(ChangeType::Updated)), 0, 0, None);
+        let send = d.attempt(configmap_event("a", "a1", EnvelopeKind::Object(ChangeType::Updated)), 0, 0, None);
         let size = std::mem::size_of_val(&send);
         assert!(size <= 960, "a send's future is {size} bytes");
     }
@@ -344,7 +329,7 @@ mod tests {
                 if (round + key.len()) % 2 == 0 {
                     fail.insert(id.clone());
                 }
-                input.push(envelope(key, &id, EnvelopeKind::Object(ChangeType::Updated)));
+                input.push(configmap_event(key, &id, EnvelopeKind::Object(ChangeType::Updated)));
             }
         }
         let sink = Scripted { fail_first: Arc::new(fail), ..Default::default() };
@@ -361,12 +346,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_marker_waits_for_everything_before_it_and_holds_everything_after_it() {
         let input = vec![
-            envelope("a", "a1", EnvelopeKind::Object(ChangeType::Synced)),
-            envelope("b", "b1", EnvelopeKind::Object(ChangeType::Synced)),
-            envelope("c", "c1", EnvelopeKind::Object(ChangeType::Synced)),
-            envelope("/m", "marker", EnvelopeKind::Marker(MarkerPhase::Completed)),
-            envelope("a", "a2", EnvelopeKind::Object(ChangeType::Added)),
-            envelope("d", "d1", EnvelopeKind::Object(ChangeType::Added)),
+            configmap_event("a", "a1", EnvelopeKind::Object(ChangeType::Synced)),
+            configmap_event("b", "b1", EnvelopeKind::Object(ChangeType::Synced)),
+            configmap_event("c", "c1", EnvelopeKind::Object(ChangeType::Synced)),
+            configmap_event("/m", "marker", EnvelopeKind::Marker(MarkerPhase::Completed)),
+            configmap_event("a", "a2", EnvelopeKind::Object(ChangeType::Added)),
+            configmap_event("d", "d1", EnvelopeKind::Object(ChangeType::Added)),
         ];
         let sink = Scripted { fail_first: Arc::new(["b1".to_string(), "marker".to_string()].into()), ..Default::default() };
         let acked = deliver(sink, input, 100).await;
@@ -386,12 +371,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_barrier_behind_events_in_flight_asks_the_sink_to_expedite_them() {
         let input = vec![
-            envelope("/m", "started", EnvelopeKind::Marker(MarkerPhase::Started)),
-            envelope("a", "a1", EnvelopeKind::Object(ChangeType::Synced)),
-            envelope("b", "b1", EnvelopeKind::Object(ChangeType::Synced)),
-            envelope("c", "c1", EnvelopeKind::Object(ChangeType::Synced)),
-            envelope("/m", "completed", EnvelopeKind::Marker(MarkerPhase::Completed)),
-            envelope("a", "a2", EnvelopeKind::Object(ChangeType::Added)),
+            configmap_event("/m", "started", EnvelopeKind::Marker(MarkerPhase::Started)),
+            configmap_event("a", "a1", EnvelopeKind::Object(ChangeType::Synced)),
+            configmap_event("b", "b1", EnvelopeKind::Object(ChangeType::Synced)),
+            configmap_event("c", "c1", EnvelopeKind::Object(ChangeType::Synced)),
+            configmap_event("/m", "completed", EnvelopeKind::Marker(MarkerPhase::Completed)),
+            configmap_event("a", "a2", EnvelopeKind::Object(ChangeType::Added)),
         ];
         // All queued before the dispatcher starts: a1, b1, c1 and "completed" are taken in
         // together once "started" is acknowledged, so the barrier goes up before any of
@@ -418,7 +403,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn no_more_than_max_in_flight_events_are_held() {
-        let input: Vec<Envelope> = (0..50).map(|i| envelope(&format!("k{i}"), &format!("e{i}"), EnvelopeKind::Object(ChangeType::Added))).collect();
+        let input: Vec<Envelope> = (0..50).map(|i| configmap_event(&format!("k{i}"), &format!("e{i}"), EnvelopeKind::Object(ChangeType::Added))).collect();
         let sink = Scripted::default();
         let acked = deliver(sink.clone(), input, 3).await;
         assert_eq!(acked.len(), 50);
@@ -466,7 +451,7 @@ mod tests {
         let run = tokio::spawn(d.run(rx));
         for round in 0..5 {
             for key in ["a", "b", "c", "d"] {
-                tx.send(envelope(key, &format!("{key}{round}"), EnvelopeKind::Object(ChangeType::Updated))).await.unwrap();
+                tx.send(configmap_event(key, &format!("{key}{round}"), EnvelopeKind::Object(ChangeType::Updated))).await.unwrap();
             }
         }
         drop(tx);
@@ -501,7 +486,7 @@ mod tests {
     }
 
     fn object(key: &str, id: &str) -> Envelope {
-        let mut e = envelope(key, id, EnvelopeKind::Object(ChangeType::Updated));
+        let mut e = configmap_event(key, id, EnvelopeKind::Object(ChangeType::Updated));
         e.attributes.object = Some(ObjectRef { namespace: None, name: key.into(), uid: "u".into(), resource_version: "7".into() });
         e
     }
@@ -551,7 +536,7 @@ mod tests {
             RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) },
             Health::single(0).route(0),
         );
-        tx.send(envelope("a", "a1", EnvelopeKind::Object(ChangeType::Added))).await.unwrap();
+        tx.send(configmap_event("a", "a1", EnvelopeKind::Object(ChangeType::Added))).await.unwrap();
         let e = d.run(rx).await.unwrap_err().to_string();
         assert!(e.contains("(authorization)") && e.contains("TopicAuthorizationFailed") && e.contains("configmaps"), "{e}");
     }
