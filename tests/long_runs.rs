@@ -115,11 +115,13 @@ async fn rebuild_follow_holds_flat_memory_through_a_million_updates_of_a_few_obj
     assert_eq!(objects.as_object().map(|o| o.len()), Some(KEYS), "{objects}");
     assert_eq!(objects[format!("ns/k{}", (UPDATES - 1) % KEYS)]["data"]["v"], (UPDATES - 1).to_string());
     assert_eq!(document["summary"]["duplicates"], 0);
-    // A set of every id (32 hex digits each) grew 88 MiB over the last three quarters (the
-    // window made unbounded: 134, 167, 178, 223 MiB); the bounded window holds 150,000 ids
-    // at one quarter and 200,000 at the next, and nothing more (measured: 108, 111, 115, 111
-    // MiB; 123, 131, 131, 133 MiB).
-    let grown = rss_mib[ROUNDS - 1] - rss_mib[0];
-    assert!(grown < 32.0, "resident memory grew {grown:.1} MiB after the first quarter: {rss_mib:?}");
+    // The bounded window holds 150,000 ids after the first and third quarters and 200,000, its
+    // most, after the second and the fourth: growth is measured from the second quarter to the
+    // end, like for like. A set of every
+    // id (32 hex digits each) grew 56 MiB over those two quarters (the window made unbounded:
+    // 134, 167, 178, 223 MiB); the bounded window grew 0 to 20 MiB, the allocator's noise
+    // (measured: 108, 111, 115, 111 MiB; 123, 131, 131, 133 MiB; 79, 112, 99, 132 MiB).
+    let grown = rss_mib[ROUNDS - 1] - rss_mib[1];
+    assert!(grown < 32.0, "resident memory grew {grown:.1} MiB after the second quarter: {rss_mib:?}");
     assert!(rss_mib.iter().all(|&m| m < 256.0), "resident memory over 256 MiB: {rss_mib:?}");
 }
