@@ -15,7 +15,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::LeaderElectionConfig;
-use crate::telemetry::metrics as m;
+use crate::telemetry::meters::LeaseMeters;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
@@ -108,7 +108,7 @@ struct Streak {
 
 impl Streak {
     fn failed(&mut self, identity: &str, kind: LeaseErrorKind, error: &str) {
-        metrics::counter!(m::LEASE_ERRORS, "error_kind" => kind.as_str()).increment(1);
+        LeaseMeters.failed(kind.as_str());
         if self.failures == 0 {
             tracing::warn!(identity, error_kind = kind.as_str(), error, "Lease API call failed; retrying (logged once until it succeeds)");
         }

@@ -4,12 +4,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hmac::{Hmac, Mac};
-use metrics::Counter;
 use serde_json::{Map, Value};
 use sha2::Sha256;
 
 use crate::config::{Config, DigestKeyError, FieldPath, KEY_FIX, RedactAction, ResourceConfig, Segment, read_digest_key};
-use crate::telemetry::metrics as m;
+use crate::telemetry::meters::RedactionMeters;
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -90,12 +89,7 @@ impl Redaction {
     /// The redactor of one watch of `resource` (its metric label), with the counter of
     /// each rule's action registered once.
     pub fn redactor(self: &Arc<Self>, resource: &str) -> Redactor {
-        // Rules with the same action get handles of the same counter.
-        let counted = self
-            .rules
-            .iter()
-            .map(|(_, action)| metrics::counter!(m::REDACTED_FIELDS, "resource" => resource.to_string(), "action" => action.as_str()))
-            .collect();
+        let counted = RedactionMeters::new(resource, self.rules.iter().map(|(_, action)| action.as_str()));
         Redactor { redaction: self.clone(), counted }
     }
 }
@@ -121,14 +115,14 @@ fn redacts_secrets(rc: &ResourceConfig) -> bool {
 /// A resource's redaction with its counters, for one watch.
 pub struct Redactor {
     redaction: Arc<Redaction>,
-    /// Fields redacted by each rule, by its action.
-    counted: Vec<Counter>,
+    /// Fields redacted by each rule.
+    counted: RedactionMeters,
 }
 
 impl Default for Redactor {
     /// The built-in redaction without a key.
     fn default() -> Redactor {
-        Redactor { redaction: Arc::default(), counted: Vec::new() }
+        Redactor { redaction: Arc::default(), counted: RedactionMeters::default() }
     }
 }
 
@@ -153,10 +147,10 @@ impl Redactor {
         if r.builtin {
             redact(value, key);
         }
-        for ((path, action), counted) in r.rules.iter().zip(&self.counted) {
+        for (rule, (path, action)) in r.rules.iter().enumerate() {
             let n = apply(value, path.segments(), *action, key);
             if n > 0 {
-                counted.increment(n);
+                self.counted.redacted(rule, n);
             }
         }
     }

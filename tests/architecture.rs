@@ -634,3 +634,91 @@ fn the_circle_check_sees_a_circle_in_a_folder_through_a_face_and_an_arrow_up() {
     let line = [("lib.rs", "mod a;\nmod b;\n"), ("a.rs", "use crate::b::B;\n"), ("b.rs", "pub struct B;\n")];
     assert!(circles(&library(&line).arrows).is_empty());
 }
+
+/// Where metrics are registered: one struct per owner (a route's dispatcher, a watch's
+/// worker...), each with the handles of its own series.
+const OWNERS: &str = "telemetry/meters/";
+
+/// The arguments of each metric macro (`counter!`, `gauge!`, `histogram!`) in `code`.
+fn metric_macros(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for name in ["counter!", "gauge!", "histogram!"] {
+        for (at, _) in code.match_indices(name) {
+            if code[..at].chars().last().is_some_and(is_ident) {
+                continue; // describe_counter! and the like
+            }
+            let args = code[at + name.len()..].trim_start();
+            let Some(args) = args.strip_prefix('(') else { continue };
+            let mut depth = 1;
+            let end = args
+                .char_indices()
+                .find(|(_, c)| {
+                    match c {
+                        '(' | '[' | '{' => depth += 1,
+                        ')' | ']' | '}' => depth -= 1,
+                        _ => {}
+                    }
+                    depth == 0
+                })
+                .map_or(args.len(), |(i, _)| i);
+            out.push(args[..end].split_whitespace().collect::<Vec<_>>().join(" "));
+        }
+    }
+    out
+}
+
+/// What is wrong with where and how `files` (by path relative to `src/`) register metrics:
+/// a metric macro outside the owners, a name or a label key written as a literal, a metric
+/// registered by more than one owner.
+fn metric_problems(files: &BTreeMap<String, String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut owners: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, text) in files {
+        for args in metric_macros(&code(text)) {
+            // `code` empties literals: `"route" => x` reads `"" => x`.
+            let name = args.split(',').next().unwrap_or_default().trim();
+            if !file.starts_with(OWNERS) {
+                problems.push(format!("src/{file}: `{args}` registers a metric outside its owner: add it to the owner's struct in src/{OWNERS}"));
+            }
+            if name.starts_with('"') {
+                problems.push(format!("src/{file}: `{args}` names a metric by a literal: use its constant of telemetry::metrics"));
+            }
+            if args.contains("\"\" =>") {
+                problems.push(format!("src/{file}: `{args}` has a literal label key: use a constant of telemetry::metrics::label"));
+            }
+            // By the constant's name, however its path is written.
+            owners.entry(name.rsplit("::").next().unwrap_or(name).to_string()).or_default().insert(file.clone());
+        }
+    }
+    for (name, files) in owners.iter().filter(|(_, files)| files.len() > 1) {
+        problems.push(format!("`{name}` is registered in {files:?}: one owner writes each series"));
+    }
+    problems
+}
+
+#[test]
+fn every_metric_is_registered_by_its_one_owner_with_label_keys_as_constants() {
+    let problems = metric_problems(&sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src")));
+    assert!(problems.is_empty(), "metrics registered against the owners' rule (src/{OWNERS}mod.rs; string literals shown empty):\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_metric_check_sees_a_stray_macro_a_literal_key_and_a_second_owner() {
+    let files = |list: &[(&str, &str)]| list.iter().map(|(f, t)| (f.to_string(), t.to_string())).collect::<BTreeMap<_, _>>();
+    let owner = "fn new(route: &str) -> Gauge {\n    metrics::gauge!(m::QUEUED, label::ROUTE => route.to_string())\n}\n";
+    let described = "fn describe() { describe_gauge!(QUEUED, \"Events queued.\"); }\n";
+    let tests = "#[cfg(test)]\nmod tests {\n    fn f() { metrics::counter!(\"x\", \"k\" => \"v\"); }\n}\n";
+    assert!(metric_problems(&files(&[("telemetry/meters/dispatch.rs", owner), ("telemetry/metrics.rs", described), ("pipeline/worker.rs", tests)])).is_empty());
+
+    let stray = "fn f(route: String) {\n    metrics::counter!(m::DROPPED, \"route\" => route).increment(1);\n}\n";
+    let found = metric_problems(&files(&[("pipeline/dispatch.rs", stray)]));
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].contains("outside its owner") && found[1].contains("literal label key"), "{found:?}");
+
+    let literal_name = "fn f() { counter!(\"deltaship_x_total\").increment(1); }\n";
+    assert!(metric_problems(&files(&[("telemetry/meters/x.rs", literal_name)]))[0].contains("names a metric by a literal"));
+
+    let second = "fn g(route: &str) -> Gauge { gauge!(metrics::QUEUED, label::ROUTE => route.to_string()) }\n";
+    let found = metric_problems(&files(&[("telemetry/meters/dispatch.rs", owner), ("telemetry/meters/worker.rs", second)]));
+    assert_eq!(found, ["`QUEUED` is registered in {\"telemetry/meters/dispatch.rs\", \"telemetry/meters/worker.rs\"}: one owner writes each series"]);
+}

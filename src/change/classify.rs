@@ -9,20 +9,17 @@ use super::index::{Entry, Index};
 use super::output::{Change, Marker, ObjectChange, Payload, StateTerms, SyncCounts};
 use crate::model::digest;
 use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Observed, Stall, SyncMode, SyncReason};
-use crate::telemetry::metrics::{self as m, Counters};
+use crate::telemetry::meters::ClassifierMeters;
 
 /// The classifier of one watch (a resource within one namespace scope). It owns that
 /// watch's index, so no lock is needed.
 #[derive(Debug)]
 pub struct Classifier {
     resource: Arc<str>,
-    /// The watch's counters, by reason: registered once, not looked up per event.
-    syncs: Counters<SyncReason>,
-    relists: Counters<()>,
-    skips: Counters<&'static str>,
-    /// Events older than what was shipped for their object (a lagging API server), counted;
-    /// logged on the first only.
-    stale: Counters<()>,
+    /// The watch's counters: registered once, not looked up per event.
+    meters: ClassifierMeters,
+    /// Events older than what was shipped for their object (a lagging API server) are
+    /// counted; logged on the first only.
     stale_logged: bool,
     /// The newest resourceVersion the watch has stood at outside syncs (live events,
     /// bookmarks, a checkpoint's position): a list older than this is not trusted to show
@@ -65,12 +62,10 @@ impl Classifier {
     /// `resource` is the metric label; `relist_mode` applies to relists after the first
     /// sync; `keep_content` keeps shipped content in the index (resyncs, patch payloads).
     pub fn new(resource: impl Into<Arc<str>>, relist_mode: SyncMode, keep_content: bool) -> Self {
+        let resource = resource.into();
         Classifier {
-            resource: resource.into(),
-            syncs: Counters::default(),
-            relists: Counters::default(),
-            skips: Counters::default(),
-            stale: Counters::default(),
+            meters: ClassifierMeters::new(Arc::clone(&resource)),
+            resource,
             stale_logged: false,
             position: 0,
             index: Index::default(),
@@ -87,15 +82,13 @@ impl Classifier {
 
     /// Counts a completed sync of `reason`.
     fn count_sync(&mut self, reason: SyncReason) {
-        let resource = &self.resource;
-        self.syncs.increment(reason, |r| metrics::counter!(m::SYNCS, "resource" => resource.clone(), "reason" => r.as_str()));
+        self.meters.synced(reason);
     }
 
     /// Counts an update not shipped because nothing visible changed: `reason` is
     /// `resource_version` or `fingerprint`.
     fn count_skip(&mut self, reason: &'static str) {
-        let resource = &self.resource;
-        self.skips.increment(reason, |r| metrics::counter!(m::DEDUPE_SKIPS, "resource" => resource.clone(), "reason" => r));
+        self.meters.skipped(reason);
     }
 
     /// The watch stands at `version` (when it is a number).
@@ -122,8 +115,7 @@ impl Classifier {
     /// Counts (and logs, the first time) an event not shipped because it is older than the
     /// indexed state of its object.
     fn count_stale(&mut self, key: &str, version: &str, indexed: &str) {
-        let resource = &self.resource;
-        self.stale.increment((), |()| metrics::counter!(m::STALE_EVENTS, "resource" => resource.clone()));
+        self.meters.stale();
         if !std::mem::replace(&mut self.stale_logged, true) {
             tracing::warn!(resource = %self.resource, key, resource_version = version, shipped = indexed, "Not shipped: an event older than the object's state already shipped (an API server behind the others?); further ones are counted in deltaship_stale_events_total");
         }
@@ -275,8 +267,7 @@ impl Classifier {
         let sync = SyncInProgress::new(reason, mode);
         out.push(Change::Marker(marker(&sync, MarkerPhase::Started)));
         if reason == SyncReason::Relist {
-            let resource = &self.resource;
-            self.relists.increment((), |()| metrics::counter!(m::RELISTS, "resource" => resource.clone()));
+            self.meters.relisted();
         }
         self.sync = Some(sync);
     }

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Progress, Records, Seal, Store};
 use crate::config::{ResumeConfig, SinkConfig};
-use crate::telemetry::metrics as m;
+use crate::telemetry::meters::CheckpointMeters;
 
 /// Where a route's checkpoint is written.
 #[derive(Clone)]
@@ -86,12 +86,10 @@ impl Writer {
     pub async fn run(mut self, stop: CancellationToken) {
         let mut unwritten: Records = Vec::new();
         let mut failing = false;
-        let pending = metrics::gauge!(m::CHECKPOINT_PENDING, "route" => self.route.clone());
-        let behind = metrics::gauge!(m::CHECKPOINT_UNWRITTEN, "route" => self.route.clone());
-        let report = |progress: &Progress, unwritten: &Records| {
+        let mut meters = CheckpointMeters::new(&self.route);
+        let report = |meters: &CheckpointMeters, progress: &Progress, unwritten: &Records| {
             let (events, records) = progress.backlog();
-            pending.set(events as f64);
-            behind.set((records + unwritten.len()) as f64);
+            meters.backlog(events, records + unwritten.len());
         };
         let mut wait = Duration::ZERO;
         loop {
@@ -104,7 +102,7 @@ impl Writer {
             // state of each object): nothing is taken from it.
             let Some((store, first)) = self.store.open(&self.progress, &self.route).await else {
                 self.first.take().map(|tell| tell.send(()));
-                report(&self.progress, &unwritten);
+                report(&meters, &self.progress, &unwritten);
                 if stopping {
                     tracing::warn!(route = %self.route, "Stopping without a checkpoint: its store could not be read all along (the next start begins with a full sync)");
                     return;
@@ -117,26 +115,25 @@ impl Writer {
                 (key, value)
             }));
             // Reported before the write too: a write in flight is not written yet.
-            report(&self.progress, &unwritten);
+            report(&meters, &self.progress, &unwritten);
             if !unwritten.is_empty() {
                 match store.write(&unwritten).await {
                     Ok(()) => {
-                        metrics::counter!(m::CHECKPOINT_WRITES, "route" => self.route.clone(), "outcome" => "ok").increment(1);
-                        metrics::counter!(m::CHECKPOINT_RECORDS, "route" => self.route.clone()).increment(unwritten.len() as u64);
+                        meters.written(unwritten.len());
                         if std::mem::take(&mut failing) {
                             tracing::info!(route = %self.route, "Checkpoint written again");
                         }
                         unwritten.clear();
                     }
                     Err(e) => {
-                        metrics::counter!(m::CHECKPOINT_WRITES, "route" => self.route.clone(), "outcome" => "failed").increment(1);
+                        meters.failed();
                         if !std::mem::replace(&mut failing, true) || stopping {
                             tracing::warn!(route = %self.route, error = %e, records = unwritten.len(), "Cannot write the checkpoint; retrying (a restart meanwhile resumes from an older checkpoint and re-delivers)");
                         }
                     }
                 }
             }
-            report(&self.progress, &unwritten);
+            report(&meters, &self.progress, &unwritten);
             self.first.take().map(|tell| tell.send(()));
             if stopping {
                 return;

@@ -12,7 +12,6 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 
-use super::meters::Meters;
 use super::retry::RetryPolicy;
 use super::sequencer::{Lane, Sequenced, Sequencer};
 use crate::checkpoint::Progress;
@@ -20,7 +19,8 @@ use crate::config::OversizePolicy;
 use crate::event::{self, Envelope, EnvelopeKind};
 use crate::model::Placement;
 use crate::sink::{ErrorKind, Failure, Publisher, SendError};
-use crate::telemetry::{RouteHealth, metrics as m};
+use crate::telemetry::RouteHealth;
+use crate::telemetry::meters::DispatchMeters;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {
@@ -42,6 +42,10 @@ impl Sequenced for Envelope {
         matches!(self.kind, EnvelopeKind::Marker(_))
     }
 }
+
+/// How often the gauges are refreshed while nothing is taken from the queue: more often
+/// than any scrape.
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 struct Outcome {
     env: Envelope,
@@ -78,8 +82,13 @@ impl<P: Publisher> Dispatcher<P> {
     /// Delivers everything received on `rx` until it is closed and drained, in the order
     /// the sequencer gives.
     pub async fn run(self, mut rx: mpsc::Receiver<Envelope>) -> Result<(), DispatchError> {
-        let mut meters = Meters::new(&self.route, self.sink.name());
+        let mut meters = DispatchMeters::new(&self.route, self.sink.name());
         let mut order = Sequencer::new(self.max_in_flight);
+        // This task is the only writer of the route's queue gauge: while it takes nothing
+        // from the queue (every slot in flight, a barrier up), the watches may still fill
+        // it, so the gauges are refreshed on a timer meanwhile.
+        let mut refresh = tokio::time::interval_at(tokio::time::Instant::now() + REFRESH_EVERY, REFRESH_EVERY);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Dropped on return (a fatal error): the sends still running are abandoned with it.
         let mut in_flight = FuturesUnordered::new();
         // Taken from the queue many at a time, so that the workers filling it are woken
@@ -89,9 +98,7 @@ impl<P: Publisher> Dispatcher<P> {
             while let Some((env, lane)) = order.next_send() {
                 in_flight.push(self.attempt(env, lane, 0, None));
             }
-            meters.in_flight.set(order.in_flight() as f64);
-            meters.held.set(order.held() as f64);
-            meters.queued.set((rx.len() + order.waiting()) as f64);
+            meters.outstanding(order.in_flight(), order.held(), rx.len() + order.waiting());
             self.health.set_outstanding(order.outstanding());
             if order.finished() {
                 return Ok(());
@@ -134,6 +141,7 @@ impl<P: Publisher> Dispatcher<P> {
                     }
                     order.receive(batch.drain(..));
                 }
+                _ = refresh.tick(), if room == 0 => {}
             }
         }
     }
@@ -151,24 +159,20 @@ impl<P: Publisher> Dispatcher<P> {
         }
     }
 
-    fn settle(&self, done: Outcome, meters: &mut Meters) -> Settled {
+    fn settle(&self, done: Outcome, meters: &mut DispatchMeters) -> Settled {
         let sink = self.sink.name();
         let env = done.env;
         match done.result {
             Ok(placed) => {
                 self.health.progressed();
-                meters.acknowledged(&env.resource, env.kind.label());
-                meters.latency.record(done.started.elapsed().as_secs_f64());
-                if let Some(observed) = env.observed {
-                    meters.lag.record(observed.elapsed().as_secs_f64());
-                }
+                meters.acknowledged(&env.resource, env.kind.label(), done.started.elapsed(), env.observed.map(|o| o.elapsed()));
                 if env.completes_initial_sync {
                     self.health.initial_sync_delivered();
                 }
                 Settled::Done(env, placed)
             }
             Err(e) => {
-                metrics::counter!(m::SINK_ERRORS, "sink" => sink, "route" => self.route.clone(), "error_kind" => e.kind().as_str()).increment(1);
+                meters.failed(e.kind().as_str());
                 match e {
                     SendError::Retryable { kind, source } => {
                         let delay = self.retry.delay_asked(done.attempt, source.retry_after());
@@ -180,10 +184,9 @@ impl<P: Publisher> Dispatcher<P> {
                         }
                         Settled::Retry(env, done.attempt + 1, delay)
                     }
-                    SendError::TooLarge { source } => self.oversized(env, source),
+                    SendError::TooLarge { source } => self.oversized(env, source, meters),
                     SendError::Rejected { source } => {
-                        metrics::counter!(m::DROPPED, "resource" => env.resource.to_string(), "reason" => "rejected", "route" => self.route.clone())
-                            .increment(1);
+                        meters.rejected(&env.resource);
                         tracing::error!(sink, route = %self.route, resource = %env.resource, key = env.key(), id = env.attributes.id, error = %source, "Sink rejected an event; skipped (on_client_error = skip)");
                         Settled::Done(env, None)
                     }
@@ -200,21 +203,20 @@ impl<P: Publisher> Dispatcher<P> {
 impl<P: Publisher> Dispatcher<P> {
     /// The oversize policy: the event as a truncated reference (in the same lane, before
     /// anything later of its object), skipped, or fatal.
-    fn oversized(&self, env: Envelope, source: Failure) -> Settled {
+    fn oversized(&self, env: Envelope, source: Failure, meters: &mut DispatchMeters) -> Settled {
         let sink = self.sink.name();
-        let resource = env.resource.to_string();
         if self.oversize == OversizePolicy::Reference
             && let Some(reference) = event::truncated(&env)
         {
-            metrics::counter!(m::TRUNCATED, "resource" => resource, "route" => self.route.clone()).increment(1);
+            meters.truncated(&env.resource);
             tracing::warn!(sink, route = %self.route, resource = %env.resource, key = env.key(), error = %source, "Event too large for the sink; shipping it as a truncated reference");
             return Settled::Retry(reference, 0, Duration::ZERO);
         }
         if self.oversize == OversizePolicy::Fail {
             tracing::error!(sink, route = %self.route, resource = %env.resource, key = env.key(), error = %source, "Event too large for the sink; stopping (delivery.oversize = fail)");
-            return Settled::Fatal(DispatchError::SinkFatal { resource, kind: ErrorKind::TooLarge, source });
+            return Settled::Fatal(DispatchError::SinkFatal { resource: env.resource.to_string(), kind: ErrorKind::TooLarge, source });
         }
-        metrics::counter!(m::DROPPED, "resource" => resource, "reason" => "too_large", "route" => self.route.clone()).increment(1);
+        meters.too_large(&env.resource);
         tracing::error!(sink, route = %self.route, resource = %env.resource, key = env.key(), error = %source, "Event too large for the sink; skipped");
         Settled::Done(env, None)
     }
@@ -399,6 +401,73 @@ mod tests {
             matches!(expedited[..], [(acked, sending)] if acked < 4 && acked + sending == 4),
             "expedited with (acknowledged, sending) {expedited:?}; acked {acked:?}"
         );
+    }
+
+    /// A sink that never answers.
+    #[derive(Clone)]
+    struct Silent;
+
+    impl Publisher for Silent {
+        fn name(&self) -> &'static str {
+            "silent"
+        }
+
+        async fn send(&self, _: &Envelope) -> Result<Option<Placement>, SendError> {
+            std::future::pending().await
+        }
+    }
+
+    /// A recorder that keeps each gauge by its name.
+    #[derive(Default)]
+    struct Gauges(Mutex<HashMap<String, Arc<std::sync::atomic::AtomicU64>>>);
+
+    impl Gauges {
+        fn value(&self, name: &str) -> f64 {
+            f64::from_bits(self.0.lock().unwrap()[name].load(std::sync::atomic::Ordering::Acquire))
+        }
+    }
+
+    impl metrics::Recorder for Gauges {
+        fn describe_counter(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+        fn describe_gauge(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+        fn describe_histogram(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+        fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+            metrics::Counter::noop()
+        }
+        fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+            metrics::Gauge::from_arc(self.0.lock().unwrap().entry(key.name().to_string()).or_default().clone())
+        }
+        fn register_histogram(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Histogram {
+            metrics::Histogram::noop()
+        }
+    }
+
+    /// The dispatcher is the only writer of the route's queue gauge: with every slot in
+    /// flight it takes nothing from the queue, and the gauge still follows the queue as the
+    /// watches fill it.
+    #[test]
+    fn the_queue_gauge_follows_the_queue_while_every_slot_is_in_flight() {
+        let gauges = Gauges::default();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+        metrics::with_local_recorder(&gauges, || {
+            runtime.block_on(async {
+                let (tx, rx) = mpsc::channel(8);
+                let retry = RetryPolicy { initial: Duration::from_millis(1), max: Duration::from_millis(1) };
+                let run = tokio::spawn(Dispatcher::new(Silent, 2, OversizePolicy::Reference, retry, Health::single(0).route(0)).run(rx));
+                let event = |i: usize| configmap_event(&format!("k{i}"), &format!("e{i}"), EnvelopeKind::Object(ChangeType::Added));
+                for i in 0..2 {
+                    tx.send(event(i)).await.unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                assert_eq!((gauges.value(crate::telemetry::metrics::IN_FLIGHT), gauges.value(crate::telemetry::metrics::QUEUED)), (2.0, 0.0));
+                for i in 2..10 {
+                    tx.send(event(i)).await.unwrap();
+                }
+                tokio::time::sleep(REFRESH_EVERY * 2).await;
+                assert_eq!(gauges.value(crate::telemetry::metrics::QUEUED), 8.0, "the queue holds 8 events");
+                run.abort();
+            })
+        });
     }
 
     #[tokio::test(start_paused = true)]

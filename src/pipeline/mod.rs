@@ -5,7 +5,6 @@ mod bridge;
 mod delivery;
 mod dispatch;
 mod error;
-mod meters;
 mod resume;
 mod retry;
 mod sequencer;

@@ -16,7 +16,7 @@ use kube::Client;
 use crate::checkpoint::{self, Destination, Hold, Learned, Loaded, Now, Parsed, Progress, Refused, Resume, Seal, Start, Store, StoreError, Unusable, Watched};
 use crate::config::{Config, RouteConfig};
 use crate::plan::{Output, Scope};
-use crate::telemetry::metrics as m;
+use crate::telemetry::meters::ResumeMeters;
 use crate::watch::position;
 
 /// How long start-up keeps trying to read a route's checkpoint store before starting its
@@ -188,7 +188,7 @@ pub async fn load(
             }
             Err(why) => {
                 if let Some((route, why)) = why {
-                    metrics::counter!(m::RESUME_FALLBACKS, "resource" => label.clone(), "reason" => why.as_str()).increment(1);
+                    ResumeMeters::new(&label).fell_back(why.as_str());
                     let (watch, route, reason) = (scope.describe(), &routes[route].name, why.as_str());
                     if why.is_alarming() {
                         tracing::warn!(%watch, %route, reason, version = ?now.version, "Starting with a full initial sync: {}", why.describe());
@@ -281,10 +281,10 @@ const TAIL_FOR: Duration = Duration::from_secs(60);
 /// delivered after it is delivered again.
 async fn read_tail(route: &RouteConfig, output: &Output, loaded: &mut Loaded, watched: Watched<'_>, label: &str) -> Option<(Learned, BTreeMap<i32, u64>)> {
     let log = tail::log_of(&route.sink, output)?;
-    let outcome = |o: &'static str| metrics::counter!(m::RESUME_TAILS, "resource" => label.to_string(), "outcome" => o).increment(1);
+    let meters = ResumeMeters::new(label);
     let Some(t) = loaded.watch.tail.as_ref().filter(|t| t.log == log) else {
         tracing::warn!(route = %route.name, resource = label, log, "The checkpoint does not say where its log's tail begins; resuming from the checkpoint alone (what was delivered after it is delivered again)");
-        outcome("untracked");
+        meters.tail("untracked");
         return None;
     };
     let started = Instant::now();
@@ -294,7 +294,7 @@ async fn read_tail(route: &RouteConfig, output: &Output, loaded: &mut Loaded, wa
             let learned = checkpoint::learn(&mut loaded.objects, watched, read.events);
             let took_ms = started.elapsed().as_millis();
             tracing::info!(route = %route.name, resource = label, log, records, events = learned.events, changed = learned.records.len(), took_ms, "Read what was delivered after the checkpoint");
-            outcome("read");
+            meters.tail("read");
             Some((learned, read.ends))
         }
         failed => {
@@ -303,7 +303,7 @@ async fn read_tail(route: &RouteConfig, output: &Output, loaded: &mut Loaded, wa
                 _ => format!("no end within {TAIL_FOR:?}"),
             };
             tracing::warn!(route = %route.name, resource = label, log, error, "Cannot read what was delivered after the checkpoint; resuming from the checkpoint alone (what was delivered after it is delivered again)");
-            outcome("failed");
+            meters.tail("failed");
             None
         }
     }

@@ -4,7 +4,7 @@
 //! the watch stage, the benches and the tests below feed it alike.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
@@ -13,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 use crate::change::{Change, Classifier};
 use crate::checkpoint::{Effect, Progress, Resume};
 use crate::event::{self, Envelope, WatchAttributes};
-use crate::model::{ChangeType, MarkerPhase, Observed, Stall, StallReason};
+use crate::model::{MarkerPhase, Observed, Stall};
 use crate::plan::Scope;
 use crate::telemetry::WatchHealth;
-use crate::telemetry::metrics::{self as m, Counters};
+use crate::telemetry::meters::WorkerMeters;
 use crate::watch::{FailureKind, WatchError};
 
 /// Everything one watch's worker needs besides its observations.
@@ -43,7 +43,8 @@ impl Worker {
     pub async fn run(mut self, observed: impl Stream<Item = Result<Observed, WatchError>>, stop: CancellationToken) {
         let scope = self.scope.clone();
         let watch = WatchAttributes::new(self.cluster.clone(), &scope.resource);
-        let mut meters = Meters::new(&watch.resource, &scope);
+        let routes = scope.outputs.iter().map(|o| o.route_name.clone()).collect();
+        let mut meters = WorkerMeters::new(&watch.resource, scope.namespace.as_deref(), routes);
         let mut observed = std::pin::pin!(observed);
         let mut classifier = Classifier::new(watch.resource.clone(), scope.relist, scope.keeps_content());
         if let Some(resume) = self.resume.take() {
@@ -94,13 +95,13 @@ impl Worker {
             // else proves the watch works (an object, a completed list, a live event).
             if !matches!(event, Observed::Init | Observed::Stalled(_)) {
                 self.health.worked();
-                meters.last_event.set(unix_now());
+                meters.observed();
             }
             if let Observed::Bookmark(version) = &event {
                 self.bookmark(version.clone());
             }
             classifier.handle(event, &mut changes);
-            meters.indexed.set(classifier.index_len() as f64);
+            meters.indexed(classifier.index_len());
             if !self.enqueue(&watch, &mut changes, &mut meters, arrived, &stop).await {
                 return;
             }
@@ -111,9 +112,9 @@ impl Worker {
     /// and reported to /readyz as a failure of kind `reason` until the list works. A history
     /// replaced under the watch (etcd restored from a backup) is an ERROR: consumers held
     /// state that the API server no longer has until the full relist that follows replaces it.
-    fn stalled(&self, stall: &Stall, meters: &mut Meters) {
+    fn stalled(&self, stall: &Stall, meters: &mut WorkerMeters) {
         let reason = stall.reason.as_str();
-        meters.stall(stall.reason);
+        meters.stalled(stall.reason);
         self.health.failed(reason);
         let watch = self.scope.describe();
         if stall.reason.rewound() {
@@ -138,13 +139,13 @@ impl Worker {
     /// when stopping. A full route queue pauses this watch (and with it every route it
     /// feeds) until that route catches up: nothing is dropped. `arrived`: when what the
     /// changes come from arrived (a watch event, a resync tick).
-    async fn enqueue(&self, watch: &WatchAttributes, changes: &mut Vec<Change>, meters: &mut Meters, arrived: Instant, stop: &CancellationToken) -> bool {
+    async fn enqueue(&self, watch: &WatchAttributes, changes: &mut Vec<Change>, meters: &mut WorkerMeters, arrived: Instant, stop: &CancellationToken) -> bool {
         let scope = &self.scope;
         for change in changes.drain(..) {
             if let Change::Marker(marker) = &change
                 && marker.phase == MarkerPhase::Completed
             {
-                meters.last_sync.set(unix_now());
+                meters.synced();
             }
             let last = scope.outputs.len().saturating_sub(1);
             // One effect per change, shared by its routes (not copied per route).
@@ -158,7 +159,7 @@ impl Worker {
                 if let Change::Object(o) = c
                     && !output.passes(o.candidate(output.compares_paths().then(|| &*trees.get_or_insert_with(|| o.trees()))))
                 {
-                    meters.filtered(i, &output.route_name, o.change);
+                    meters.filtered(i, o.change);
                     // Left out of this route: its consumers' state moves on all the same.
                     if let Some((p, effect)) = progress {
                         p.register(self.slot, effect.clone(), true);
@@ -175,69 +176,10 @@ impl Worker {
                     _ = stop.cancelled() => return false,
                     sent = tx.send(env) => if sent.is_err() { return false },
                 }
-                // Set where the queue fills (here) and where it drains (the dispatcher).
-                meters.queued[i].set((tx.max_capacity() - tx.capacity()) as f64);
             }
         }
         true
     }
-}
-
-/// The worker's metric handles, registered once per watch and route (a lookup by labels
-/// allocates them, which the per-event path must not do: `pipeline/meters.rs`).
-struct Meters {
-    resource: Arc<str>,
-    indexed: metrics::Gauge,
-    /// Unix times of the last observation and of the last completed sync.
-    last_event: metrics::Gauge,
-    last_sync: metrics::Gauge,
-    /// Each output's queue gauge, by output position.
-    queued: Vec<metrics::Gauge>,
-    /// Each output's filtered events, by output position and change type.
-    filtered: Vec<Counters<ChangeType>>,
-    watch_errors: Counters<&'static str>,
-    stalls: Counters<StallReason>,
-}
-
-impl Meters {
-    fn new(resource: &Arc<str>, scope: &Scope) -> Meters {
-        // Each namespace's watch has its own gauges: one that stalls is not hidden by another.
-        let ns: Arc<str> = scope.namespace.as_deref().unwrap_or_default().into();
-        Meters {
-            indexed: metrics::gauge!(m::INDEXED, "resource" => resource.clone(), "watch_namespace" => ns.clone()),
-            last_event: metrics::gauge!(m::WATCH_LAST_EVENT, "resource" => resource.clone(), "watch_namespace" => ns.clone()),
-            last_sync: metrics::gauge!(m::WATCH_LAST_SYNC, "resource" => resource.clone(), "watch_namespace" => ns),
-            queued: scope.outputs.iter().map(|o| metrics::gauge!(m::QUEUED, "route" => o.route_name.clone())).collect(),
-            filtered: scope.outputs.iter().map(|_| Counters::default()).collect(),
-            watch_errors: Counters::default(),
-            stalls: Counters::default(),
-            resource: resource.clone(),
-        }
-    }
-
-    /// Counts an object event of type `change` left out of output `i` (of route `route`)
-    /// by its filter.
-    fn filtered(&mut self, i: usize, route: &Arc<str>, change: ChangeType) {
-        let resource = &self.resource;
-        self.filtered[i].increment(change, |t| metrics::counter!(m::FILTERED, "resource" => resource.clone(), "type" => t.as_str(), "route" => route.clone()));
-    }
-
-    /// Counts a stall of the watch.
-    fn stall(&mut self, reason: StallReason) {
-        let resource = &self.resource;
-        self.stalls.increment(reason, |r| metrics::counter!(m::WATCH_STALLS, "resource" => resource.clone(), "reason" => r.as_str()));
-    }
-
-    /// Counts a watch error of `kind` (`FailureKind::as_str`).
-    fn watch_error(&mut self, kind: &'static str) {
-        let resource = &self.resource;
-        self.watch_errors.increment(kind, |k| metrics::counter!(m::WATCH_ERRORS, "resource" => resource.clone(), "error_kind" => k));
-    }
-}
-
-/// The wall clock in Unix seconds, for the freshness gauges.
-fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The next tick of an optional timer; never, without one.

@@ -8,6 +8,8 @@ use std::time::Duration;
 // tokio's clock, so that the tests can pause and advance it.
 use tokio::time::Instant;
 
+use super::meters::HealthMeters;
+
 /// A sink's reachability: not probed yet, reachable, unreachable.
 const UNKNOWN: u8 = 0;
 const REACHABLE: u8 = 1;
@@ -26,6 +28,7 @@ pub struct Health {
     /// How long a watch may keep failing before the process is not ready (None: never).
     watch_grace: Option<Duration>,
     watches: Mutex<Vec<Arc<WatchState>>>,
+    meters: HealthMeters,
 }
 
 /// `failing_since_ms` of a watch that works.
@@ -71,6 +74,7 @@ impl Health {
     /// must deliver before it is ready). `watch_grace`: how long a watch may keep failing
     /// before the process is not ready (None: it never makes it not ready).
     pub fn new(routes: Vec<(String, usize)>, stall: Option<Duration>, watch_grace: Option<Duration>) -> Arc<Health> {
+        let meters = HealthMeters::new(routes.iter().map(|(name, _)| name.clone()));
         Arc::new(Health {
             started: Instant::now(),
             stall,
@@ -87,6 +91,7 @@ impl Health {
             standby: AtomicBool::new(false),
             watch_grace,
             watches: Mutex::new(Vec::new()),
+            meters,
         })
     }
 
@@ -111,7 +116,7 @@ impl Health {
 
     pub fn set_standby(&self, standby: bool) {
         self.standby.store(standby, Ordering::Release);
-        metrics::gauge!(super::metrics::LEADER).set(if standby { 0.0 } else { 1.0 });
+        self.meters.leader(!standby);
         self.publish();
     }
 
@@ -159,7 +164,7 @@ impl Health {
     }
 
     fn publish(&self) {
-        metrics::gauge!(super::metrics::READY).set(if self.readiness().is_ok() { 1.0 } else { 0.0 });
+        self.meters.ready(self.readiness().is_ok());
     }
 
     fn progressed_ms(&self) -> u64 {
@@ -220,7 +225,7 @@ impl RouteHealth {
             self.progressed();
         }
         let changed = was != state;
-        metrics::gauge!(super::metrics::SINK_REACHABLE, "route" => self.state().name.clone()).set(if connected { 1.0 } else { 0.0 });
+        self.health.meters.reachable(self.index, connected);
         self.health.publish();
         changed
     }

@@ -39,7 +39,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, HttpError> {
         .install_recorder()
         .map_err(|e| HttpError::Recorder(e.to_string()))?;
     super::metrics::describe();
-    super::metrics::build_info();
+    super::meters::build_info();
     Ok(handle)
 }
 

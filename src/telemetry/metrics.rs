@@ -1,7 +1,8 @@
-//! Metric names (`deltaship_<noun>_<unit>[_total]`) and their descriptions. Labels come
-//! from bounded sets only: resource, type, reason, sink, route, error_kind, and the
-//! watch_namespace of a watch (a namespace of the config's `namespaces`, empty for a watch of
-//! every namespace or of a cluster-scoped kind).
+//! Metric names (`deltaship_<noun>_<unit>[_total]`), their label keys and their
+//! descriptions. Labels come from bounded sets only: resource, type, reason, sink, route,
+//! error_kind, and the watch_namespace of a watch (a namespace of the config's `namespaces`,
+//! empty for a watch of every namespace or of a cluster-scoped kind). The owners of the
+//! series are in `telemetry/meters/`.
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
@@ -41,6 +42,25 @@ pub const WATCH_LAST_SYNC: &str = "deltaship_watch_last_sync_timestamp_seconds";
 pub const EVENT_LAG: &str = "deltaship_event_lag_seconds";
 pub const KUBE_REQUESTS: &str = "deltaship_kube_requests_total";
 
+/// The label keys.
+pub mod label {
+    pub const RESOURCE: &str = "resource";
+    pub const TYPE: &str = "type";
+    pub const ROUTE: &str = "route";
+    pub const SINK: &str = "sink";
+    pub const REASON: &str = "reason";
+    pub const ERROR_KIND: &str = "error_kind";
+    pub const OUTCOME: &str = "outcome";
+    pub const ACTION: &str = "action";
+    /// The namespace of `namespaces` a watch covers (not `namespace`, which Prometheus
+    /// gives the pod's own).
+    pub const WATCH_NAMESPACE: &str = "watch_namespace";
+    pub const VERB: &str = "verb";
+    pub const CODE: &str = "code";
+    pub const VERSION: &str = "version";
+    pub const REVISION: &str = "revision";
+}
+
 /// Bucket bounds of the publish latency histogram, in seconds.
 pub const LATENCY_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
 
@@ -50,11 +70,6 @@ pub const LAG_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 
 /// The commit deltaship was built from (`build.rs`), `unknown` outside a git checkout.
 pub const REVISION: &str = env!("BUILD_REVISION");
-
-/// Sets `deltaship_build_info`, once the recorder is installed.
-pub fn build_info() {
-    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "revision" => REVISION).set(1.0);
-}
 
 pub fn describe() {
     describe_gauge!(BUILD_INFO, "Always 1; the labels name the build: version and revision (the commit).");
@@ -124,55 +139,4 @@ pub fn describe() {
     describe_gauge!(LEADER, "With leader election: 1 while this replica leads, 0 while it stands by.");
     describe_gauge!(READY, "1 when every route delivered its initial syncs and its sink is reachable.");
     describe_gauge!(SINK_REACHABLE, "1 while the route's sink answers probes, by route.");
-}
-
-/// Counters of one metric and one watch or route, told apart by a key from a bounded set (a
-/// reason, a change type): each registered on its first increment and reused after.
-/// Looking a counter up by its labels allocates them, which the per-event path must not
-/// do (`pipeline/meters.rs`); registering ahead would show series that never counted.
-#[derive(Debug)]
-pub struct Counters<K>(Vec<(K, metrics::Counter)>);
-
-impl<K> Default for Counters<K> {
-    fn default() -> Self {
-        Counters(Vec::new())
-    }
-}
-
-impl<K: Copy + PartialEq> Counters<K> {
-    /// Adds one to the counter of `key`, registered by `register` the first time.
-    pub fn increment(&mut self, key: K, register: impl FnOnce(K) -> metrics::Counter) {
-        // A scan: the keys are a handful (an enum's variants).
-        match self.0.iter().find(|(k, _)| *k == key) {
-            Some((_, c)) => c.increment(1),
-            None => {
-                let c = register(key);
-                c.increment(1);
-                self.0.push((key, c));
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    use super::*;
-
-    #[test]
-    fn each_key_is_registered_once_and_counts_every_increment() {
-        let (a, b) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let mut registered = Vec::new();
-        let mut counters = Counters::default();
-        for reason in ["a", "b", "a", "a"] {
-            counters.increment(reason, |r| {
-                registered.push(r);
-                metrics::Counter::from_arc(if r == "a" { a.clone() } else { b.clone() })
-            });
-        }
-        assert_eq!(registered, ["a", "b"]);
-        assert_eq!((a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)), (3, 1));
-    }
 }

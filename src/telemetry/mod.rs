@@ -1,9 +1,10 @@
-//! Observability: logs, metrics, and the /metrics /healthz /readyz server.
+//! Observability: logs, metrics and their owners, and the /metrics /healthz /readyz server.
 
 mod health;
 mod http;
 mod listener;
 mod logging;
+pub mod meters;
 pub mod metrics;
 mod process;
 

@@ -24,7 +24,7 @@ use kube::core::Request;
 use crate::config::KubernetesConfig;
 use crate::model::Observed;
 use crate::plan::Scope;
-use crate::telemetry::metrics::{self as m, Counters};
+use crate::telemetry::meters::DecodeMeters;
 
 pub use decode::{DecodeError, Decoder};
 pub use error::WatchError;
@@ -44,19 +44,17 @@ pub fn observe(
     let label: Arc<str> = scope.resource.label().into();
     let decoder = Decoder::new(&scope.resource, scope.scanner.clone(), &scope.ignore_fields, scope.redaction.redactor(&label));
     let watch = scope.describe();
-    // Registered on the first undecodable object, then reused.
-    let mut undecodable = Counters::default();
-    let mut too_deep = Counters::default();
+    let mut meters = DecodeMeters::new(label);
     let decode = move |o: WatchedObject| match decoder.decode(&o.0) {
         Ok(obj) => {
             if obj.truncated {
-                too_deep.increment((), |()| metrics::counter!(m::BAD_OBJECTS, "resource" => label.clone(), "reason" => "too_deep"));
+                meters.too_deep();
                 tracing::warn!(watch = %watch, key = %obj.reference.key(), "Shipping an object nested deeper than the JSON limit (128 levels) as a truncated reference");
             }
             Some(obj)
         }
         Err(e) => {
-            undecodable.increment((), |()| metrics::counter!(m::BAD_OBJECTS, "resource" => label.clone(), "reason" => "decode"));
+            meters.undecodable();
             tracing::warn!(watch = %watch, error = %e, "Skipped an object that cannot be decoded");
             None
         }

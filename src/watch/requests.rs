@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use http::{Method, Request, Response, Uri};
 use tower::{Layer, Service};
 
-use crate::telemetry::metrics as m;
+use crate::telemetry::meters::RequestMeters;
 
 /// The layer: wraps the client's HTTP service in [`Counted`].
 #[derive(Debug, Clone, Copy)]
@@ -45,8 +45,7 @@ where
         self.0
             .call(request)
             .inspect(move |answer| {
-                let code = answer.as_ref().map_or_else(|_| "error".to_string(), |r| r.status().as_u16().to_string());
-                metrics::counter!(m::KUBE_REQUESTS, "verb" => verb, "code" => code).increment(1);
+                RequestMeters.answered(verb, answer.as_ref().ok().map(|r| r.status().as_u16()));
             })
             .boxed()
     }

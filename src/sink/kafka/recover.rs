@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::KafkaSink;
 use super::log::QuietContext;
-use crate::telemetry::metrics as m;
+use crate::telemetry::meters::RecoveryMeters;
 
 /// How long records may wait without any delivery report, and the brokers must have
 /// answered a fresh client, before the producer counts as stuck: longer than librdkafka's
@@ -150,7 +150,7 @@ impl KafkaSink {
     /// Replaces the producer whenever it is stuck (see the module's header) until `stop`.
     /// `route` names the route in logs and metrics.
     pub async fn supervise(self, route: String, stop: CancellationToken) {
-        let recoveries = metrics::counter!(m::SINK_RECOVERIES, "sink" => "kafka", "route" => route.clone());
+        let meters = RecoveryMeters::new(&route);
         // Since when the brokers have answered a fresh client while records waited.
         let mut answering_since: Option<Instant> = None;
         loop {
@@ -171,7 +171,7 @@ impl KafkaSink {
             let waiting = self.progress().waiting();
             match self.replace_producer().await {
                 Ok(()) => {
-                    recoveries.increment(1);
+                    meters.recovered();
                     let cause = if brokerless { "the producer has no broker left" } else { "the producer reported nothing" };
                     tracing::warn!(
                         route = %route,

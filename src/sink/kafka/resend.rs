@@ -15,7 +15,7 @@ use super::lookup;
 use crate::config::KafkaConfig;
 use crate::model::Placement;
 use crate::sink::{ErrorKind, Failure, SendError};
-use crate::telemetry::metrics as m;
+use crate::telemetry::meters::DoubtMeters;
 
 /// How far before a record's hand-over to librdkafka the log is read for it: records carry
 /// the producer's clock (CreateTime), or the broker's on a topic with LogAppendTime, which
@@ -30,11 +30,12 @@ pub struct Resend {
     reading: tokio::sync::Mutex<()>,
     /// How to read the log.
     config: KafkaConfig,
+    meters: DoubtMeters,
 }
 
 impl Resend {
     pub fn new(config: KafkaConfig) -> Resend {
-        Resend { ledger: Mutex::default(), held: AtomicBool::new(false), reading: tokio::sync::Mutex::new(()), config }
+        Resend { ledger: Mutex::default(), held: AtomicBool::new(false), reading: tokio::sync::Mutex::new(()), config, meters: DoubtMeters::default() }
     }
 
     pub fn has_records(&self) -> bool {
@@ -90,8 +91,7 @@ impl Resend {
             .map_err(|e| SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Blocking(e) })?
             .map_err(|e| SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Lookup(e) })?;
         let (written, absent) = ledger::outcome(&doubts, &found);
-        metrics::counter!(m::SINK_DOUBTFUL, "sink" => "kafka", "outcome" => "written").increment(written);
-        metrics::counter!(m::SINK_DOUBTFUL, "sink" => "kafka", "outcome" => "absent").increment(absent);
+        self.meters.resolved(written, absent);
         tracing::info!(written, absent, "Read the log for records whose delivery was in doubt: those written are not sent again");
         self.with(|l| l.resolve(&doubts, &found));
         Ok(())
