@@ -299,7 +299,8 @@ async fn kafka_broker_restarts(fenced: bool) {
     // its fate open is looked for in the log before it is sent again (sink::kafka::resend).
     let doubtful = ["written", "absent"].map(|o| {
         let series = m.lines().filter(|l| l.starts_with("deltaship_sink_doubtful_records_total{") && l.contains(&format!("outcome=\"{o}\"")));
-        series.map(|l| metric(l, "deltaship_sink_doubtful_records_total")).sum::<f64>()
+        // A count: an empty sum of f64 is -0.0, which would print as "-0".
+        series.map(|l| metric(l, "deltaship_sink_doubtful_records_total")).sum::<f64>() as u64
     });
     eprintln!("records in doubt after a restart: written {}, absent {}", doubtful[0], doubtful[1]);
     assert_eq!(a.duplicates, 0, "a broker restart made the bridge deliver an event twice:\n{}", a.problems.join("\n"));
