@@ -43,6 +43,8 @@ async fn assert_resumed(ns: &str, pod: &str) {
     .await;
     assert_eq!(synced(&text, "initial"), 0.0, "{pod} synced from scratch:\n{text}");
     assert_eq!(metric(&text, "deltaship_resume_fallbacks_total"), 0.0, "{pod} fell back:\n{text}");
+    let shipped: Vec<&str> = text.lines().filter(|l| l.starts_with("deltaship_events_total{")).collect();
+    eprintln!("NODE-FIGURES {pod} resumed; what it shipped by then (churn included): {shipped:?}");
 }
 
 /// The end of a scenario: `leader` resumed, 100 more writes, then the stream rebuilds to the
