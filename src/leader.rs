@@ -40,7 +40,7 @@ pub enum LeaderError {
 
 /// What a failed Lease call means for the election.
 #[derive(Debug)]
-enum Failure {
+enum LeaseFailure {
     /// Another replica wrote first (409): read the lease again at the next attempt.
     Conflict,
     /// Retrying may succeed (throttling, an API server restarting, a network blip); with
@@ -78,23 +78,25 @@ impl LeaseErrorKind {
     }
 }
 
-impl Failure {
-    fn of(e: kube::Error) -> Failure {
+impl LeaseFailure {
+    fn of(e: kube::Error) -> LeaseFailure {
         match &e {
             kube::Error::Api(s) => match s.code {
-                409 => Failure::Conflict,
+                409 => LeaseFailure::Conflict,
                 // The lease was deleted between our read and our write (a missing
                 // namespace is reported with details.kind "namespaces" and is fatal).
-                404 if s.details.as_ref().is_none_or(|d| d.kind != "namespaces") => Failure::Conflict,
-                429 => Failure::Transient(LeaseErrorKind::Throttled, e.to_string()),
-                500 | 502 | 503 | 504 => Failure::Transient(LeaseErrorKind::ServerError, e.to_string()),
+                404 if s.details.as_ref().is_none_or(|d| d.kind != "namespaces") => LeaseFailure::Conflict,
+                429 => LeaseFailure::Transient(LeaseErrorKind::Throttled, e.to_string()),
+                500 | 502 | 503 | 504 => LeaseFailure::Transient(LeaseErrorKind::ServerError, e.to_string()),
                 // 408 Request Timeout: the server gave up waiting; try again.
-                408 => Failure::Transient(LeaseErrorKind::Timeout, e.to_string()),
-                _ => Failure::Fatal(e),
+                408 => LeaseFailure::Transient(LeaseErrorKind::Timeout, e.to_string()),
+                _ => LeaseFailure::Fatal(e),
             },
             // The transport: refused, reset, TLS handshake cut short, a body cut off.
-            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => Failure::Transient(LeaseErrorKind::Connection, e.to_string()),
-            _ => Failure::Fatal(e),
+            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
+                LeaseFailure::Transient(LeaseErrorKind::Connection, e.to_string())
+            }
+            _ => LeaseFailure::Fatal(e),
         }
     }
 }
@@ -134,7 +136,7 @@ pub struct Elector {
 }
 
 /// The lease record as last observed, and when (by our clock).
-struct Observed {
+struct LastSeen {
     holder: Option<String>,
     renew: Option<MicroTime>,
     at: Instant,
@@ -160,11 +162,11 @@ enum Action {
 /// there is no lease), `observed` what earlier rounds saw (updated here when the record
 /// changed), `now` our clock. A lease expires when its record stayed unchanged for
 /// `duration` since we saw it change, so the holder's clock never matters.
-fn decide(lease: Option<&LeaseSpec>, observed: &mut Option<Observed>, identity: &str, duration: Duration, now: Instant) -> Action {
+fn decide(lease: Option<&LeaseSpec>, observed: &mut Option<LastSeen>, identity: &str, duration: Duration, now: Instant) -> Action {
     let Some(spec) = lease else { return Action::Create };
     let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
     if observed.as_ref().is_none_or(|o| o.holder != holder || o.renew != spec.renew_time) {
-        *observed = Some(Observed { holder: holder.clone(), renew: spec.renew_time.clone(), at: now });
+        *observed = Some(LastSeen { holder: holder.clone(), renew: spec.renew_time.clone(), at: now });
     }
     let expired = observed.as_ref().is_some_and(|o| now.saturating_duration_since(o.at) >= duration);
     let transitions = spec.lease_transitions.unwrap_or(0);
@@ -214,10 +216,10 @@ impl Elector {
     }
 
     /// One attempt to take or renew the lease, given up after `within`.
-    async fn attempt(&self, observed: &mut Option<Observed>, within: Duration) -> Result<Action, Failure> {
+    async fn attempt(&self, observed: &mut Option<LastSeen>, within: Duration) -> Result<Action, LeaseFailure> {
         match tokio::time::timeout(within, self.try_acquire(observed)).await {
-            Ok(result) => result.map_err(Failure::of),
-            Err(_) => Err(Failure::Transient(LeaseErrorKind::Timeout, format!("no answer within {:.1}s", within.as_secs_f64()))),
+            Ok(result) => result.map_err(LeaseFailure::of),
+            Err(_) => Err(LeaseFailure::Transient(LeaseErrorKind::Timeout, format!("no answer within {:.1}s", within.as_secs_f64()))),
         }
     }
 
@@ -234,7 +236,7 @@ impl Elector {
     /// backoff; errors that retrying cannot fix (403, a missing namespace, an invalid
     /// Lease) end it.
     pub async fn acquire(&self, stop: &CancellationToken) -> Result<bool, LeaderError> {
-        let mut observed: Option<Observed> = None;
+        let mut observed: Option<LastSeen> = None;
         let mut logged = false;
         let mut streak = Streak::default();
         loop {
@@ -252,12 +254,12 @@ impl Elector {
                     tracing::info!(identity = %self.identity, lease = %self.name, "Became the leader");
                     return Ok(true);
                 }
-                Err(Failure::Conflict) => streak.succeeded(&self.identity), // someone else wrote first
-                Err(Failure::Transient(kind, error)) => {
+                Err(LeaseFailure::Conflict) => streak.succeeded(&self.identity), // someone else wrote first
+                Err(LeaseFailure::Transient(kind, error)) => {
                     streak.failed(&self.identity, kind, &error);
                     wait = self.backoff(streak.failures);
                 }
-                Err(Failure::Fatal(e)) => return Err(self.error(e)),
+                Err(LeaseFailure::Fatal(e)) => return Err(self.error(e)),
             }
             tokio::select! {
                 _ = stop.cancelled() => return Ok(false),
@@ -268,7 +270,7 @@ impl Elector {
 
     /// One election round: reads the lease, decides, and writes it when this replica
     /// leads; returns what it did.
-    async fn try_acquire(&self, observed: &mut Option<Observed>) -> Result<Action, kube::Error> {
+    async fn try_acquire(&self, observed: &mut Option<LastSeen>) -> Result<Action, kube::Error> {
         let current = self.api.get_opt(&self.name).await?;
         let spec = current.as_ref().map(|l| l.spec.clone().unwrap_or_default());
         let action = decide(spec.as_ref(), observed, &self.identity, self.duration, Instant::now());
@@ -331,9 +333,9 @@ impl Elector {
                     streak.succeeded(&self.identity);
                     renewed = Instant::now();
                 }
-                Err(Failure::Conflict) => {} // read again at the next attempt
-                Err(Failure::Transient(kind, error)) => streak.failed(&self.identity, kind, &error),
-                Err(Failure::Fatal(e)) => streak.failed(&self.identity, LeaseErrorKind::Rejected, &e.to_string()),
+                Err(LeaseFailure::Conflict) => {} // read again at the next attempt
+                Err(LeaseFailure::Transient(kind, error)) => streak.failed(&self.identity, kind, &error),
+                Err(LeaseFailure::Fatal(e)) => streak.failed(&self.identity, LeaseErrorKind::Rejected, &e.to_string()),
             }
             if renewed.elapsed() >= self.renew_deadline {
                 tracing::error!(identity = %self.identity, deadline_secs = self.renew_deadline.as_secs(), "Could not renew the lease in time; stopping before it expires");

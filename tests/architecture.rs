@@ -3,7 +3,8 @@
 //! up a layer. No import goes round anywhere: between the files of `src/`, each path
 //! followed through the `use` that re-exports it to the file that defines it, no file
 //! reaches back to itself. Inside a folder held to it (`FOLDERS`), no file reaches up to the
-//! folder's `mod.rs`, which only declares, re-exports and holds the entry points.
+//! folder's `mod.rs`, which only declares, re-exports and holds the entry points. No type
+//! name that another file can name is defined in two files: one name, one thing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -721,4 +722,105 @@ fn the_metric_check_sees_a_stray_macro_a_literal_key_and_a_second_owner() {
     let second = "fn g(route: &str) -> Gauge { gauge!(metrics::QUEUED, label::ROUTE => route.to_string()) }\n";
     let found = metric_problems(&files(&[("telemetry/meters/dispatch.rs", owner), ("telemetry/meters/worker.rs", second)]));
     assert_eq!(found, ["`QUEUED` is registered in {\"telemetry/meters/dispatch.rs\", \"telemetry/meters/worker.rs\"}: one owner writes each series"]);
+}
+
+/// The types `code` defines among its module's items (and those of the modules written
+/// inside it), not in a function, an impl or a trait: each with whether it is visible
+/// beyond its file (`pub`, `pub(crate)`, `pub(super)`, `pub(in ...)`).
+fn type_names(code: &str) -> Vec<(String, bool)> {
+    // An item's header: the code since the last `;`, `{` or `}`, its attributes left out.
+    let definition = |header: &str| -> Option<(String, bool)> {
+        let mut text = String::new();
+        let mut depth = 0;
+        let mut chars = header.chars().peekable();
+        while let Some(c) = chars.next() {
+            if depth == 0 && c == '#' {
+                chars.next_if_eq(&'!');
+                if chars.next_if_eq(&'[').is_some() {
+                    depth = 1;
+                    continue;
+                }
+            }
+            match c {
+                '[' if depth > 0 => depth += 1,
+                ']' if depth > 0 => depth -= 1,
+                _ if depth == 0 => text.push(c),
+                _ => {}
+            }
+        }
+        let text = text.trim_start();
+        let (visible, rest) = match text.strip_prefix("pub") {
+            Some(rest) if rest.starts_with('(') => (true, &rest[rest.find(')')? + 1..]),
+            Some(rest) if rest.starts_with(char::is_whitespace) => (true, rest),
+            _ => (false, text),
+        };
+        let mut words = rest.split_whitespace();
+        let keyword = words.next()?;
+        let name: String = words.next()?.chars().take_while(|c| is_ident(*c)).collect();
+        let is_type = ["struct", "enum", "union", "trait", "type"].contains(&keyword) && name.starts_with(|c: char| c.is_ascii_uppercase());
+        (is_type || keyword == "mod").then_some((if keyword == "mod" { String::new() } else { name }, visible))
+    };
+    let mut found = Vec::new();
+    // Per brace open: whether it opened a module, whose items count.
+    let mut open: Vec<bool> = Vec::new();
+    let mut header = String::new();
+    for c in code.chars() {
+        if matches!(c, '{' | ';' | '}') {
+            let item = definition(&header).filter(|_| open.iter().all(|module| *module));
+            match c {
+                '{' => open.push(item.as_ref().is_some_and(|(name, _)| name.is_empty())),
+                '}' => drop(open.pop()),
+                _ => {}
+            }
+            found.extend(item.filter(|(name, _)| !name.is_empty()));
+            header.clear();
+        } else {
+            header.push(c);
+        }
+    }
+    found
+}
+
+/// Type names defined in two files or more of `files` (by path relative to `src/`), one of
+/// them visible beyond its file: a name that means two things.
+fn shared_type_names(files: &BTreeMap<String, String>) -> Vec<String> {
+    let mut defined: BTreeMap<String, BTreeMap<String, bool>> = BTreeMap::new();
+    for (file, text) in files {
+        for (name, visible) in type_names(&code(text)) {
+            *defined.entry(name).or_default().entry(file.clone()).or_default() |= visible;
+        }
+    }
+    defined
+        .into_iter()
+        .filter(|(_, files)| files.len() > 1 && files.values().any(|visible| *visible))
+        .map(|(name, files)| {
+            let files: Vec<String> = files.iter().map(|(file, visible)| format!("src/{file}{}", if *visible { "" } else { " (private)" })).collect();
+            format!("`{name}`: {}", files.join(", "))
+        })
+        .collect()
+}
+
+#[test]
+fn no_type_name_is_defined_in_two_files_when_one_is_visible_beyond_its_file() {
+    let shared = shared_type_names(&sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src")));
+    assert!(
+        shared.is_empty(),
+        "type names that mean two things (a file's private types may share a name; none that \
+         another file can name): give each the name of the one thing it is:\n{}",
+        shared.join("\n")
+    );
+}
+
+#[test]
+fn the_type_name_check_sees_a_second_definition_and_not_an_impls_a_functions_or_a_tests() {
+    let files = |list: &[(&str, &str)]| list.iter().map(|(f, t)| (f.to_string(), t.to_string())).collect::<BTreeMap<_, _>>();
+    let defines =
+        "#![allow(dead_code)]\n#[derive(Debug)]\npub(crate) struct Progress<T> {\n    seen: T,\n}\npub mod inner {\n    pub type Found = (u8, u8);\n}\n";
+    assert_eq!(type_names(defines), [("Progress".to_string(), true), ("Found".to_string(), true)]);
+    let private = "struct State(u8);\nenum Stop { Now }\n";
+    let nested = "impl Iterator for X {\n    type Item = u8;\n}\nfn f() {\n    struct Progress;\n}\n#[cfg(test)]\nmod tests {\n    pub struct Found;\n}\n";
+    let quiet = files(&[("a.rs", defines), ("b.rs", private), ("c.rs", private), ("d.rs", nested)]);
+    assert!(shared_type_names(&quiet).is_empty(), "{:?}", shared_type_names(&quiet));
+    let twice = files(&[("a.rs", defines), ("b/c.rs", "/// A `struct Found` in a comment.\nenum Found {\n    A,\n}\npub enum State {}\n"), ("d.rs", private)]);
+    assert_eq!(shared_type_names(&twice), ["`Found`: src/a.rs, src/b/c.rs (private)", "`State`: src/b/c.rs, src/d.rs (private)"]);
 }

@@ -13,7 +13,7 @@ use render::{Names, Style, render};
 /// Where the events of one watched resource go and how they are keyed.
 #[derive(Debug, Clone)]
 pub struct Address {
-    destination: Destination,
+    destination: Target,
     /// Prepended to object keys when several resources may share a destination, so that a
     /// ConfigMap and a Secret of the same name never share a key (compaction would merge
     /// them): `<plural>.<group>/`, empty otherwise.
@@ -24,8 +24,9 @@ pub struct Address {
     marker_key_base: String,
 }
 
+/// Where a resource's events go: its Kafka topic, or its NATS subjects.
 #[derive(Debug, Clone)]
-enum Destination {
+enum Target {
     /// One Kafka topic for the resource: objects and markers.
     Topic(Arc<str>),
     /// A NATS subject per object, rendered from the template, and one marker subject.
@@ -37,7 +38,7 @@ impl Address {
     pub fn topic(cluster: &str, resource: &ResourceType, template: &Template) -> Address {
         let names = Names { cluster, resource, namespace: None, name: None };
         Address {
-            destination: Destination::Topic(render(template, Style::Topic, &names).into()),
+            destination: Target::Topic(render(template, Style::Topic, &names).into()),
             key_prefix: key_prefix(resource, template),
             marker_key_base: marker_key_base(resource),
         }
@@ -48,7 +49,7 @@ impl Address {
     pub fn subject(cluster: &str, resource: &ResourceType, template: &Template, marker: &Template) -> Address {
         let names = Names { cluster, resource, namespace: None, name: None };
         Address {
-            destination: Destination::Subject {
+            destination: Target::Subject {
                 cluster: cluster.into(),
                 resource: resource.clone(),
                 template: template.clone(),
@@ -62,8 +63,8 @@ impl Address {
     /// The topic or subject of an object's events.
     pub fn object_destination(&self, r: &ObjectRef) -> Arc<str> {
         match &self.destination {
-            Destination::Topic(t) => t.clone(),
-            Destination::Subject { cluster, resource, template, .. } => {
+            Target::Topic(t) => t.clone(),
+            Target::Subject { cluster, resource, template, .. } => {
                 let names = Names { cluster, resource, namespace: r.namespace.as_deref(), name: Some(&r.name) };
                 render(template, Style::Subject, &names).into()
             }
@@ -73,8 +74,8 @@ impl Address {
     /// The topic of the resource's sync markers, or the NATS subject they start with.
     pub fn marker_destination(&self) -> Arc<str> {
         match &self.destination {
-            Destination::Topic(t) => t.clone(),
-            Destination::Subject { marker, .. } => marker.clone(),
+            Target::Topic(t) => t.clone(),
+            Target::Subject { marker, .. } => marker.clone(),
         }
     }
 
@@ -83,8 +84,8 @@ impl Address {
     /// namespace, encoded like any subject token).
     pub fn marker_destination_of(&self, slot: MarkerSlot) -> Arc<str> {
         match &self.destination {
-            Destination::Topic(t) => t.clone(),
-            Destination::Subject { marker, .. } => format!("{marker}.{}.{}.{}", encode_token(slot.namespace), slot.mode.as_str(), slot.phase.as_str()).into(),
+            Target::Topic(t) => t.clone(),
+            Target::Subject { marker, .. } => format!("{marker}.{}.{}.{}", encode_token(slot.namespace), slot.mode.as_str(), slot.phase.as_str()).into(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! Names rendered from a template (`config::Template`) for one resource or object.
 
-use crate::config::{Part, Template};
+use crate::config::{Piece, Template};
 use crate::model::ResourceType;
 
 use crate::model::subject::encode_token;
@@ -30,20 +30,20 @@ pub fn render(template: &Template, style: Style, names: &Names) -> String {
     let mut out = String::new();
     for p in template.parts() {
         let value: Option<String> = match p {
-            Part::Text(t) => {
+            Piece::Text(t) => {
                 out.push_str(t);
                 continue;
             }
-            Part::Cluster => Some(names.cluster.to_string()),
-            Part::Group => Some(r.group.clone()).filter(|g| !g.is_empty()),
-            Part::Version => Some(r.version.clone()),
-            Part::Kind => Some(r.kind.to_ascii_lowercase()),
-            Part::Plural => Some(r.plural.clone()),
-            Part::Namespace => names.namespace.map(str::to_string),
-            Part::Name => names.name.map(str::to_string),
+            Piece::Cluster => Some(names.cluster.to_string()),
+            Piece::Group => Some(r.group.clone()).filter(|g| !g.is_empty()),
+            Piece::Version => Some(r.version.clone()),
+            Piece::Kind => Some(r.kind.to_ascii_lowercase()),
+            Piece::Plural => Some(r.plural.clone()),
+            Piece::Namespace => names.namespace.map(str::to_string),
+            Piece::Name => names.name.map(str::to_string),
         };
         match style {
-            Style::Topic if *p == Part::Group => out.push_str(value.as_deref().unwrap_or("core")),
+            Style::Topic if *p == Piece::Group => out.push_str(value.as_deref().unwrap_or("core")),
             Style::Topic => out.push_str(value.as_deref().unwrap_or_default()),
             Style::Subject => out.push_str(&encode_token(value.as_deref())),
         }

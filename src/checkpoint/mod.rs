@@ -19,7 +19,7 @@ pub use record::{Loaded, Now, Parsed, Refused, Saved, Tail, Unusable, WatchRecor
 pub use seal::Seal;
 pub use store::{Store, StoreError};
 pub use tail::{Learned, Logged, Watched, learn};
-pub use writer::{Destination, Writer};
+pub use writer::{Checkpointer, Destination};
 
 use crate::change::Entry;
 use crate::plan::{Output, Scope};

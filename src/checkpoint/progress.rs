@@ -10,7 +10,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::record::{self, Saved, Tail, WatchRecord};
 use crate::change::{Change, ObjectChange};
-use crate::model::{ChangeType, MarkerPhase, Placement, Position, SyncReason};
+use crate::model::{ChangeType, MarkerPhase, Placement, SyncReason, WatchSeq};
 
 /// What one change does to its watch's checkpoint once acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,7 +164,7 @@ impl Progress {
 
     /// Registers the watch's next change; `done` when the route does not ship it (a filter
     /// left it out). The position to acknowledge it with, when the watch is tracked.
-    pub fn register(&self, slot: usize, effect: Arc<Effect>, done: bool) -> Option<Position> {
+    pub fn register(&self, slot: usize, effect: Arc<Effect>, done: bool) -> Option<WatchSeq> {
         let mut watches = self.lock();
         let watch = watches.get_mut(&slot)?;
         let seq = watch.base + watch.pending.len() as u64;
@@ -172,12 +172,12 @@ impl Progress {
         if done {
             watch.apply_done();
         }
-        Some(Position { watch: slot, seq })
+        Some(WatchSeq { watch: slot, seq })
     }
 
     /// The route's sink acknowledged the change at `position`, stored at `placed` when
     /// the sink says where (or gave up on it by policy: an oversized event skipped).
-    pub fn acknowledged(&self, position: Position, placed: Option<Placement>) {
+    pub fn acknowledged(&self, position: WatchSeq, placed: Option<Placement>) {
         let mut watches = self.lock();
         let Some(watch) = watches.get_mut(&position.watch) else { return };
         let Some(i) = position.seq.checked_sub(watch.base) else { return };

@@ -66,7 +66,7 @@ impl Destination {
     }
 }
 
-pub struct Writer {
+pub struct Checkpointer {
     pub store: Destination,
     pub progress: Arc<Progress>,
     pub interval: Duration,
@@ -81,7 +81,7 @@ pub struct Writer {
     pub first: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
-impl Writer {
+impl Checkpointer {
     /// Writes until `stop`, then once more (the final progress of a drained route).
     pub async fn run(mut self, stop: CancellationToken) {
         let mut unwritten: Records = Vec::new();

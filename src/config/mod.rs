@@ -42,4 +42,4 @@ pub use route::{DEFAULT_ROUTE, RouteConfig, selector_matches};
 pub use schema::schema;
 pub use secret::{Secret, SecretFileError, has_userinfo, mask_secrets_in, mask_urls, mask_value};
 pub use sink::SinkConfig;
-pub use template::{Part, Template, TemplateError, check_topic_name};
+pub use template::{Piece, Template, TemplateError, check_topic_name};

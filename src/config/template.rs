@@ -13,12 +13,12 @@ use super::problem::{Problem, problem};
 pub struct Template {
     /// As written, for `print-config`.
     text: String,
-    parts: Vec<Part>,
+    parts: Vec<Piece>,
 }
 
 /// A piece of a template: literal text or a placeholder.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Part {
+pub enum Piece {
     Text(String),
     Cluster,
     Group,
@@ -51,24 +51,24 @@ impl Template {
         let mut rest = s;
         while let Some(open) = rest.find('{') {
             if open > 0 {
-                parts.push(Part::Text(rest[..open].to_string()));
+                parts.push(Piece::Text(rest[..open].to_string()));
             }
             let close = rest[open..].find('}').ok_or_else(|| TemplateError::Unclosed { template: s.into() })?;
             let part = match &rest[open + 1..open + close] {
-                "cluster" => Part::Cluster,
-                "group" => Part::Group,
-                "version" => Part::Version,
-                "kind" => Part::Kind,
-                "plural" => Part::Plural,
-                "namespace" => Part::Namespace,
-                "name" => Part::Name,
+                "cluster" => Piece::Cluster,
+                "group" => Piece::Group,
+                "version" => Piece::Version,
+                "kind" => Piece::Kind,
+                "plural" => Piece::Plural,
+                "namespace" => Piece::Namespace,
+                "name" => Piece::Name,
                 other => return Err(TemplateError::UnknownPlaceholder { template: s.into(), placeholder: other.into() }),
             };
             parts.push(part);
             rest = &rest[open + close + 1..];
         }
         if !rest.is_empty() {
-            parts.push(Part::Text(rest.to_string()));
+            parts.push(Piece::Text(rest.to_string()));
         }
         if parts.is_empty() {
             return Err(TemplateError::Empty);
@@ -103,20 +103,20 @@ impl Template {
     }
 
     /// Its text and placeholders, in order.
-    pub fn parts(&self) -> &[Part] {
+    pub fn parts(&self) -> &[Piece] {
         &self.parts
     }
 
     /// Whether the template uses `{namespace}` or `{name}` (one name per object).
     pub fn names_object(&self) -> bool {
-        self.parts.iter().any(|p| matches!(p, Part::Namespace | Part::Name))
+        self.parts.iter().any(|p| matches!(p, Piece::Namespace | Piece::Name))
     }
 
     /// Whether every resource gets a name of its own from this template (group and kind
     /// or plural both appear). If not, several resources may share one topic.
     pub fn names_resource(&self) -> bool {
-        let has = |want: &Part| self.parts.contains(want);
-        has(&Part::Group) && (has(&Part::Plural) || has(&Part::Kind))
+        let has = |want: &Piece| self.parts.contains(want);
+        has(&Piece::Group) && (has(&Piece::Plural) || has(&Piece::Kind))
     }
 }
 
@@ -184,7 +184,7 @@ mod tests {
     #[test]
     fn templates_deserialize_from_their_text_and_serialize_back_to_it() {
         let t: Template = serde_json::from_value(serde_json::json!("k8s-{cluster}.{plural}")).unwrap();
-        assert_eq!(t.parts(), [Part::Text("k8s-".into()), Part::Cluster, Part::Text(".".into()), Part::Plural]);
+        assert_eq!(t.parts(), [Piece::Text("k8s-".into()), Piece::Cluster, Piece::Text(".".into()), Piece::Plural]);
         assert_eq!(serde_json::to_value(&t).unwrap(), "k8s-{cluster}.{plural}");
         let e = serde_json::from_value::<Template>(serde_json::json!("a.{kind")).unwrap_err().to_string();
         assert!(e.contains("`a.{kind` has a `{` without a closing `}`; fix: use text and the placeholders"), "{e}");

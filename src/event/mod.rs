@@ -20,7 +20,7 @@ use crate::change::{Change, Marker, ObjectChange, Payload, StateTerms};
 use crate::config::PayloadMode;
 use crate::model::MarkerSlot;
 use crate::model::digest::StateSum;
-use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, Position, ResourceType, SyncReason};
+use crate::model::{ChangeType, MarkerPhase, Object, ObjectRef, ResourceType, SyncReason, WatchSeq};
 use crate::plan::{Output, Scope};
 
 pub use attributes::Attributes;
@@ -49,7 +49,7 @@ pub struct Envelope {
     pub completes_initial_sync: bool,
     /// Where the event stands in its watch's order, when its route keeps a checkpoint: its
     /// acknowledgement moves the checkpoint.
-    pub position: Option<Position>,
+    pub position: Option<WatchSeq>,
     /// When the watch event the event was built from arrived (set by the worker): the lag
     /// histogram measures from here to the sink's acknowledgement.
     pub observed: Option<Instant>,

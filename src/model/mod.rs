@@ -46,7 +46,7 @@ pub enum Observed {
 /// `seq`: the change's number within it), so that its acknowledgement moves that watch's
 /// checkpoint on the event's route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
+pub struct WatchSeq {
     pub watch: usize,
     pub seq: u64,
 }

@@ -16,7 +16,7 @@ use crate::sink::{Publisher, Sink};
 use crate::telemetry::{self, Health};
 use crate::watch;
 
-use super::delivery::{Delivery, probe_sink, sink_key};
+use super::delivery::{SinkSetup, probe_sink, sink_key};
 use super::dispatch::Dispatcher;
 use super::error::RunError;
 use super::resume;
@@ -166,13 +166,13 @@ impl Bridge {
         let starts = resume::load(config, &seal, &client, &self.routes, &scopes, retry, stop).await;
         let mut first_writes = Vec::new();
         for (route, tracked) in self.routes.iter().zip(&starts.routes) {
-            let Some((store, progress)) = tracked else { continue };
+            let Some(tracked) = tracked else { continue };
             let interval = Duration::from_millis(config.resume.interval_ms);
             let (first, written) = tokio::sync::oneshot::channel();
             first_writes.push(written);
-            let writer = checkpoint::Writer {
-                store: store.clone(),
-                progress: progress.clone(),
+            let writer = checkpoint::Checkpointer {
+                store: tracked.store.clone(),
+                progress: tracked.progress.clone(),
                 interval,
                 seal: seal.clone(),
                 route: route.name.clone(),
@@ -194,14 +194,14 @@ impl Bridge {
         for (i, (route, sink)) in self.routes.iter().zip(&self.sinks).enumerate() {
             let (tx, rx) = mpsc::channel(config.delivery.queue_capacity);
             queues.push(tx);
-            let delivery = Delivery { sink: sink.clone(), config: route.sink.clone(), at: sink_key(config, i), topics: plan::topics(&scopes, i), retry };
+            let setup = SinkSetup { sink: sink.clone(), config: route.sink.clone(), at: sink_key(config, i), topics: plan::topics(&scopes, i), retry };
             let mut dispatcher = Dispatcher::new(sink.clone(), config.delivery.max_in_flight, config.delivery.oversize, retry, self.health.route(i));
-            if let Some((_, progress)) = &starts.routes[i] {
-                dispatcher = dispatcher.with_progress(progress.clone());
+            if let Some(tracked) = &starts.routes[i] {
+                dispatcher = dispatcher.with_progress(tracked.progress.clone());
             }
             let stop = stop.clone();
             self.names.spawn(&mut self.deliveries, format!("delivery of route {}", route.name), async move {
-                if !delivery.prepare(&stop).await? {
+                if !setup.prepare(&stop).await? {
                     return Ok(());
                 }
                 dispatcher.run(rx).await.map_err(RunError::from)
@@ -210,8 +210,8 @@ impl Bridge {
 
         let cluster: Arc<str> = config.cluster.as_str().into();
         let progress = starts.progress();
-        for ((slot, scope), (resume, continue_from)) in scopes.into_iter().enumerate().zip(starts.watches) {
-            let observed = watch::observe(client.clone(), &scope, &config.kubernetes, continue_from);
+        for ((slot, scope), start) in scopes.into_iter().enumerate().zip(starts.watches) {
+            let observed = watch::observe(client.clone(), &scope, &config.kubernetes, start.continue_from);
             let name = format!("watch of {}", scope.describe());
             let worker = Worker {
                 cluster: cluster.clone(),
@@ -220,7 +220,7 @@ impl Bridge {
                 scope,
                 slot,
                 progress: progress.clone(),
-                resume,
+                resume: start.resume,
             };
             self.names.spawn(&mut self.watches, name, worker.run(observed, self.watch_stop.clone()));
         }
@@ -258,8 +258,8 @@ impl Bridge {
         });
         let mut claimed = Ok(true);
         for (i, (route, sink)) in self.routes.iter().zip(&self.sinks).enumerate() {
-            let delivery = Delivery { sink: sink.clone(), config: route.sink.clone(), at: sink_key(config, i), topics: plan::topics(scopes, i), retry };
-            claimed = delivery.claim(&lease, &route.name, &claiming).await;
+            let setup = SinkSetup { sink: sink.clone(), config: route.sink.clone(), at: sink_key(config, i), topics: plan::topics(scopes, i), retry };
+            claimed = setup.claim(&lease, &route.name, &claiming).await;
             if !matches!(claimed, Ok(true)) {
                 break;
             }

@@ -28,7 +28,7 @@ pub fn sink_key(config: &Config, i: usize) -> String {
 }
 
 /// What a route's delivery task needs to prepare its sink.
-pub struct Delivery {
+pub struct SinkSetup {
     pub sink: Sink,
     pub config: SinkConfig,
     /// The sink's configuration key, for logs and errors.
@@ -37,7 +37,7 @@ pub struct Delivery {
     pub retry: RetryPolicy,
 }
 
-impl Delivery {
+impl SinkSetup {
     /// Prepares the sink's destinations (topics, stream), retrying while the brokers
     /// cannot be reached: an unreachable broker keeps the route not ready, never crashes
     /// the bridge. False when stopped before the sink was ready.

@@ -13,7 +13,7 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 
 use super::retry::RetryPolicy;
-use super::sequencer::{Lane, Sequenced, Sequencer};
+use super::sequencer::{Domain, Lane, Sequenced, Sequencer, ToSend};
 use crate::checkpoint::Progress;
 use crate::config::OversizePolicy;
 use crate::event::{self, Envelope, EnvelopeKind};
@@ -34,8 +34,8 @@ pub enum DispatchError {
 }
 
 impl Sequenced for Envelope {
-    fn domain(&self) -> (&str, &str) {
-        (&self.destination, self.key())
+    fn domain(&self) -> Domain<'_> {
+        Domain { destination: &self.destination, key: self.key() }
     }
 
     fn is_barrier(&self) -> bool {
@@ -95,8 +95,8 @@ impl<P: Publisher> Dispatcher<P> {
         // once per batch rather than once per event.
         let mut batch: Vec<Envelope> = Vec::new();
         loop {
-            while let Some((env, lane)) = order.next_send() {
-                in_flight.push(self.attempt(env, lane, 0, None));
+            while let Some(ToSend { event, lane }) = order.next_send() {
+                in_flight.push(self.attempt(event, lane, 0, None));
             }
             meters.outstanding(order.in_flight(), order.held(), rx.len() + order.waiting());
             self.health.set_outstanding(order.outstanding());
@@ -116,14 +116,14 @@ impl<P: Publisher> Dispatcher<P> {
                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                     let lane = done.lane;
                     match self.settle(done, &mut meters) {
-                        Settled::Retry(env, attempt, delay) => in_flight.push(self.attempt(env, lane, attempt, Some(delay))),
-                        Settled::Fatal(e) => return Err(e),
-                        Settled::Done(env, placed) => {
+                        Verdict::Retry(env, attempt, delay) => in_flight.push(self.attempt(env, lane, attempt, Some(delay))),
+                        Verdict::Fatal(e) => return Err(e),
+                        Verdict::Done(env, placed) => {
                             if let (Some(progress), Some(position)) = (&self.progress, env.position) {
                                 progress.acknowledged(position, placed);
                             }
                             // The lane's next event, if any, may go now.
-                            if let Some((next, lane)) = order.delivered(lane) {
+                            if let Some(ToSend { event: next, lane }) = order.delivered(lane) {
                                 in_flight.push(self.attempt(next, lane, 0, None));
                             }
                         }
@@ -159,7 +159,7 @@ impl<P: Publisher> Dispatcher<P> {
         }
     }
 
-    fn settle(&self, done: Outcome, meters: &mut DispatchMeters) -> Settled {
+    fn settle(&self, done: Outcome, meters: &mut DispatchMeters) -> Verdict {
         let sink = self.sink.name();
         let env = done.env;
         match done.result {
@@ -169,7 +169,7 @@ impl<P: Publisher> Dispatcher<P> {
                 if env.completes_initial_sync {
                     self.health.initial_sync_delivered();
                 }
-                Settled::Done(env, placed)
+                Verdict::Done(env, placed)
             }
             Err(e) => {
                 meters.failed(e.kind().as_str());
@@ -182,17 +182,17 @@ impl<P: Publisher> Dispatcher<P> {
                         } else {
                             tracing::debug!(sink, resource = %env.resource, attempt = done.attempt, error = %source, "Send failed again; retrying");
                         }
-                        Settled::Retry(env, done.attempt + 1, delay)
+                        Verdict::Retry(env, done.attempt + 1, delay)
                     }
                     SendError::TooLarge { source } => self.oversized(env, source, meters),
                     SendError::Rejected { source } => {
                         meters.rejected(&env.resource);
                         tracing::error!(sink, route = %self.route, resource = %env.resource, key = env.key(), id = env.attributes.id, error = %source, "Sink rejected an event; skipped (on_client_error = skip)");
-                        Settled::Done(env, None)
+                        Verdict::Done(env, None)
                     }
                     SendError::Fatal { kind, source } => {
                         tracing::error!(sink, route = %self.route, resource = %env.resource, error_kind = kind.as_str(), error = %source, "Sink refused an event for good; stopping");
-                        Settled::Fatal(DispatchError::SinkFatal { resource: env.resource.to_string(), kind, source })
+                        Verdict::Fatal(DispatchError::SinkFatal { resource: env.resource.to_string(), kind, source })
                     }
                 }
             }
@@ -203,26 +203,27 @@ impl<P: Publisher> Dispatcher<P> {
 impl<P: Publisher> Dispatcher<P> {
     /// The oversize policy: the event as a truncated reference (in the same lane, before
     /// anything later of its object), skipped, or fatal.
-    fn oversized(&self, env: Envelope, source: Failure, meters: &mut DispatchMeters) -> Settled {
+    fn oversized(&self, env: Envelope, source: Failure, meters: &mut DispatchMeters) -> Verdict {
         let sink = self.sink.name();
         if self.oversize == OversizePolicy::Reference
             && let Some(reference) = event::truncated(&env)
         {
             meters.truncated(&env.resource);
             tracing::warn!(sink, route = %self.route, resource = %env.resource, key = env.key(), error = %source, "Event too large for the sink; shipping it as a truncated reference");
-            return Settled::Retry(reference, 0, Duration::ZERO);
+            return Verdict::Retry(reference, 0, Duration::ZERO);
         }
         if self.oversize == OversizePolicy::Fail {
             tracing::error!(sink, route = %self.route, resource = %env.resource, key = env.key(), error = %source, "Event too large for the sink; stopping (delivery.oversize = fail)");
-            return Settled::Fatal(DispatchError::SinkFatal { resource: env.resource.to_string(), kind: ErrorKind::TooLarge, source });
+            return Verdict::Fatal(DispatchError::SinkFatal { resource: env.resource.to_string(), kind: ErrorKind::TooLarge, source });
         }
         meters.too_large(&env.resource);
         tracing::error!(sink, route = %self.route, resource = %env.resource, key = env.key(), error = %source, "Event too large for the sink; skipped");
-        Settled::Done(env, None)
+        Verdict::Done(env, None)
     }
 }
 
-enum Settled {
+/// What becomes of a send once its outcome is known.
+enum Verdict {
     /// Acknowledged (or skipped by policy), with where the broker stored it, if known.
     Done(Envelope, Option<Placement>),
     Retry(Envelope, u32, Duration),

@@ -26,28 +26,57 @@ const READ_FOR: Duration = Duration::from_secs(30);
 /// Where everything starts.
 #[derive(Default)]
 pub struct Starts {
-    /// By route position: its store (or how to open it later) and progress, when it keeps
-    /// a checkpoint.
-    pub routes: Vec<Option<(Destination, Arc<Progress>)>>,
-    /// By watch slot: the checkpoint it resumes from, and the version its watch continues
-    /// from (none: it lists, and the list is shipped as a diff against the checkpoint).
-    pub watches: Vec<(Option<Resume>, Option<String>)>,
+    /// By route position: its checkpoint, when it keeps one.
+    pub routes: Vec<Option<CheckpointedRoute>>,
+    /// By watch slot: where its watch starts.
+    pub watches: Vec<WatchStart>,
+}
+
+/// A route that keeps a checkpoint.
+pub struct CheckpointedRoute {
+    /// Where its checkpoint is written: its store, open, or how to open it once it can be
+    /// read.
+    pub store: Destination,
+    /// What its watches' workers register and its dispatcher acknowledges.
+    pub progress: Arc<Progress>,
+}
+
+/// Where a watch starts.
+pub struct WatchStart {
+    /// The checkpoint it resumes from; none: a full initial sync.
+    pub resume: Option<Resume>,
+    /// The resourceVersion its watch continues from; none: it lists (after a checkpoint,
+    /// the list is shipped as a diff against it).
+    pub continue_from: Option<String>,
 }
 
 impl Starts {
     /// Each route's progress, by route position.
     pub fn progress(&self) -> Vec<Option<Arc<Progress>>> {
-        self.routes.iter().map(|r| r.as_ref().map(|(_, p)| p.clone())).collect()
+        self.routes.iter().map(|r| r.as_ref().map(|r| r.progress.clone())).collect()
     }
 }
 
 /// One route's checkpoint of one watch, as read.
-enum Found {
+enum CheckpointRead {
     /// The route keeps no checkpoint (stdout without `resume.directory`, or its store
     /// could not be read).
     Untracked(Unusable),
     Unusable(Unusable, Vec<String>),
     Usable(Loaded),
+}
+
+/// A route of a watch and its checkpoint of the watch, as read: what the watch may resume
+/// from.
+struct RouteReading {
+    /// The route's position.
+    route: usize,
+    /// The watch's key prefix in the route's checkpoint.
+    prefix: String,
+    /// The watch's configuration digest (`checkpoint::digest`).
+    digest: String,
+    /// What the route's checkpoint holds of the watch.
+    held: CheckpointRead,
 }
 
 /// Reads the checkpoints of every route and decides each watch's start: a checkpoint is
@@ -68,7 +97,7 @@ pub async fn load(
         let prefix = checkpoint::route_prefix(&config.cluster, &route.name);
         match open(config, route, &prefix, retry, stop).await {
             Ok(Some((store, records))) => {
-                starts.routes.push(Some((Destination::Open(Arc::new(store)), Arc::new(Progress::default()))));
+                starts.routes.push(Some(CheckpointedRoute { store: Destination::Open(Arc::new(store)), progress: Arc::new(Progress::default()) }));
                 read.push(Ok(checkpoint::parse(records, seal)));
             }
             Ok(None) => {
@@ -89,9 +118,9 @@ pub async fn load(
                 // be used as it is (refused) is not written this run.
                 let later = config.resume.enabled && !e.is_permanent() && !stop.is_cancelled();
                 starts.routes.push(later.then(|| {
-                    let later =
+                    let store =
                         Destination::Later { sink: Box::new(route.sink.clone()), resume: Box::new(config.resume.clone()), route: route.name.clone(), prefix };
-                    (later, Arc::new(Progress::default()))
+                    CheckpointedRoute { store, progress: Arc::new(Progress::default()) }
                 }));
                 read.push(Err(Unusable::Unreadable));
             }
@@ -111,20 +140,20 @@ pub async fn load(
         for output in &scope.outputs {
             let prefix = checkpoint::watch_prefix(&checkpoint::route_prefix(&config.cluster, &output.route_name), &label, scope.namespace.as_deref());
             let digest = checkpoint::digest(&config.cluster, scope, output);
-            let f = match &mut read[output.route] {
+            let held = match &mut read[output.route] {
                 Ok(records) => classify(records.remove(&prefix), &prefix, &digest, &now),
-                Err(why) => Found::Untracked(*why),
+                Err(why) => CheckpointRead::Untracked(*why),
             };
-            found.push((output.route, prefix, digest, f));
+            found.push(RouteReading { route: output.route, prefix, digest, held });
         }
         // Resume off: the checkpoint is read all the same, and replaced by this start's
         // full sync, so that a later start with resume on never continues from knowledge
         // older than what this run shipped.
-        let oldest = if enabled { decide(&found) } else { Err(found.first().map(|(route, ..)| (*route, Unusable::Disabled))) };
+        let oldest = if enabled { decide(&found) } else { Err(found.first().map(|r| (r.route, Unusable::Disabled))) };
         // What consumers received after the checkpoint resumed from, read from its log.
         let (mut learned, mut reach, mut hold) = (Learned::default(), None, None);
         if let Ok(i) = oldest
-            && let (route, _, _, Found::Usable(loaded)) = &mut found[i]
+            && let RouteReading { route, held: CheckpointRead::Usable(loaded), .. } = &mut found[i]
         {
             let route = &routes[*route];
             let watched = Watched {
@@ -143,8 +172,8 @@ pub async fn load(
         // Where each route's checkpoint of the watch starts: as read when the watch
         // resumes, else cleared (the initial sync records what exists now); what it learned
         // from the log's tail, and where its log ends.
-        for (i, (route, prefix, digest, f)) in found.iter().enumerate() {
-            let Some((_, progress)) = &starts.routes[*route] else { continue };
+        for (i, RouteReading { route, prefix, digest, held }) in found.iter().enumerate() {
+            let Some(CheckpointedRoute { progress, .. }) = &starts.routes[*route] else { continue };
             let log = tail::log_of(&routes[*route].sink, &scope.outputs[i]);
             // The route resumed from: where its tail ended; every other: where its log ends now.
             let reach = match (oldest == Ok(i), &log) {
@@ -152,8 +181,8 @@ pub async fn load(
                 (_, Some(log)) => log_ends(&routes[*route], log).await,
                 (_, None) => BTreeMap::new(),
             };
-            let start = match (&oldest, f) {
-                (Ok(_), Found::Usable(loaded)) => Start {
+            let start = match (&oldest, held) {
+                (Ok(_), CheckpointRead::Usable(loaded)) => Start {
                     prefix: prefix.clone(),
                     digest: digest.clone(),
                     objects: loaded.objects.keys().map(|k| checkpoint::key_hash(k)).collect(),
@@ -168,7 +197,7 @@ pub async fn load(
                 _ => Start {
                     prefix: prefix.clone(),
                     digest: digest.clone(),
-                    clear: clearing(f, prefix),
+                    clear: clearing(held, prefix),
                     cluster_uid: cluster_uid.clone(),
                     log,
                     reach,
@@ -177,14 +206,14 @@ pub async fn load(
             };
             progress.track(slot, start);
         }
-        let start = oldest.and_then(|i| resume_from(&mut found[i].3, std::mem::take(&mut learned.delivered)).ok_or(None));
+        let start = oldest.and_then(|i| resume_from(&mut found[i].held, std::mem::take(&mut learned.delivered)).ok_or(None));
         starts.watches.push(match start {
             Ok(resume) => {
                 // Without a position (a first sync cut short), or keeping content the
                 // checkpoint has not, the watch lists and ships the list as a diff.
                 let continue_from = (!scope.keeps_content() && !resume.resource_version.is_empty()).then(|| resume.resource_version.clone());
                 tracing::info!(watch = %scope.describe(), objects = resume.entries.len(), resource_version = %resume.resource_version, listing = continue_from.is_none(), "Resuming from the checkpoint");
-                (Some(resume), continue_from)
+                WatchStart { resume: Some(resume), continue_from }
             }
             Err(why) => {
                 if let Some((route, why)) = why {
@@ -196,7 +225,7 @@ pub async fn load(
                         tracing::info!(%watch, %route, reason, "Starting with a full initial sync: {}", why.describe());
                     }
                 }
-                (None, None)
+                WatchStart { resume: None, continue_from: None }
             }
         });
     }
@@ -206,32 +235,32 @@ pub async fn load(
 /// The route's checkpoint of a watch: usable when its digest is the watch's, and it belongs
 /// to the cluster's timeline as it stands `now` with its first sync acknowledged whole, or
 /// names where its log's tail begins.
-fn classify(records: Option<Result<Loaded, Refused>>, prefix: &str, digest: &str, now: &Now) -> Found {
+fn classify(records: Option<Result<Loaded, Refused>>, prefix: &str, digest: &str, now: &Now) -> CheckpointRead {
     match records {
-        None => Found::Unusable(Unusable::Missing, Vec::new()),
-        Some(Err(Refused { why, keys })) => Found::Unusable(why, keys),
+        None => CheckpointRead::Unusable(Unusable::Missing, Vec::new()),
+        Some(Err(Refused { why, keys })) => CheckpointRead::Unusable(why, keys),
         Some(Ok(loaded)) => {
             let why = match loaded.watch.belongs_to(now) {
                 _ if loaded.watch.digest != digest => Unusable::Foreign,
                 // A first sync cut short, whose events the log holds: what consumers
                 // received of it is read back, and a list is shipped as a diff against it.
-                Err(Unusable::Incomplete) if loaded.watch.tail.is_some() => return Found::Usable(loaded),
+                Err(Unusable::Incomplete) if loaded.watch.tail.is_some() => return CheckpointRead::Usable(loaded),
                 Err(why) => why,
-                Ok(()) => return Found::Usable(loaded),
+                Ok(()) => return CheckpointRead::Usable(loaded),
             };
             let keys = loaded.objects.keys().map(|k| checkpoint::object_key(prefix, k)).collect();
-            Found::Unusable(why, keys)
+            CheckpointRead::Unusable(why, keys)
         }
     }
 }
 
 /// The records a fresh start of the watch deletes: the old checkpoint's objects (the new
 /// initial sync records what exists now).
-fn clearing(found: &Found, prefix: &str) -> Vec<String> {
+fn clearing(found: &CheckpointRead, prefix: &str) -> Vec<String> {
     match found {
-        Found::Untracked(_) => Vec::new(),
-        Found::Unusable(_, keys) => keys.clone(),
-        Found::Usable(loaded) => loaded.objects.keys().map(|k| checkpoint::object_key(prefix, k)).collect(),
+        CheckpointRead::Untracked(_) => Vec::new(),
+        CheckpointRead::Unusable(_, keys) => keys.clone(),
+        CheckpointRead::Usable(loaded) => loaded.objects.keys().map(|k| checkpoint::object_key(prefix, k)).collect(),
     }
 }
 
@@ -239,18 +268,18 @@ fn clearing(found: &Found, prefix: &str) -> Vec<String> {
 /// route has a usable one, the oldest (routes ahead of it receive the changes between
 /// again, with the same ids); otherwise the first route's reason not to (`None` when no
 /// route keeps a checkpoint at all).
-fn decide(found: &[(usize, String, String, Found)]) -> Result<usize, Option<(usize, Unusable)>> {
-    if let Some((route, why)) = found.iter().find_map(|(r, _, _, f)| match f {
-        Found::Untracked(why) | Found::Unusable(why, _) => Some((*r, *why)),
-        Found::Usable(_) => None,
+fn decide(found: &[RouteReading]) -> Result<usize, Option<(usize, Unusable)>> {
+    if let Some((route, why)) = found.iter().find_map(|r| match &r.held {
+        CheckpointRead::Untracked(why) | CheckpointRead::Unusable(why, _) => Some((r.route, *why)),
+        CheckpointRead::Usable(_) => None,
     }) {
         return Err(Some((route, why)));
     }
     found
         .iter()
         .enumerate()
-        .filter_map(|(i, (_, _, _, f))| match f {
-            Found::Usable(l) => Some((i, l.watch.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0))),
+        .filter_map(|(i, r)| match &r.held {
+            CheckpointRead::Usable(l) => Some((i, l.watch.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0))),
             _ => None,
         })
         .min_by_key(|(_, version)| *version)
@@ -260,8 +289,8 @@ fn decide(found: &[(usize, String, String, Found)]) -> Result<usize, Option<(usi
 
 /// The watch's start from a usable checkpoint, its objects moved out (not copied: at 100k
 /// objects a copy is tens of MB at the peak of start-up).
-fn resume_from(found: &mut Found, delivered: HashMap<String, String>) -> Option<Resume> {
-    let Found::Usable(loaded) = found else { return None };
+fn resume_from(found: &mut CheckpointRead, delivered: HashMap<String, String>) -> Option<Resume> {
+    let CheckpointRead::Usable(loaded) = found else { return None };
     let entries = std::mem::take(&mut loaded.objects)
         .into_iter()
         .map(|(key, s)| {
@@ -413,34 +442,35 @@ mod tests {
         }
     }
 
-    fn found(route: usize, f: Found) -> (usize, String, String, Found) {
-        (route, format!("p{route}"), "d".into(), f)
+    fn found(route: usize, held: CheckpointRead) -> RouteReading {
+        RouteReading { route, prefix: format!("p{route}"), digest: "d".into(), held }
     }
 
     #[test]
     fn a_checkpoint_is_usable_only_under_the_same_digest_once_synced_and_not_ahead() {
         let now = Now { version: Some("7".into()), cluster_uid: None };
-        assert!(matches!(classify(None, "p", "d", &now), Found::Unusable(Unusable::Missing, _)));
-        let Found::Unusable(why, clear) = classify(Some(Ok(loaded("other", Some("5"), &["ns/a"]))), "p", "d", &now) else { panic!("foreign") };
+        assert!(matches!(classify(None, "p", "d", &now), CheckpointRead::Unusable(Unusable::Missing, _)));
+        let CheckpointRead::Unusable(why, clear) = classify(Some(Ok(loaded("other", Some("5"), &["ns/a"]))), "p", "d", &now) else { panic!("foreign") };
         assert_eq!((why, clear), (Unusable::Foreign, vec!["p.o.ns/a".to_string()]), "a foreign checkpoint is cleared");
-        assert!(matches!(classify(Some(Ok(loaded("d", None, &[]))), "p", "d", &now), Found::Unusable(Unusable::Incomplete, _)));
+        assert!(matches!(classify(Some(Ok(loaded("d", None, &[]))), "p", "d", &now), CheckpointRead::Unusable(Unusable::Incomplete, _)));
         let mut cut_short = loaded("d", None, &["ns/a"]);
         cut_short.watch.tail = Some(checkpoint::Tail { log: "t".into(), next: BTreeMap::new() });
-        assert!(matches!(classify(Some(Ok(cut_short)), "p", "d", &now), Found::Usable(_)), "a first sync cut short, its log's tail known");
-        assert!(matches!(classify(Some(Ok(loaded("d", Some("5"), &[]))), "p", "d", &now), Found::Usable(_)));
-        let Found::Unusable(why, clear) = classify(Some(Ok(loaded("d", Some("8"), &["ns/a"]))), "p", "d", &now) else { panic!("ahead") };
+        assert!(matches!(classify(Some(Ok(cut_short)), "p", "d", &now), CheckpointRead::Usable(_)), "a first sync cut short, its log's tail known");
+        assert!(matches!(classify(Some(Ok(loaded("d", Some("5"), &[]))), "p", "d", &now), CheckpointRead::Usable(_)));
+        let CheckpointRead::Unusable(why, clear) = classify(Some(Ok(loaded("d", Some("8"), &["ns/a"]))), "p", "d", &now) else { panic!("ahead") };
         assert_eq!((why, clear), (Unusable::Ahead, vec!["p.o.ns/a".to_string()]), "a checkpoint ahead of the API server is cleared");
     }
 
     #[test]
     fn a_watch_resumes_from_its_oldest_route_and_only_when_every_route_can() {
-        let both = [found(0, Found::Usable(loaded("d", Some("90"), &["ns/a", "ns/b"]))), found(1, Found::Usable(loaded("d", Some("9"), &["ns/a"])))];
+        let both =
+            [found(0, CheckpointRead::Usable(loaded("d", Some("90"), &["ns/a", "ns/b"]))), found(1, CheckpointRead::Usable(loaded("d", Some("9"), &["ns/a"])))];
         let mut both = both;
         let oldest = decide(&both).unwrap();
-        let resume = resume_from(&mut both[oldest].3, HashMap::new()).unwrap();
+        let resume = resume_from(&mut both[oldest].held, HashMap::new()).unwrap();
         assert_eq!((resume.resource_version.as_str(), resume.entries.len()), ("9", 1), "the oldest checkpoint (9 < 90, as numbers)");
-        let one_missing = [found(0, Found::Usable(loaded("d", Some("9"), &[]))), found(1, Found::Unusable(Unusable::Missing, Vec::new()))];
+        let one_missing = [found(0, CheckpointRead::Usable(loaded("d", Some("9"), &[]))), found(1, CheckpointRead::Unusable(Unusable::Missing, Vec::new()))];
         assert!(matches!(decide(&one_missing), Err(Some((1, Unusable::Missing)))));
-        assert!(matches!(decide(&[found(0, Found::Untracked(Unusable::NoStore))]), Err(Some((0, Unusable::NoStore)))));
+        assert!(matches!(decide(&[found(0, CheckpointRead::Untracked(Unusable::NoStore))]), Err(Some((0, Unusable::NoStore)))));
     }
 }

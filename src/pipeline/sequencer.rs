@@ -8,11 +8,27 @@ use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 /// What the sequencer needs to know of an event.
 pub trait Sequenced {
-    /// The topic (or subject, or URL) and partition key: the event's ordering domain.
-    fn domain(&self) -> (&str, &str);
+    /// The event's ordering domain.
+    fn domain(&self) -> Domain<'_>;
     /// A marker: sent once everything before it is delivered, and delivered before
     /// anything after it is sent.
     fn is_barrier(&self) -> bool;
+}
+
+/// Where an event is ordered: events of one domain are delivered in the order received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Domain<'a> {
+    /// The topic (or subject, or URL).
+    pub destination: &'a str,
+    /// The partition key.
+    pub key: &'a str,
+}
+
+/// An event to send now, and its lane: the lane is told back once it is delivered.
+#[derive(Debug)]
+pub struct ToSend<T> {
+    pub event: T,
+    pub lane: Lane,
 }
 
 /// The ordering domain of an event, its topic and partition key, as a hash: two keys that
@@ -121,20 +137,20 @@ impl<T: Sequenced> Sequencer<T> {
 
     /// The next event to send now, with its lane; None until a delivery or more input.
     /// Call it until None.
-    pub fn next_send(&mut self) -> Option<(T, Lane)> {
+    pub fn next_send(&mut self) -> Option<ToSend<T>> {
         loop {
             if self.in_flight == 0
                 && matches!(self.barrier, Barrier::Waiting(..))
                 && let Barrier::Waiting(marker, lane) = std::mem::replace(&mut self.barrier, Barrier::Sending)
             {
                 self.in_flight = 1;
-                return Some((marker, lane));
+                return Some(ToSend { event: marker, lane });
             }
             if !matches!(self.barrier, Barrier::Down) || self.in_flight + self.held >= self.max_in_flight {
                 return None;
             }
             let event = self.inbox.pop_front()?;
-            let (destination, key) = event.domain();
+            let Domain { destination, key } = event.domain();
             let lane = self.hash.of(destination, key);
             if event.is_barrier() {
                 self.expedite = self.in_flight > 0;
@@ -149,7 +165,7 @@ impl<T: Sequenced> Sequencer<T> {
                 None => {
                     self.lanes.insert(lane, VecDeque::new());
                     self.in_flight += 1;
-                    return Some((event, lane));
+                    return Some(ToSend { event, lane });
                 }
             }
         }
@@ -157,7 +173,7 @@ impl<T: Sequenced> Sequencer<T> {
 
     /// The send in `lane` was delivered (or skipped by policy): its lane's next event, to
     /// send now, if any. Delivering the marker lowers its barrier.
-    pub fn delivered(&mut self, lane: Lane) -> Option<(T, Lane)> {
+    pub fn delivered(&mut self, lane: Lane) -> Option<ToSend<T>> {
         self.in_flight -= 1;
         if matches!(self.barrier, Barrier::Sending) {
             // Nothing else is in flight beside a marker: this was it.
@@ -169,7 +185,7 @@ impl<T: Sequenced> Sequencer<T> {
             Some(next) => {
                 self.held -= 1;
                 self.in_flight += 1;
-                Some((next, lane))
+                Some(ToSend { event: next, lane })
             }
             None => {
                 self.lanes.remove(&lane);
@@ -233,8 +249,8 @@ mod tests {
     }
 
     impl Sequenced for Event {
-        fn domain(&self) -> (&str, &str) {
-            (self.topic, self.key)
+        fn domain(&self) -> Domain<'_> {
+            Domain { destination: self.topic, key: self.key }
         }
 
         fn is_barrier(&self) -> bool {
@@ -251,7 +267,7 @@ mod tests {
     }
 
     fn sends(s: &mut Sequencer<Event>) -> Vec<(usize, Lane)> {
-        std::iter::from_fn(|| s.next_send()).map(|(e, lane)| (e.seq, lane)).collect()
+        std::iter::from_fn(|| s.next_send()).map(|t| (t.event.seq, t.lane)).collect()
     }
 
     #[test]
@@ -273,8 +289,8 @@ mod tests {
         let first = sends(&mut s);
         assert_eq!(first.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), [0, 2, 3]);
         assert_eq!((s.in_flight(), s.held()), (3, 1));
-        assert_eq!(s.delivered(first[1].1).map(|(e, _)| e.seq), None, "b has nothing after it");
-        assert_eq!(s.delivered(first[0].1).map(|(e, lane)| (e.seq, lane)), Some((1, first[0].1)));
+        assert_eq!(s.delivered(first[1].1).map(|t| t.event.seq), None, "b has nothing after it");
+        assert_eq!(s.delivered(first[0].1).map(|t| (t.event.seq, t.lane)), Some((1, first[0].1)));
         assert_eq!((s.in_flight(), s.held(), s.outstanding()), (2, 0, 2));
     }
 
@@ -321,7 +337,7 @@ mod tests {
         let mut flight: Vec<Lane> = first.iter().map(|(_, lane)| *lane).collect();
         while let Some(lane) = flight.pop() {
             assert!(!s.finished());
-            flight.extend(s.delivered(lane).map(|(_, lane)| lane));
+            flight.extend(s.delivered(lane).map(|t| t.lane));
             flight.extend(sends(&mut s).into_iter().map(|(_, lane)| lane));
         }
         assert!(s.finished());
@@ -345,8 +361,8 @@ mod tests {
         let mut pending = input.iter().cloned();
         let mut choices = choices.iter();
         loop {
-            while let Some((e, lane)) = s.next_send() {
-                flight.push((e, lane, false));
+            while let Some(ToSend { event, lane }) = s.next_send() {
+                flight.push((event, lane, false));
             }
             prop_assert_eq!(s.in_flight(), flight.len());
             prop_assert!(s.outstanding() <= max_in_flight, "{} outstanding, max {max_in_flight}", s.outstanding());
@@ -379,7 +395,7 @@ mod tests {
                             if !written {
                                 writes.push(e.seq);
                             }
-                            flight.extend(s.delivered(lane).map(|(e, lane)| (e, lane, false)));
+                            flight.extend(s.delivered(lane).map(|t| (t.event, t.lane, false)));
                         }
                     }
                 }

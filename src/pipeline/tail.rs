@@ -9,7 +9,7 @@ use crate::config::{NatsMode, SinkConfig};
 use crate::plan::Output;
 use crate::rebuild::RebuildError;
 use crate::rebuild::decode::{Bad, Step};
-use crate::rebuild::protocol::{Body, Change};
+use crate::rebuild::protocol::{Body, ChangeKind};
 use crate::rebuild::{kafka, nats};
 
 /// The log the route's events of a watch go to, when the sink's log can be read back: the
@@ -82,6 +82,6 @@ fn keep(events: &mut Vec<Logged>, step: Result<Step, Bad>) {
     if let Ok(Step::Event(e)) = step
         && let Body::Object { change, resource, key, uid, resource_version, .. } = e.body
     {
-        events.push(Logged { cluster: e.cluster, resource, key, uid, resource_version, deleted: change == Change::Deleted });
+        events.push(Logged { cluster: e.cluster, resource, key, uid, resource_version, deleted: change == ChangeKind::Deleted });
     }
 }

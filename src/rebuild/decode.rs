@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::protocol::{Body, Change, Content, Figures, Received};
+use super::protocol::{Body, ChangeKind, Content, Figures, Received};
 
 /// The deepest JSON a record may nest: what serde_json's recursion limit (128) admits. The
 /// bridge's own watch decodes objects with that limit, so no object it ships is deeper.
@@ -154,10 +154,10 @@ fn event_of(attribute: &dyn Fn(&str) -> Result<Option<String>, Bad>, data: impl 
     let required = |name: &str| attribute(name)?.filter(|a| !a.is_empty()).ok_or_else(|| Bad::new(Reason::MissingAttribute, format!("no {name} attribute")));
     let ty = required("type")?;
     let change = match ty.strip_prefix("dev.deltaship.") {
-        Some("object.added") => Some(Change::Added),
-        Some("object.updated") => Some(Change::Updated),
-        Some("object.synced") => Some(Change::Synced),
-        Some("object.deleted") => Some(Change::Deleted),
+        Some("object.added") => Some(ChangeKind::Added),
+        Some("object.updated") => Some(ChangeKind::Updated),
+        Some("object.synced") => Some(ChangeKind::Synced),
+        Some("object.deleted") => Some(ChangeKind::Deleted),
         Some("sync.started" | "sync.completed") => None,
         _ => return Ok(Step::Foreign),
     };
@@ -170,7 +170,7 @@ fn event_of(attribute: &dyn Fn(&str) -> Result<Option<String>, Bad>, data: impl 
             let resource = format!("{}/{}", required("apiversion")?, required("kind")?);
             let key = required("subject")?;
             let content = match (change, data) {
-                (Change::Deleted, _) => Content::None,
+                (ChangeKind::Deleted, _) => Content::None,
                 (_, None | Some(Value::Null)) => return Err(Bad::new(Reason::MissingAttribute, "no data")),
                 (_, Some(data)) if attribute("datacontenttype")?.as_deref() == Some(PATCH) => {
                     let patch = serde_json::from_value(data).map_err(|e| Bad::new(Reason::WrongType, format!("the data is not a JSON Patch: {e}")))?;

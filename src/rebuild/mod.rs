@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use decode::{Bad, Step};
 pub use follow::Follow;
-use protocol::State;
+use protocol::ConsumerState;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RebuildError {
@@ -90,7 +90,7 @@ pub struct Rebuilt {
 
 /// The protocol's state and what was skipped on the way.
 struct Consumer {
-    state: State,
+    state: ConsumerState,
     /// Stop at the first bad record instead of skipping it.
     strict: bool,
     skipped: Vec<Skipped>,
@@ -146,7 +146,7 @@ impl Consumer {
 /// With `follow`, reading goes on after the end until `follow.stop`, the state written to
 /// `follow.out` as it changes (a recorded stream has no more to follow).
 pub async fn rebuild(source: Source, cluster: Option<String>, strict: bool, follow: Option<Follow>) -> Result<Rebuilt, RebuildError> {
-    let mut consumer = Consumer { state: State::new(cluster), strict, skipped: Vec::new(), changed: false, reported: 0 };
+    let mut consumer = Consumer { state: ConsumerState::new(cluster), strict, skipped: Vec::new(), changed: false, reported: 0 };
     match source {
         Source::Kafka { brokers, topics, connection } => {
             // The Kafka reader blocks; keep it off the async threads.

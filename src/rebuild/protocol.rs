@@ -51,7 +51,7 @@ pub enum Body {
     Marker { started: bool, sync_id: String, full: bool, resource: String, namespace: Option<String>, state: Option<Figures> },
     /// An object event: `resource` is `apiVersion/Kind`, `key` the subject; `uid` and
     /// `resource_version` its extensions ("" when absent).
-    Object { change: Change, resource: String, key: String, content: Content, uid: String, resource_version: String },
+    Object { change: ChangeKind, resource: String, key: String, content: Content, uid: String, resource_version: String },
 }
 
 /// The count and digest of a set of objects (event contract §4).
@@ -107,7 +107,7 @@ impl std::fmt::Display for Check {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
+pub enum ChangeKind {
     Added,
     Updated,
     Synced,
@@ -129,17 +129,17 @@ impl Received {
         match &self.body {
             Body::Marker { started: true, .. } => "sync.started",
             Body::Marker { started: false, .. } => "sync.completed",
-            Body::Object { change: Change::Added, .. } => "object.added",
-            Body::Object { change: Change::Updated, .. } => "object.updated",
-            Body::Object { change: Change::Synced, .. } => "object.synced",
-            Body::Object { change: Change::Deleted, .. } => "object.deleted",
+            Body::Object { change: ChangeKind::Added, .. } => "object.added",
+            Body::Object { change: ChangeKind::Updated, .. } => "object.updated",
+            Body::Object { change: ChangeKind::Synced, .. } => "object.synced",
+            Body::Object { change: ChangeKind::Deleted, .. } => "object.deleted",
         }
     }
 }
 
 /// What the consumer holds: per resource (`apiVersion/Kind`), objects by key.
 #[derive(Debug, Default)]
-pub struct State {
+pub struct ConsumerState {
     pub resources: BTreeMap<String, BTreeMap<String, Value>>,
     /// Where each (resource, key) lives and what it adds to a digest.
     homes: HashMap<(String, String), Home>,
@@ -231,10 +231,10 @@ pub struct Summary {
     pub mismatched: u64,
 }
 
-impl State {
+impl ConsumerState {
     /// A consumer of the events of `cluster` only, or of every cluster.
-    pub fn new(cluster: Option<String>) -> State {
-        State { only_cluster: cluster, ..State::default() }
+    pub fn new(cluster: Option<String>) -> ConsumerState {
+        ConsumerState { only_cluster: cluster, ..ConsumerState::default() }
     }
 
     /// Whether `e` is the last event of its object (or marker scope) held: a repeat never
@@ -497,13 +497,13 @@ mod tests {
         )
     }
 
-    fn keys(s: &State) -> Vec<String> {
+    fn keys(s: &ConsumerState) -> Vec<String> {
         s.resources.get("v1/ConfigMap").map(|o| o.keys().cloned().collect()).unwrap_or_default()
     }
 
     #[test]
     fn a_full_sync_drops_objects_deleted_while_nobody_watched() {
-        let mut s = State::default();
+        let mut s = ConsumerState::default();
         for e in [
             ev("1", "object.added", Some("ns/a"), json!({"v": 1}), 0),
             ev("2", "object.added", Some("ns/b"), json!({"v": 1}), 1),
@@ -545,7 +545,7 @@ mod tests {
 
     #[test]
     fn a_completed_markers_count_and_digest_are_checked_against_its_partitions_objects_in_scope() {
-        let mut s = State::default();
+        let mut s = ConsumerState::default();
         for e in [
             versioned("1", "object.added", "ns/a", "u1", "7", 0),
             versioned("2", "object.added", "ns/b", "u2", "8", 1),
@@ -571,7 +571,7 @@ mod tests {
 
     #[test]
     fn a_full_sync_of_one_cluster_leaves_another_clusters_objects_alone() {
-        let mut s = State::default();
+        let mut s = ConsumerState::default();
         let mut other = ev("1", "object.added", Some("ns/b"), json!({}), 0);
         other.cluster = "c2".into();
         s.apply(other).unwrap();
@@ -583,7 +583,7 @@ mod tests {
 
     #[test]
     fn patches_apply_to_the_stored_object_and_repeats_are_skipped() {
-        let mut s = State::default();
+        let mut s = ConsumerState::default();
         s.apply(ev("1", "object.added", Some("ns/a"), json!({"data": {"v": "x"}}), 0)).unwrap();
         let u = patch("2", "ns/a", json!([{"op": "replace", "path": "/data/v", "value": "y"}]));
         s.apply(u.clone()).unwrap();
@@ -597,7 +597,7 @@ mod tests {
 
     #[test]
     fn a_late_repeat_of_an_objects_or_a_marker_scopes_last_event_is_skipped_beyond_the_window() {
-        let mut s = State { window: Window::new(1), ..State::default() };
+        let mut s = ConsumerState { window: Window::new(1), ..ConsumerState::default() };
         let quiet = ev("q", "object.added", Some("ns/quiet"), json!({"v": 1}), 0);
         let started = marker("m", "sync.started", "s", 0);
         s.apply(quiet.clone()).unwrap();
@@ -620,7 +620,7 @@ mod tests {
 
     #[test]
     fn a_patch_that_does_not_apply_keeps_the_object_stale_until_its_next_whole_content() {
-        let mut s = State::default();
+        let mut s = ConsumerState::default();
         s.apply(ev("1", "object.added", Some("ns/a"), json!({"data": {"v": "x"}}), 0)).unwrap();
         let bad = s.apply(patch("2", "ns/a", json!([{"op": "replace", "path": "/nothing/here", "value": "y"}]))).unwrap_err();
         assert_eq!(bad.reason, Reason::PatchNotApplied);
@@ -639,7 +639,7 @@ mod tests {
 
     #[test]
     fn a_patch_cannot_nest_the_object_deeper_than_the_parse_limit() {
-        let mut s = State::default();
+        let mut s = ConsumerState::default();
         s.apply(ev("1", "object.added", Some("ns/a"), json!({"data": {}}), 0)).unwrap();
         let mut deep = json!(1);
         for _ in 0..100 {
@@ -655,7 +655,7 @@ mod tests {
 
     #[test]
     fn a_patch_cannot_make_the_object_anything_but_an_object() {
-        let mut s = State::default();
+        let mut s = ConsumerState::default();
         s.apply(ev("1", "object.added", Some("ns/a"), json!({"data": {}}), 0)).unwrap();
         let bad = s.apply(patch("2", "ns/a", json!([{"op": "replace", "path": "", "value": [1]}]))).unwrap_err();
         assert_eq!(bad.reason, Reason::PatchNotApplied);
@@ -667,7 +667,7 @@ mod tests {
 
     #[test]
     fn copies_cannot_double_the_object_beyond_the_value_limit() {
-        let mut s = State::default();
+        let mut s = ConsumerState::default();
         s.apply(ev("1", "object.added", Some("ns/a"), json!({"data": {"v": "x"}}), 0)).unwrap();
         // Each copy of the whole object into itself doubles it: 2^60 values without a bound.
         let ops: Vec<Value> = (0..60).map(|i| json!({"op": "copy", "from": "", "path": format!("/c{i}")})).collect();

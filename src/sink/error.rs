@@ -238,10 +238,21 @@ pub enum Failure {
         /// The start of the answer's body.
         body: String,
     },
-    /// The HTTP request failed before an answer (connection, TLS); the client's error and
-    /// its causes.
-    #[error("{0}")]
-    HttpTransport(String),
+    /// The HTTP request failed before an answer (connection, TLS). Shown with its causes:
+    /// the client's own text names only the step ("client error (Connect)").
+    #[error("{}", causes(.0))]
+    HttpTransport(#[source] hyper_util::client::legacy::Error),
+    /// The sink's credential cannot be an `Authorization` header (the value is not shown).
+    #[error("the credential holds characters a header cannot carry (not shown)")]
+    HttpCredentialHeader(#[source] http::header::InvalidHeaderValue),
+    /// An attribute of the event cannot be a header of the binary mode (`ce-` and its name,
+    /// with its value percent-encoded).
+    #[error("{header}: {source}")]
+    HttpHeader {
+        header: String,
+        #[source]
+        source: http::Error,
+    },
     /// No answer within the timeout.
     #[error("no answer within {0:?}")]
     HttpTimeout(Duration),
@@ -252,6 +263,19 @@ pub enum Failure {
     /// A credential file of the sink could not be read.
     #[error("{0}")]
     Credential(#[source] SecretFileError),
+}
+
+/// An error with its causes, each after a colon ("client error (Connect): tcp connect error:
+/// Connection refused").
+pub(super) fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 impl Failure {

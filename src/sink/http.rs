@@ -24,6 +24,7 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use super::encode::{STRUCTURED_CONTENT_TYPE, percent_encode, structured_bytes};
+use super::error::causes;
 use super::{ErrorKind, Failure, SendError, SinkError};
 use crate::config::{ClientErrorPolicy, ContentMode, HttpSinkConfig, HttpTls, Secret, ce_overrides, mask_urls};
 use crate::event::Envelope;
@@ -111,8 +112,7 @@ impl Auth {
                 format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
             }
         };
-        let mut header =
-            HeaderValue::from_str(&value).map_err(|_| Failure::HttpTransport("the credential holds characters a header cannot carry (not shown)".into()))?;
+        let mut header = HeaderValue::from_str(&value).map_err(Failure::HttpCredentialHeader)?;
         header.set_sensitive(true);
         Ok(header)
     }
@@ -202,7 +202,7 @@ impl HttpSink {
         let answered = tokio::time::timeout(inner.timeout, async {
             let response = inner.client.request(request).await.map_err(|e| match self.certificate_failure(&e) {
                 Some(source) => SendError::Fatal { kind: ErrorKind::Tls, source },
-                None => SendError::Retryable { kind: ErrorKind::Connect, source: Failure::HttpTransport(causes(&e)) },
+                None => SendError::Retryable { kind: ErrorKind::Connect, source: Failure::HttpTransport(e) },
             })?;
             let status = response.status();
             let retry_after = retry_after(response.headers());
@@ -231,12 +231,15 @@ impl HttpSink {
                 let ours = env.attributes.pairs().map(|(name, value)| (name as &str, value));
                 let overrides = inner.overrides.iter().map(|(name, value)| (name.as_str(), value.as_str()));
                 for (name, value) in ours.chain(overrides) {
-                    let (name, value) = if name == "datacontenttype" {
+                    let failed = |header: &str, source: http::Error| Failure::HttpHeader { header: header.to_string(), source };
+                    let (header, value) = if name == "datacontenttype" {
                         (CONTENT_TYPE, Cow::Borrowed(value))
                     } else {
-                        (HeaderName::try_from(format!("ce-{name}")).map_err(|e| Failure::HttpTransport(e.to_string()))?, percent_encode(value))
+                        let header = format!("ce-{name}");
+                        (HeaderName::try_from(&header).map_err(|e| failed(&header, e.into()))?, percent_encode(value))
                     };
-                    headers.insert(name, HeaderValue::try_from(value.as_ref()).map_err(|e| Failure::HttpTransport(e.to_string()))?);
+                    let value = HeaderValue::try_from(value.as_ref()).map_err(|e| failed(header.as_str(), e.into()))?;
+                    headers.insert(header, value);
                 }
                 env.data.clone()
             }
@@ -285,19 +288,6 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 fn excerpt(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(BODY_EXCERPT)]);
     text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// The client's error with its causes ("client error (Connect): tcp connect error:
-/// Connection refused").
-fn causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 /// The certificate error among the causes of `e`. The TLS error reaches the client inside
@@ -499,6 +489,37 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("s3cret"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_retried_with_the_clients_error_as_its_source_and_its_causes_in_the_text() {
+        // A port just given back by the system: nothing listens there.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let cfg: HttpSinkConfig = serde_json::from_value(serde_json::json!({"url": format!("http://127.0.0.1:{port}/events")})).unwrap();
+        let sink = HttpSink::new(&cfg).unwrap();
+        let kind = crate::event::EnvelopeKind::Object(crate::model::ChangeType::Added);
+        let e = sink.send(&crate::event::fixtures::configmap_event("ns/a", "e1", kind)).await.unwrap_err();
+        let SendError::Retryable { kind: ErrorKind::Connect, source } = &e else { panic!("{e:?}") };
+        let client = std::error::Error::source(source).and_then(|s| s.downcast_ref::<hyper_util::client::legacy::Error>());
+        assert!(client.is_some_and(|c| c.is_connect()), "{source:?}");
+        assert!(e.to_string().starts_with("connect: client error (Connect): tcp connect error: Connection refused"), "{e}");
+    }
+
+    #[test]
+    fn a_header_the_event_cannot_carry_names_the_header_and_keeps_its_cause_and_a_credential_is_not_shown() {
+        let cfg: HttpSinkConfig = serde_json::from_value(serde_json::json!({"url": "http://127.0.0.1:9/events"})).unwrap();
+        let mut sink = HttpSink::new(&cfg).unwrap();
+        Arc::get_mut(&mut sink.inner).unwrap().overrides = vec![("a b".into(), "x".into())];
+        let kind = crate::event::EnvelopeKind::Object(crate::model::ChangeType::Added);
+        let env = crate::event::fixtures::configmap_event("ns/a", "e1", kind);
+        let failure = sink.request(&env).unwrap_err();
+        assert!(matches!(&failure, Failure::HttpHeader { header, .. } if header == "ce-a b"), "{failure:?}");
+        assert!(std::error::Error::source(&failure).is_some_and(|s| s.is::<http::Error>()));
+        assert_eq!(failure.to_string(), "ce-a b: invalid HTTP header name");
+        let cfg: HttpSinkConfig = serde_json::from_value(serde_json::json!({"url": "http://127.0.0.1:9/events", "auth": {"token": "s3cret\n"}})).unwrap();
+        let failure = HttpSink::new(&cfg).unwrap().request(&env).unwrap_err();
+        assert!(matches!(failure, Failure::HttpCredentialHeader(_)), "{failure:?}");
+        assert_eq!(failure.to_string(), "the credential holds characters a header cannot carry (not shown)");
     }
 
     #[test]

@@ -23,7 +23,7 @@ fn suggest(close: &[String]) -> String {
 }
 
 /// What the API server serves, from one discovery run.
-pub struct Served(Vec<(ApiResource, ApiCapabilities)>);
+pub struct Discovered(Vec<(ApiResource, ApiCapabilities)>);
 
 /// Attempts of a group-by-group discovery that met a vanished group.
 const GROUP_BY_GROUP_ATTEMPTS: u32 = 3;
@@ -32,7 +32,7 @@ const GROUP_BY_GROUP_ATTEMPTS: u32 = 3;
 /// one consistent answer. Older servers are asked group by group, where a group removed
 /// between the list of groups and its own request (a CRD deleted meanwhile) fails the run
 /// with a 404: that run is tried again.
-pub async fn discover(client: Client) -> Result<Served, DiscoveryError> {
+pub async fn discover(client: Client) -> Result<Discovered, DiscoveryError> {
     let discovery = match Discovery::new(client.clone()).run_aggregated().await {
         Ok(d) => d,
         Err(e) => {
@@ -51,10 +51,10 @@ pub async fn discover(client: Client) -> Result<Served, DiscoveryError> {
             }
         }
     };
-    Ok(Served(discovery.groups().flat_map(|g| g.versions().flat_map(|v| g.versioned_resources(v)).collect::<Vec<_>>()).collect()))
+    Ok(Discovered(discovery.groups().flat_map(|g| g.versions().flat_map(|v| g.versioned_resources(v)).collect::<Vec<_>>()).collect()))
 }
 
-impl Served {
+impl Discovered {
     /// Resolves `resources[index]`, or explains why it cannot be watched.
     pub fn resolve(&self, index: usize, rc: &ResourceConfig) -> Result<ResourceType, DiscoveryError> {
         resolve_one(index, rc, &self.0)

@@ -62,7 +62,7 @@ pub type Delivery = oneshot::Receiver<Delivered>;
 pub struct Producer {
     /// Declared (so dropped) before `_stop`, which holds what the client calls back into.
     base: Arc<BaseProducer<QuietContext>>,
-    _stop: Arc<Stop>,
+    _stop: Arc<StopOnDrop>,
 }
 
 /// What librdkafka's queue callback and the reports task share.
@@ -74,9 +74,9 @@ struct Signal {
 }
 
 /// Tells the reports task to stop when the last handle is dropped.
-struct Stop(Arc<Signal>);
+struct StopOnDrop(Arc<Signal>);
 
-impl Drop for Stop {
+impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.stopped.store(true, Ordering::Release);
         self.0.ready.notify_one();
@@ -97,7 +97,7 @@ unsafe impl Sync for ReportQueue {}
 impl ReportQueue {
     /// Points the queue of `client` at `signal`: librdkafka calls `wake` on its own threads
     /// when it puts an event on the queue while empty. `signal` must outlive the client
-    /// (`Closing`; a `Producer` drops its client before its `Stop`).
+    /// (`Closing`; a `Producer` drops its client before its `StopOnDrop`).
     fn watch(client: &BaseProducer<QuietContext>, signal: &Arc<Signal>) -> ReportQueue {
         /// Called with the queue locked: it must not call librdkafka, only wake the task.
         unsafe extern "C" fn wake(_rk: *mut rd::rd_kafka_t, opaque: *mut std::ffi::c_void) {
@@ -163,7 +163,7 @@ impl Producer {
         let signal = Arc::new(Signal::default());
         let queue = ReportQueue::watch(&base, &signal);
         runtime.spawn(serve(Served(Some(Closing { queue, client: base.clone(), signal: signal.clone() }))));
-        Ok(Producer { base, _stop: Arc::new(Stop(signal)) })
+        Ok(Producer { base, _stop: Arc::new(StopOnDrop(signal)) })
     }
 
     /// Has librdkafka send the records it holds at once instead of after `linger.ms`, until

@@ -42,15 +42,16 @@ pub enum Before {
     LookUp,
 }
 
+/// One event's account: its parts in doubt, and where its parts were delivered.
 #[derive(Debug, Default)]
-struct Entry {
+struct Account {
     doubts: Vec<Doubt>,
     delivered: Vec<(Part, Placement)>,
 }
 
 #[derive(Debug, Default)]
 pub struct Ledger {
-    events: HashMap<String, Entry>,
+    events: HashMap<String, Account>,
     /// Event ids in the order they were first recorded, for the bound.
     order: VecDeque<String>,
 }
@@ -60,7 +61,7 @@ impl Ledger {
         self.events.is_empty()
     }
 
-    fn entry(&mut self, id: &str) -> &mut Entry {
+    fn entry(&mut self, id: &str) -> &mut Account {
         if !self.events.contains_key(id) {
             if self.order.len() >= CAPACITY
                 && let Some(oldest) = self.order.pop_front()

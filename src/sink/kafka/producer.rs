@@ -16,9 +16,9 @@ use super::error::{classify, client_refused};
 use super::ledger::Part;
 use super::log::QuietContext;
 use super::partition;
-use super::recover::{Progress, STATISTICS_INTERVAL_MS, Tracked};
+use super::recover::{Outstanding, STATISTICS_INTERVAL_MS, Tracked};
 use super::resend::{Resend, stamp_floor};
-use super::transaction::{INIT_TIMEOUT, Member, Settled, Transactions};
+use super::transaction::{Enrolment, INIT_TIMEOUT, Settled, Transactions};
 use crate::config::{ClientRole, ContentMode, KafkaConfig};
 use crate::event::{Envelope, EnvelopeKind};
 use crate::model::{ChangeType, Placement};
@@ -45,7 +45,7 @@ struct Shared {
     /// producer.
     context: QuietContext,
     producer: RwLock<Producer>,
-    progress: Arc<Progress>,
+    progress: Arc<Outstanding>,
     /// Once the route is fenced (sink::fence): the transactional producer's settings and
     /// its transactions.
     transactional: OnceLock<(ClientConfig, Arc<Transactions>)>,
@@ -85,7 +85,7 @@ impl KafkaSink {
         &self.shared.context
     }
 
-    pub(super) fn progress(&self) -> &Progress {
+    pub(super) fn progress(&self) -> &Outstanding {
         &self.shared.progress
     }
 
@@ -406,7 +406,7 @@ impl Future for Produced<'_> {
 /// on a fenced route.
 struct Pending {
     tracked: Tracked<Delivery>,
-    member: Option<Member>,
+    member: Option<Enrolment>,
 }
 
 /// Initialises a transactional producer on a thread of the blocking pool.

@@ -45,19 +45,19 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Records handed to the producer and not yet reported on, and when the last report
 /// (delivered or failed) came.
 #[derive(Debug)]
-pub struct Progress {
+pub struct Outstanding {
     origin: Instant,
     waiting: AtomicUsize,
     last_report_ms: AtomicU64,
 }
 
-impl Default for Progress {
+impl Default for Outstanding {
     fn default() -> Self {
-        Progress { origin: Instant::now(), waiting: AtomicUsize::new(0), last_report_ms: AtomicU64::new(0) }
+        Outstanding { origin: Instant::now(), waiting: AtomicUsize::new(0), last_report_ms: AtomicU64::new(0) }
     }
 }
 
-impl Progress {
+impl Outstanding {
     fn now_ms(&self) -> u64 {
         self.origin.elapsed().as_millis() as u64
     }
@@ -82,13 +82,13 @@ impl Progress {
     }
 }
 
-/// A delivery and its place in `Progress`.
+/// A delivery and its place in `Outstanding`.
 pub struct Tracked<F> {
     pub delivery: F,
     _report: Report,
 }
 
-struct Report(Arc<Progress>);
+struct Report(Arc<Outstanding>);
 
 impl Drop for Report {
     fn drop(&mut self) {
@@ -216,7 +216,7 @@ mod tests {
 
     #[test]
     fn progress_stalls_only_while_records_wait_without_a_report() {
-        let p = Arc::new(Progress::default());
+        let p = Arc::new(Outstanding::default());
         assert!(!p.stalled(Duration::ZERO), "nothing waits");
         let tracked = p.track(());
         assert_eq!(p.waiting(), 1);

@@ -74,7 +74,7 @@ pub struct Transactions {
 }
 
 /// One record's part in a transaction: report it (`reported`), then wait for `settled`.
-pub struct Member {
+pub struct Enrolment {
     txns: Arc<Transactions>,
     settled: watch::Receiver<Option<Settled>>,
     reported: bool,
@@ -87,7 +87,7 @@ impl Transactions {
 
     /// Opens a transaction when none is open, and enrols one record in it. The returned
     /// guard must be held until the record is handed to librdkafka.
-    pub async fn enrol(self: &Arc<Self>, producer: &Producer) -> Result<(RwLockReadGuard<'_, ()>, Member), Result<KafkaError, String>> {
+    pub async fn enrol(self: &Arc<Self>, producer: &Producer) -> Result<(RwLockReadGuard<'_, ()>, Enrolment), Result<KafkaError, String>> {
         let gate = self.gate.read().await;
         let mut state = self.state();
         if let Some(failed) = &state.failed {
@@ -103,7 +103,7 @@ impl Transactions {
         open.unreported += 1;
         let settled = open.settled.subscribe();
         drop(state);
-        Ok((gate, Member { txns: self.clone(), settled, reported: false }))
+        Ok((gate, Enrolment { txns: self.clone(), settled, reported: false }))
     }
 
     /// Commits the open transaction at once (a barrier waits behind it).
@@ -224,7 +224,7 @@ fn outcome_of(e: &KafkaError) -> Next {
     }
 }
 
-impl Member {
+impl Enrolment {
     /// The record's delivery report was taken: the transaction may commit once every
     /// record in it was.
     pub fn reported(&mut self) {
@@ -253,7 +253,7 @@ impl Member {
     }
 }
 
-impl Drop for Member {
+impl Drop for Enrolment {
     fn drop(&mut self) {
         self.reported();
     }
