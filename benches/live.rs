@@ -119,12 +119,22 @@ struct Phase {
     reached_per_sec: f64,
     delivered: usize,
     cpu_secs: f64,
+    /// CPU of the API server and its etcd while the load ran: the writes, and the watch
+    /// events they send to the program (none for the floor, which writes to Kafka only).
+    server_cpu_secs: f64,
+    /// CPU of this process (the load generator) while the load ran.
+    load_cpu_secs: f64,
     /// Latency per delivered update, ms.
     latencies: Vec<f64>,
     timestamp_type: &'static str,
 }
 
 impl Phase {
+    /// What one accepted write cost the API server and etcd, and the load generator, µs.
+    fn write_cost_us(&self) -> Option<(f64, f64)> {
+        (self.accepted > 0).then(|| (self.server_cpu_secs * 1e6 / self.accepted as f64, self.load_cpu_secs * 1e6 / self.accepted as f64))
+    }
+
     fn cpu_us_per_event(&self) -> Option<f64> {
         (self.delivered > 0).then(|| self.cpu_secs * 1e6 / self.delivered as f64)
     }
@@ -190,6 +200,7 @@ fn main() {
                         json!({"bench": "live", "objects": count, "run": run, "program": program.as_str(), "rate": rate, "secs": secs,
                                "planned": phase.planned, "accepted": phase.accepted, "reached_per_sec": phase.reached_per_sec,
                                "delivered": phase.delivered, "cpu_secs": phase.cpu_secs, "cpu_us_per_event": phase.cpu_us_per_event(),
+                               "server_us_per_write": phase.write_cost_us().map(|c| c.0), "load_us_per_write": phase.write_cost_us().map(|c| c.1),
                                "latency_ms": {"p50": percentile(&phase.latencies, 0.5), "p99": percentile(&phase.latencies, 0.99)},
                                "timestamp_type": phase.timestamp_type, "synced_secs": synced_at, "smoke": !bench})
                     );
@@ -235,7 +246,9 @@ fn summarize(count: usize, rates: &[f64], results: &[(usize, Phase)], bench: boo
                        "accepted": s(of.iter().map(|p| p.accepted as f64).collect()),
                        "delivered": s(of.iter().map(|p| p.delivered as f64).collect()),
                        "delivered_over_accepted": s(of.iter().filter(|p| p.accepted > 0).map(|p| p.delivered as f64 / p.accepted as f64).collect()),
-                       "reached_per_sec": s(of.iter().map(|p| p.reached_per_sec).collect()), "smoke": !bench})
+                       "reached_per_sec": s(of.iter().map(|p| p.reached_per_sec).collect()),
+                       "server_us_per_write": s(of.iter().filter_map(|p| p.write_cost_us().map(|c| c.0)).collect()),
+                       "load_us_per_write": s(of.iter().filter_map(|p| p.write_cost_us().map(|c| c.1)).collect()), "smoke": !bench})
             );
         }
         let of = |run: usize, program: Program| {
@@ -257,10 +270,14 @@ fn summarize(count: usize, rates: &[f64], results: &[(usize, Phase)], bench: boo
 fn run_phase(rt: &tokio::runtime::Runtime, load: &Load, brokers: &str, topic: &str, running: &mut Running, program: Program, tag: &str) -> Phase {
     let consumer = consumer_at_end(brokers, topic);
     let cpu_before = live::cpu_secs(running.pid());
+    let servers = live::api_server_pids();
+    let server_cpu = || servers.iter().map(|p| live::cpu_secs(*p)).sum::<f64>();
+    let (server_before, load_before) = (server_cpu(), common::process_cpu());
     let (answers, elapsed) = match running {
         Running::Floor(f) => f.phase(load.rate, load.secs, tag, load.count),
         _ => rt.block_on(drive(load, tag)),
     };
+    let (server_cpu_secs, load_cpu_secs) = (server_cpu() - server_before, common::process_cpu() - load_before);
     let accepted = answers.iter().flatten().count();
     let appended = read_back(&consumer, tag, accepted, Duration::from_secs_f64(load.secs * 3.0 + 60.0));
     let cpu_secs = live::cpu_secs(running.pid()) - cpu_before;
@@ -286,6 +303,8 @@ fn run_phase(rt: &tokio::runtime::Runtime, load: &Load, brokers: &str, topic: &s
         reached_per_sec: accepted as f64 / elapsed.as_secs_f64(),
         delivered: appended.len(),
         cpu_secs,
+        server_cpu_secs,
+        load_cpu_secs,
         latencies,
         timestamp_type,
     }

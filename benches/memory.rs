@@ -17,6 +17,11 @@
 //! more than 10k objects are deleted afterwards (they weigh on the shared API server)
 //! unless DELTASHIP_TEST_BENCH_KEEP_NAMESPACES=1.
 //!
+//! Beside each run, side by side on the same ConfigMaps (`common/list.rs`): the bridge with
+//! `kubernetes.streaming_lists = true`, and a bare client reading them as a paged list and
+//! as a streaming list; the lines `{"bench": "sync", ...}` give each one's time and CPU and
+//! the bridge's over the bare read's, per run.
+//!
 //! Environment: DELTASHIP_TEST_BENCH_COUNTS (default `0,10000,100000`), DELTASHIP_TEST_BENCH_RUNS
 //! (default 3), DELTASHIP_TEST_BENCH_BIN (default: the bench build's deltaship binary, i.e.
 //! target/release/deltaship). Without `--bench` (`cargo test --benches`): one run at 20
@@ -24,6 +29,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/list.rs"]
+mod list;
 #[path = "common/live.rs"]
 mod live;
 
@@ -39,8 +46,23 @@ fn main() {
         let ns = live::namespace(count, bench);
         rt.block_on(live::prepare(&client, &ns, count, "memory"));
         let mut results = Vec::new();
+        let mut syncs = Vec::new();
         for run in 0..runs {
-            let r = run_bridge(&bin, &ns, &brokers, steady_secs);
+            let r = run_bridge(&bin, &ns, &brokers, steady_secs, false);
+            // Its time to synced only: no steady phase.
+            let streaming = run_bridge(&bin, &ns, &brokers, 0, true);
+            let paged = rt.block_on(list::paged(&client, &ns));
+            let streamed = rt.block_on(list::streaming(&client, &ns));
+            let sync = Sync {
+                paged: (r.synced_secs, r.sync_cpu_secs),
+                streaming: (streaming.synced_secs, streaming.sync_cpu_secs),
+                bare_paged: paged,
+                bare_streaming: streamed,
+            };
+            println!("{}", sync.line(count, run, !bench));
+            rt.block_on(live::delete_topic(&brokers, &streaming.topic));
+            rt.block_on(live::delete_topic(&brokers, &streaming.checkpoint_topic));
+            syncs.push(sync);
             println!(
                 "{}",
                 json!({"bench": "memory", "objects": count, "run": run, "synced_secs": r.synced_secs, "ready_secs": r.ready_secs,
@@ -61,6 +83,7 @@ fn main() {
                    "steady_rss_mb": s(col(|r| r.steady_mb)), "peak_over_steady": s(common::stats(&ratios)),
                    "sync_cpu_secs": s(col(|r| r.sync_cpu_secs)), "smoke": !bench})
         );
+        println!("{}", Sync::summary(&syncs, count, !bench));
         rt.block_on(live::clean_up(&client, &ns, count, bench, "memory"));
     }
 }
@@ -82,10 +105,66 @@ fn synced(s: &Sample) -> bool {
     s.metrics.sum("deltaship_events_total", &[("type", "sync.completed")]) >= 1.0
 }
 
-fn run_bridge(bin: &str, ns: &str, brokers: &str, steady_secs: u64) -> Run {
+/// One run's syncs side by side: the bridge's (time to synced, CPU until synced) with a
+/// paged and with a streaming list, and the bare reads of the same ConfigMaps.
+struct Sync {
+    paged: (f64, f64),
+    streaming: (f64, f64),
+    bare_paged: list::Read,
+    bare_streaming: list::Read,
+}
+
+impl Sync {
+    /// Name, then (seconds, CPU seconds) of each of the four.
+    fn columns(&self) -> [(&'static str, (f64, f64)); 4] {
+        [
+            ("bridge_paged", self.paged),
+            ("bridge_streaming", self.streaming),
+            ("bare_paged", (self.bare_paged.secs, self.bare_paged.cpu_secs)),
+            ("bare_streaming", (self.bare_streaming.secs, self.bare_streaming.cpu_secs)),
+        ]
+    }
+
+    /// The bridge's time over the bare read's: paged, streaming.
+    fn ratios(&self) -> (f64, f64) {
+        (self.paged.0 / self.bare_paged.secs, self.streaming.0 / self.bare_streaming.secs)
+    }
+
+    fn line(&self, count: usize, run: usize, smoke: bool) -> serde_json::Value {
+        let mut line = json!({"bench": "sync", "objects": count, "run": run, "smoke": smoke,
+                              "bare_objects": [self.bare_paged.objects, self.bare_streaming.objects],
+                              "paged_over_bare": self.ratios().0, "streaming_over_bare": self.ratios().1});
+        for (name, (secs, cpu)) in self.columns() {
+            line[format!("{name}_secs")] = json!(secs);
+            line[format!("{name}_cpu_secs")] = json!(cpu);
+        }
+        line
+    }
+
+    fn summary(syncs: &[Sync], count: usize, smoke: bool) -> serde_json::Value {
+        let s = |xs: Vec<f64>| {
+            let (median, min, max) = common::stats(&xs);
+            json!({"median": median, "min": min, "max": max})
+        };
+        let mut line = json!({"bench": "sync", "summary": true, "objects": count, "runs": syncs.len(), "smoke": smoke,
+                              "paged_over_bare": s(syncs.iter().map(|x| x.ratios().0).collect()),
+                              "streaming_over_bare": s(syncs.iter().map(|x| x.ratios().1).collect())});
+        for (k, (name, _)) in syncs[0].columns().iter().enumerate() {
+            line[format!("{name}_secs")] = s(syncs.iter().map(|x| x.columns()[k].1.0).collect());
+            line[format!("{name}_cpu_secs")] = s(syncs.iter().map(|x| x.columns()[k].1.1).collect());
+        }
+        line
+    }
+}
+
+fn run_bridge(bin: &str, ns: &str, brokers: &str, steady_secs: u64, streaming: bool) -> Run {
     let id = common::unique("dsbench-mem");
     let port = live::free_port();
-    let mut bridge = Bridge::spawn(bin, &id, port, &live::kafka_config("bench", ns, brokers, &id, port, "warn"));
+    let mut config = live::kafka_config("bench", ns, brokers, &id, port, "warn");
+    if streaming {
+        config.push_str("[kubernetes]\nstreaming_lists = true\n");
+    }
+    let mut bridge = Bridge::spawn(bin, &id, port, &config);
     let mut ready_at: Option<f64> = None;
     let samples = bridge.sample_until(Duration::from_secs(900), |s| {
         if ready_at.is_none() && s.ready && synced(s) {

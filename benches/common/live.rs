@@ -381,6 +381,33 @@ pub fn cpu_secs(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / hz
 }
 
+/// The processes that serve the test API server (DELTASHIP_TEST_KUBE_SERVER): its
+/// kube-apiserver (by `--secure-port`) and the etcd it writes to (by
+/// `--listen-client-urls`). A write's cost on this machine is what these spend on it.
+pub fn api_server_pids() -> Vec<u32> {
+    let server = crate::common::test_env("DELTASHIP_TEST_KUBE_SERVER");
+    let port = server.rsplit_once(':').map(|(_, p)| p.trim_end_matches('/')).expect("DELTASHIP_TEST_KUBE_SERVER ends with a port");
+    let processes: Vec<(u32, Vec<String>)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            Some((pid, cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect()))
+        })
+        .collect();
+    let flag = |args: &[String], name: &str| args.iter().find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_string));
+    let (api, args) = processes
+        .iter()
+        .find(|(_, args)| args[0].ends_with("kube-apiserver") && flag(args, "secure-port").as_deref() == Some(port))
+        .unwrap_or_else(|| panic!("no kube-apiserver with --secure-port={port} runs here"));
+    let etcd = flag(args, "etcd-servers").expect("the API server's --etcd-servers");
+    let (store, _) = processes
+        .iter()
+        .find(|(_, args)| args[0].ends_with("etcd") && flag(args, "listen-client-urls").as_deref() == Some(etcd.as_str()))
+        .unwrap_or_else(|| panic!("no etcd listens on {etcd}"));
+    vec![*api, *store]
+}
+
 /// GET `path` from the bridge's HTTP server: (status, body).
 fn get(addr: &str, path: &str) -> Option<(u16, String)> {
     let mut s = std::net::TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_millis(200)).ok()?;
