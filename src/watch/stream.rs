@@ -21,6 +21,7 @@ use rand::Rng;
 use serde::Deserialize;
 // tokio's clock, so that the tests can pause and advance it.
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::error::WatchError;
 use super::{WatchedObject, lines, position, stall};
@@ -68,11 +69,12 @@ struct Page {
 enum State {
     /// A list is due (first start, or the watch's version is gone).
     List,
-    /// A paged list under way: the page's objects not yet yielded, the next page's token,
-    /// the list's version.
+    /// A paged list under way: the page's objects not yet yielded, the next page (already
+    /// requested, so that the API server reads it while these are handled), the list's
+    /// version.
     Paging {
         items: VecDeque<WatchedObject>,
-        next: Option<String>,
+        next: Option<AbortOnDropHandle<Result<Page, WatchError>>>,
         version: String,
     },
     /// A streaming list's initial events.
@@ -168,7 +170,8 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
                 Ok(Some(Observed::Init))
             }
             State::List => {
-                self.state = page(&self.client, &self.request, &self.settings, None).await?;
+                let first = page(self.client.clone(), self.request.clone(), self.settings.clone(), None).await?;
+                self.state = self.paging(first)?;
                 Ok(Some(Observed::Init))
             }
             State::Paging { mut items, next, version } => {
@@ -177,7 +180,11 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
                     return Ok((self.decode)(item).map(Observed::InitApply));
                 }
                 match next {
-                    Some(token) => self.state = page(&self.client, &self.request, &self.settings, Some(token)).await?,
+                    Some(next) => {
+                        // The request runs on its own task, which only a panic ends early.
+                        let fetched = next.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+                        self.state = self.paging(fetched)?;
+                    }
                     None => {
                         self.state = State::Listed(version.clone());
                         return Ok(Some(Observed::Bookmark(version)));
@@ -293,6 +300,18 @@ impl<D: FnMut(WatchedObject) -> Option<Object>> ListWatch<D> {
         }
     }
 
+    /// A page of the list as the state to go on from: its objects, and the next page
+    /// requested at once when there is one.
+    fn paging(&self, fetched: Page) -> Result<State, WatchError> {
+        let version = fetched.metadata.resource_version.filter(|v| !v.is_empty()).ok_or(WatchError::NoResourceVersion)?;
+        let next = fetched
+            .metadata
+            .continue_
+            .filter(|t| !t.is_empty())
+            .map(|token| AbortOnDropHandle::new(tokio::spawn(page(self.client.clone(), self.request.clone(), self.settings.clone(), Some(token)))));
+        Ok(State::Paging { items: fetched.items.unwrap_or_default().into(), next, version })
+    }
+
     fn watch_params(&self) -> WatchParams {
         let mut params = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
         params.label_selector = self.settings.label_selector.clone();
@@ -378,7 +397,7 @@ async fn watch(client: &Client, request: &Request, params: &WatchParams, version
 }
 
 /// Requests a page of the list (the first when `token` is `None`).
-async fn page(client: &Client, request: &Request, settings: &Settings, token: Option<String>) -> Result<State, WatchError> {
+async fn page(client: Client, request: Request, settings: Settings, token: Option<String>) -> Result<Page, WatchError> {
     let mut params = ListParams { label_selector: settings.label_selector.clone(), field_selector: settings.field_selector.clone(), ..ListParams::default() }
         .limit(settings.page_size);
     // The first page names no version: a consistent read (client-go's relist after its
@@ -389,10 +408,7 @@ async fn page(client: &Client, request: &Request, settings: &Settings, token: Op
     }
     let mut req = request.list(&params).map_err(|e| WatchError::InitialListFailed(kube::Error::BuildRequest(e)))?;
     req.extensions_mut().insert("list");
-    let page: Page = client.request(req).await.map_err(WatchError::InitialListFailed)?;
-    let version = page.metadata.resource_version.filter(|v| !v.is_empty()).ok_or(WatchError::NoResourceVersion)?;
-    let next = page.metadata.continue_.filter(|t| !t.is_empty());
-    Ok(State::Paging { items: page.items.unwrap_or_default().into(), next, version })
+    client.request(req).await.map_err(WatchError::InitialListFailed)
 }
 
 /// client-go's backoff: 0.8 s doubling per failure in a row, at most 30 s, each delay
@@ -495,6 +511,28 @@ mod tests {
             seen[2].contains("watch=true") && seen[2].contains("resourceVersion=10") && seen[2].contains("allowWatchBookmarks=true"),
             "from the list's version: {seen:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn the_next_page_is_requested_while_the_objects_of_the_page_before_it_are_handled() {
+        let lists = vec![
+            json!({"metadata": {"resourceVersion": "10", "continue": "next"}, "items": [cm("a", "3"), cm("b", "4"), cm("c", "5")]}),
+            json!({"metadata": {"resourceVersion": "10"}, "items": [cm("d", "6")]}),
+        ];
+        let (stream, seen) = watch(scripted(lists, vec![]), settings(), None);
+        let mut stream = std::pin::pin!(stream);
+        assert!(matches!(stream.next().await, Some(Ok(Observed::Init))));
+        assert!(matches!(stream.next().await, Some(Ok(Observed::InitApply(_)))), "the first page's first object");
+        // The page's other objects are still to be handled; the next page's request goes out
+        // on its own task meanwhile.
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while seen.lock().unwrap().len() < 2 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the second page requested before the first page's objects were all handled");
+        assert!(seen.lock().unwrap()[1].contains("continue=next"));
     }
 
     #[tokio::test]
