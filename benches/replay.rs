@@ -250,7 +250,10 @@ fn selected(v: Variant) -> bool {
 /// lz4, 64 MiB queue, linger 5 ms), for the raw client.
 fn raw_producer(brokers: &str) -> FutureProducer {
     let cfg: deltaship::config::KafkaConfig = serde_json::from_value(serde_json::json!({"brokers": brokers})).expect("a Kafka config");
-    cfg.client_config(deltaship::config::ClientRole::Producer).expect("no secret files to read").create().expect("raw producer")
+    deltaship::broker::kafka::client_config(&cfg, deltaship::broker::kafka::ClientRole::Producer)
+        .expect("no secret files to read")
+        .create()
+        .expect("raw producer")
 }
 
 struct KafkaRecord {

@@ -6,6 +6,7 @@
 pub const CONTRACT_VERSION: u32 = 2;
 
 pub mod address;
+pub mod broker;
 pub mod change;
 pub mod check;
 pub mod checkpoint;

@@ -21,6 +21,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("memory", 3),
     ("plan", 4),
     ("watch", 5),
+    ("broker", 5),
     ("change", 6),
     ("event", 7),
     ("sink", 8),
@@ -541,38 +542,12 @@ fn library() -> Graph {
     graph(&sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src")))
 }
 
-/// The circles there were when this check came, each as the files that reach each other
-/// (issue 42 names the work): taken apart one by one, never added to. The check fails on any
-/// other circle, and on one listed here that is gone or has changed (take it off the list).
-const KNOWN_CIRCLES: &[&[&str]] = &[
-    // The protocol's steps and the decoder's verdicts (`Bad`, `Step`) each need the other's.
-    &["rebuild/decode.rs", "rebuild/protocol.rs"],
-    // The readers take `Consumer` and `RebuildError` from the face that calls them.
-    &["rebuild/follow.rs", "rebuild/kafka.rs", "rebuild/mod.rs", "rebuild/nats.rs", "rebuild/recorded.rs"],
-    // The rdkafka client context and the sink's error kinds: the broker clients' room below sink.
-    &[
-        "sink/error.rs",
-        "sink/kafka/delivery.rs",
-        "sink/kafka/error.rs",
-        "sink/kafka/log.rs",
-        "sink/kafka/producer.rs",
-        "sink/kafka/recover.rs",
-        "sink/kafka/resend.rs",
-        "sink/kafka/transaction.rs",
-    ],
-];
-
 #[test]
 fn no_import_goes_round_between_the_files_of_the_library() {
     let graph = library();
     let mut found = Vec::new();
-    let mut known = BTreeSet::new();
     for (group, way) in circles(&graph.arrows) {
         let files: Vec<&str> = group.iter().map(String::as_str).collect();
-        if let Some(k) = KNOWN_CIRCLES.iter().position(|k| *k == files.as_slice()) {
-            known.insert(k);
-            continue;
-        }
         let steps: String = way.windows(2).map(|w| format!("src/{} -> (`{}`) ", w[0], graph.why[&(w[0].clone(), w[1].clone())])).collect();
         found.push(format!(
             "{steps}src/{}
@@ -586,8 +561,6 @@ fn no_import_goes_round_between_the_files_of_the_library() {
          move what both sides need to a file of its own, below both:\n{}",
         found.join("\n")
     );
-    let gone: Vec<String> = KNOWN_CIRCLES.iter().enumerate().filter(|(k, _)| !known.contains(k)).map(|(_, files)| format!("{files:?}")).collect();
-    assert!(gone.is_empty(), "these known circles are gone or changed; take them off KNOWN_CIRCLES:\n{}", gone.join("\n"));
 }
 
 /// The folders of `src/` whose files never reach up to their `mod.rs`.

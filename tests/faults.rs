@@ -270,7 +270,7 @@ async fn kafka_broker_restarts(fenced: bool) {
     if fenced {
         config.push_str(&format!("[leader_election]\nenabled = true\nnamespace = \"{ns}\"\nlease_name = \"deltaship-faults\"\nfence = true\n"));
     }
-    let mut bridge = Bridge::start_with_env(&config, &[("RUST_LOG", "deltaship=debug,deltaship::sink::kafka::delivery=trace,info")]);
+    let mut bridge = Bridge::start_with_env(&config, &[("RUST_LOG", "deltaship=debug,deltaship::broker::kafka::context=trace,info")]);
     bridge.wait_ready(Duration::from_secs(60));
     let rss = RssSampler::start(bridge.pid(), SAMPLE_EVERY);
     let mut churn = Churn::create(&client, &ns, 20, 0).await;

@@ -2,7 +2,7 @@
 //! deltaship ships for the same updates (a bench ConfigMap as the API server serves it, with
 //! `data.seq` set and without `metadata.managedFields`; the headers deltaship's Kafka binding
 //! writes for an update, built per record by that binding), with the bridge's producer settings
-//! (`KafkaConfig::client_config`). No watch, no stages: what any bridge built on librdkafka
+//! (`broker::kafka::client_config`). No watch, no stages: what any bridge built on librdkafka
 //! pays per record at that rate.
 //!
 //! It runs as a child process (the bench binary again, with the argument `floor-producer`),
@@ -19,7 +19,8 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use deltaship::config::{ClientRole, ContentMode, KafkaConfig};
+use deltaship::broker::kafka::{ClientRole, client_config};
+use deltaship::config::{ContentMode, KafkaConfig};
 use deltaship::event::{Envelope, EnvelopeKind, WatchAttributes};
 use deltaship::model::{ChangeType, ObjectRef};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -132,7 +133,7 @@ pub fn producer(args: &[String]) {
     let [brokers, topic, ns, template] = args else { panic!("usage: {ARG} <brokers> <topic> <ns> <template file>") };
     let template = std::fs::read_to_string(Path::new(template)).unwrap();
     let cfg: KafkaConfig = serde_json::from_value(json!({"brokers": brokers})).unwrap();
-    let producer: BaseProducer = cfg.client_config(ClientRole::Producer).unwrap().create().expect("a Kafka producer");
+    let producer: BaseProducer = client_config(&cfg, ClientRole::Producer).unwrap().create().expect("a Kafka producer");
     producer.client().fetch_metadata(Some(topic), Timeout::After(Duration::from_secs(60))).expect("the topic's metadata");
     let update = Update::new(ns);
     println!("ready");

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::store::Refusal;
 use super::{Progress, Records, Seal, Store};
 use crate::config::{ResumeConfig, SinkConfig};
 use crate::telemetry::meters::CheckpointMeters;
@@ -40,7 +41,7 @@ impl Destination {
                 let opened = tokio::time::timeout(OPEN_FOR, async {
                     let store = Store::open(sink, resume, name)
                         .await?
-                        .ok_or_else(|| super::StoreError::Refused { store: format!("route {name}"), reason: "it keeps no checkpoint".into() })?;
+                        .ok_or_else(|| super::StoreError::Refused { store: format!("route {name}"), reason: Refusal::NoCheckpoint })?;
                     let old = store.load(prefix).await?;
                     Ok::<_, super::StoreError>((store, old))
                 })

@@ -1,9 +1,8 @@
-//! The Kafka sink's configuration, and the librdkafka settings it makes.
+//! The Kafka sink's configuration.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use rdkafka::config::ClientConfig;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -11,7 +10,7 @@ use super::bounds;
 use super::content::ContentMode;
 use super::credentials::check_readable;
 use super::problem::{Problem, problem};
-use super::secret::{Secret, SecretFileError, mask_secrets_in};
+use super::secret::{Secret, mask_secrets_in};
 use super::template::{Template, check_per_resource};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -170,71 +169,7 @@ impl SaslMechanism {
     }
 }
 
-/// librdkafka's own queue would buffer up to 1 GiB by default; deltaship bounds what is in
-/// flight itself (delivery.max_in_flight), so a small cap here keeps memory bounded even
-/// with large objects.
-const QUEUE_MAX_KBYTES: &str = "65536";
-
-/// What a librdkafka client made from the sink's settings is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientRole {
-    /// The sink's producer (and its admin clients): the brokers, deltaship's producer
-    /// settings and the connection settings.
-    Producer,
-    /// A reader of the sink's topics (`rebuild --config`): the connection settings only,
-    /// to add to the reader's own (its brokers, its group).
-    Consumer,
-}
-
 impl KafkaConfig {
-    /// The librdkafka settings for `role`: TLS, SASL, then the raw `librdkafka` options
-    /// (last: they override). Secret files are read now; an error names the key and the
-    /// file, never the content.
-    pub fn client_config(&self, role: ClientRole) -> Result<ClientConfig, SecretFileError> {
-        let mut c = ClientConfig::new();
-        if role == ClientRole::Producer {
-            c.set("bootstrap.servers", &self.brokers)
-                // Per-partition order through retries, nothing lost or duplicated by the producer.
-                .set("enable.idempotence", "true")
-                .set("acks", "all")
-                // Never give up on a record: a broker outage back-pressures the watches instead of
-                // dropping events (0 = no timeout).
-                .set("message.timeout.ms", "0")
-                // Java-compatible partitioning, so other producers place the same key alike.
-                .set("partitioner", "murmur2_random")
-                .set("compression.type", self.compression.as_str())
-                .set("queue.buffering.max.kbytes", QUEUE_MAX_KBYTES)
-                .set("linger.ms", "5");
-        }
-        if let Some(protocol) = self.security_protocol() {
-            c.set("security.protocol", protocol);
-        }
-        if let Some(tls) = &self.tls {
-            let files = [("ssl.ca.location", &tls.ca_file), ("ssl.certificate.location", &tls.cert_file), ("ssl.key.location", &tls.key_file)];
-            for (option, file) in files {
-                if let Some(file) = file {
-                    c.set(option, file.display().to_string());
-                }
-            }
-            if let Some(file) = &tls.key_password_file {
-                c.set("ssl.key.password", Secret::from_file("tls.key_password_file", file)?.expose());
-            }
-        }
-        if let Some(sasl) = &self.sasl {
-            let password = match (&sasl.password, &sasl.password_file) {
-                (Some(p), _) => p.clone(),
-                (None, Some(file)) => Secret::from_file("sasl.password_file", file)?,
-                // Rejected by validation; the broker refuses it the same way.
-                (None, None) => Secret::new(""),
-            };
-            c.set("sasl.mechanism", sasl.mechanism.as_str()).set("sasl.username", &sasl.username).set("sasl.password", password.expose());
-        }
-        for (k, v) in &self.librdkafka {
-            c.set(k, v);
-        }
-        Ok(c)
-    }
-
     /// librdkafka's `security.protocol` for `tls` and `sasl`; None (librdkafka's default,
     /// `PLAINTEXT`) when neither is set.
     pub fn security_protocol(&self) -> Option<&'static str> {
@@ -342,22 +277,26 @@ impl KafkaConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn kafka(extra: serde_json::Value) -> KafkaConfig {
+impl KafkaConfig {
+    /// A Kafka sink's configuration for unit tests: brokers `b:1`, and `extra`'s keys.
+    pub fn fixture(extra: serde_json::Value) -> KafkaConfig {
         let mut v = serde_json::json!({"brokers": "b:1"});
         v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         serde_json::from_value(v).unwrap()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     #[test]
     fn security_protocol_follows_tls_and_sasl() {
         let sasl = serde_json::json!({"mechanism": "SCRAM-SHA-512", "username": "u", "password": "p"});
-        assert_eq!(kafka(serde_json::json!({})).security_protocol(), None);
-        assert_eq!(kafka(serde_json::json!({"tls": {}})).security_protocol(), Some("SSL"));
-        assert_eq!(kafka(serde_json::json!({"sasl": sasl})).security_protocol(), Some("SASL_PLAINTEXT"));
-        assert_eq!(kafka(serde_json::json!({"tls": {}, "sasl": sasl})).security_protocol(), Some("SASL_SSL"));
+        assert_eq!(KafkaConfig::fixture(serde_json::json!({})).security_protocol(), None);
+        assert_eq!(KafkaConfig::fixture(serde_json::json!({"tls": {}})).security_protocol(), Some("SSL"));
+        assert_eq!(KafkaConfig::fixture(serde_json::json!({"sasl": sasl})).security_protocol(), Some("SASL_PLAINTEXT"));
+        assert_eq!(KafkaConfig::fixture(serde_json::json!({"tls": {}, "sasl": sasl})).security_protocol(), Some("SASL_SSL"));
     }
 
     #[test]
@@ -378,73 +317,14 @@ mod tests {
             assert_eq!(c.as_str(), name);
             assert_eq!(serde_json::to_value(c).unwrap(), name);
         }
-        assert_eq!(kafka(serde_json::json!({})).compression, Compression::Lz4);
+        assert_eq!(KafkaConfig::fixture(serde_json::json!({})).compression, Compression::Lz4);
         let e = serde_json::from_value::<Compression>(serde_json::json!("brotli")).unwrap_err().to_string();
         assert!(e.contains("`none`, `gzip`, `snappy`, `lz4`, `zstd`"), "the loader recognises the list by these names: {e}");
     }
 
     #[test]
-    fn tls_and_sasl_become_librdkafka_settings_and_raw_options_override_them() {
-        let dir = std::env::temp_dir().join(format!("deltaship-kafka-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (password, key_password) = (dir.join("password"), dir.join("key-password"));
-        std::fs::write(&password, "pa ss\n").unwrap();
-        std::fs::write(&key_password, "k3y\r\n").unwrap();
-        let tls_and_sasl = kafka(serde_json::json!({
-            "tls": {"ca_file": "/ca.pem", "cert_file": "/c.pem", "key_file": "/c.key", "key_password_file": key_password},
-            "sasl": {"mechanism": "SCRAM-SHA-512", "username": "u", "password_file": password},
-        }));
-        let c = tls_and_sasl.client_config(ClientRole::Producer).unwrap();
-        let expected = [
-            ("security.protocol", "SASL_SSL"),
-            ("ssl.ca.location", "/ca.pem"),
-            ("ssl.certificate.location", "/c.pem"),
-            ("ssl.key.location", "/c.key"),
-            ("ssl.key.password", "k3y"),
-            ("sasl.mechanism", "SCRAM-SHA-512"),
-            ("sasl.username", "u"),
-            ("sasl.password", "pa ss"),
-            ("enable.idempotence", "true"),
-            ("compression.type", "lz4"),
-        ];
-        for (key, value) in expected {
-            assert_eq!(c.get(key), Some(value), "{key}");
-        }
-        let consumer = tls_and_sasl.client_config(ClientRole::Consumer).unwrap();
-        assert_eq!(consumer.get("sasl.password"), Some("pa ss"));
-        assert_eq!(consumer.get("bootstrap.servers"), None, "the reader's own brokers");
-        assert_eq!(consumer.get("enable.idempotence"), None, "no producer settings");
-
-        let c = kafka(serde_json::json!({
-            "tls": {}, "compression": "lz4",
-            "librdkafka": {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"},
-        }))
-        .client_config(ClientRole::Producer)
-        .unwrap();
-        assert_eq!(c.get("security.protocol"), Some("SASL_SSL"), "raw options apply last");
-        assert_eq!(c.get("sasl.mechanism"), Some("OAUTHBEARER"));
-        assert_eq!(c.get("ssl.ca.location"), None, "the system's CA store");
-        assert_eq!(c.get("compression.type"), Some("lz4"));
-        let c = kafka(serde_json::json!({"sasl": {"mechanism": "PLAIN", "username": "u", "password": "p"}})).client_config(ClientRole::Producer).unwrap();
-        assert_eq!(c.get("security.protocol"), Some("SASL_PLAINTEXT"));
-        assert_eq!(c.get("sasl.password"), Some("p"));
-        let c = kafka(serde_json::json!({})).client_config(ClientRole::Producer).unwrap();
-        assert_eq!(c.get("security.protocol"), None, "librdkafka's default, PLAINTEXT");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn an_unreadable_secret_file_is_an_error_naming_the_key_and_the_path() {
-        let cfg = kafka(serde_json::json!({"sasl": {"mechanism": "PLAIN", "username": "u", "password_file": "/nonexistent/pw"}}));
-        for role in [ClientRole::Producer, ClientRole::Consumer] {
-            let message = cfg.client_config(role).unwrap_err().to_string();
-            assert!(message.contains("sasl.password_file") && message.contains("/nonexistent/pw"), "{message}");
-        }
-    }
-
-    #[test]
     fn debug_output_hides_the_password() {
-        let k = kafka(serde_json::json!({"sasl": {"mechanism": "PLAIN", "username": "u", "password": "hunter2"}}));
+        let k = KafkaConfig::fixture(serde_json::json!({"sasl": {"mechanism": "PLAIN", "username": "u", "password": "hunter2"}}));
         let shown = format!("{k:?}");
         assert!(!shown.contains("hunter2") && shown.contains("***"), "{shown}");
     }

@@ -5,14 +5,14 @@ use crate::leader::LeaderError;
 use crate::plan;
 use crate::sink::SinkError;
 use crate::telemetry;
-use crate::watch::{access::AccessError, client::ClientError, discovery::DiscoveryError};
+use crate::watch::{access::AccessError, client::ApiClientError, discovery::DiscoveryError};
 
 use super::dispatch::DispatchError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
-    Client(#[from] ClientError),
+    Client(#[from] ApiClientError),
     #[error("API server unreachable: {0}")]
     ApiServer(#[source] kube::Error),
     #[error(transparent)]

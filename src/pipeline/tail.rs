@@ -8,8 +8,7 @@ use crate::checkpoint::Logged;
 use crate::config::{NatsMode, SinkConfig};
 use crate::plan::Output;
 use crate::rebuild::RebuildError;
-use crate::rebuild::decode::{Bad, Step};
-use crate::rebuild::protocol::{Body, ChangeKind};
+use crate::rebuild::step::{Bad, Body, ChangeKind, Step};
 use crate::rebuild::{kafka, nats};
 
 /// The log the route's events of a watch go to, when the sink's log can be read back: the
@@ -53,7 +52,7 @@ async fn read_with(sink: &SinkConfig, log: &str, from: impl Fn(i32) -> u64 + Sen
             read = tokio::task::spawn_blocking(move || {
                 let reader = kafka::connect(&k.brokers, Some(&k), "deltaship-tail")?;
                 let from = |p| i64::try_from(from(p)).unwrap_or(i64::MAX);
-                let ends = kafka::read_topic(&reader, &topic, from, &mut |_, _, step| {
+                let ends = kafka::read_decoded(&reader, &topic, from, &mut |_, _, step| {
                     keep(&mut read.events, step);
                     Ok(())
                 })?;
@@ -61,7 +60,7 @@ async fn read_with(sink: &SinkConfig, log: &str, from: impl Fn(i32) -> u64 + Sen
                 Ok::<_, RebuildError>(read)
             })
             .await
-            .map_err(|e| RebuildError::Source(e.to_string()))??;
+            .map_err(RebuildError::Blocking)??;
         }
         SinkConfig::Nats(n) => {
             let end = nats::read_from(n, log, from(0), &mut |_, step| {

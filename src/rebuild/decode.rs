@@ -1,10 +1,9 @@
 //! One record of either binding (headers and value) to a step of the consumer protocol, or
 //! the reason it is bad.
 
-use serde::Serialize;
 use serde_json::Value;
 
-use super::protocol::{Body, ChangeKind, Content, Figures, Received};
+use super::step::{Bad, Body, ChangeKind, Content, Figures, Reason, Received, Step};
 
 /// The deepest JSON a record may nest: what serde_json's recursion limit (128) admits. The
 /// bridge's own watch decodes objects with that limit, so no object it ships is deeper.
@@ -27,81 +26,6 @@ pub enum Binding {
     Kafka,
     /// `ce-` headers, percent-encoded values; `ce-datacontenttype` is the data's.
     Nats,
-}
-
-/// What one record is for the protocol.
-// One at a time, moved straight into the state: boxing the event would only add an
-// allocation per record.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Step {
-    Event(Received),
-    /// A Kafka record with a null value (a compaction tombstone after a `deleted`).
-    Tombstone,
-    /// An event whose type is none of the contract's: not ours, ignored.
-    Foreign,
-}
-
-/// Why a record was skipped: a bounded set, counted per reason in the summary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reason {
-    /// The value is empty.
-    Empty,
-    /// The value is larger than MAX_RECORD_BYTES.
-    TooLarge,
-    /// The value (or the whole structured event) is not JSON.
-    NotJson,
-    /// The JSON ends early.
-    Truncated,
-    /// The JSON nests deeper than MAX_DEPTH.
-    TooDeep,
-    /// A required attribute (id, type, subject, apiversion, kind) is absent or empty, or the
-    /// data is absent or null.
-    MissingAttribute,
-    /// An attribute or the data has the wrong type (a number for a string, data that is not
-    /// an object, a header that is not UTF-8, a patch that is not a JSON Patch).
-    WrongType,
-    /// A JSON Patch that does not apply to the stored object (or there is none).
-    PatchNotApplied,
-    /// A sequence number of the stream holds no message (deleted, or removed by limits).
-    Missing,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::Empty => "empty",
-            Reason::TooLarge => "too_large",
-            Reason::NotJson => "not_json",
-            Reason::Truncated => "truncated",
-            Reason::TooDeep => "too_deep",
-            Reason::MissingAttribute => "missing_attribute",
-            Reason::WrongType => "wrong_type",
-            Reason::PatchNotApplied => "patch_not_applied",
-            Reason::Missing => "missing",
-        }
-    }
-}
-
-impl std::fmt::Display for Reason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A record that cannot be applied: why, and what exactly was wrong.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{reason}: {problem}")]
-pub struct Bad {
-    pub reason: Reason,
-    pub problem: String,
-}
-
-impl Bad {
-    pub fn new(reason: Reason, problem: impl Into<String>) -> Bad {
-        Bad { reason, problem: problem.into() }
-    }
 }
 
 /// Turns one record into a protocol step. `headers` are (name, value) as read, names

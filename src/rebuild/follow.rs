@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Consumer, RebuildError};
+use super::consumer::Consumer;
+use super::error::RebuildError;
 
 /// How often the state file is rewritten at most, and how long a read waits for more.
 pub const PERIOD: Duration = Duration::from_secs(1);
@@ -41,7 +42,7 @@ impl Writer {
         let tmp = self.out.with_extension("tmp");
         std::fs::write(&tmp, text)
             .and_then(|()| std::fs::rename(&tmp, &self.out))
-            .map_err(|e| RebuildError::Source(format!("cannot write {}: {e}", self.out.display())))?;
+            .map_err(|source| RebuildError::StateFile { out: self.out.clone(), source })?;
         consumer.changed = false;
         self.written = Some(Instant::now());
         Ok(())

@@ -7,14 +7,17 @@ use std::time::{Duration, Instant};
 use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
 use async_nats::jetstream::stream::{Info, Stream};
-use async_nats::jetstream::{self, ErrorCode, context::RequestError, stream::RawMessageErrorKind};
+use async_nats::jetstream::{self, context::RequestError, stream::RawMessageErrorKind};
 use futures::StreamExt;
 
-use super::decode::{Bad, Binding, Reason, Step, decode};
+use super::consumer::Consumer;
+use super::decode::{Binding, decode};
+use super::error::RebuildError;
 use super::follow::{Follow, PERIOD, Writer};
-use super::{Consumer, Position, RebuildError};
+use super::position::Position;
+use super::step::{Bad, Reason, Step};
+use crate::broker::nats::{ConnectError, client, is_stream_not_found};
 use crate::config::{NatsConfig, has_userinfo, mask_urls};
-use crate::sink::NatsSink;
 
 /// How long a read (or, following, a look at the stream) is retried through a server
 /// restart or a network cut before the rebuild fails.
@@ -32,8 +35,20 @@ const INACTIVE: Duration = Duration::from_secs(30);
 
 /// Why a read stopped: the source failed (retried), or the rebuild did (`--strict`).
 enum Failed {
-    Read(String),
+    Read(Box<dyn std::error::Error + Send + Sync>),
     Rebuild(RebuildError),
+}
+
+/// A failed read of the stream, whatever the client's error.
+fn read_failed(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Failed {
+    Failed::Read(e.into())
+}
+
+/// Messages a consumer delivered to a connection that was lost: read again.
+#[derive(Debug, thiserror::Error)]
+#[error("messages from #{from} on were delivered to a lost connection")]
+struct DeliveredToLostConnection {
+    from: u64,
 }
 
 /// What the server says of the stream now.
@@ -43,7 +58,7 @@ enum Lookup {
     /// It is not the stream being read any more: how it went.
     Gone(&'static str),
     /// No answer (the server restarting, the connection lost): worth retrying.
-    Failed(String),
+    Failed(RequestError),
 }
 
 /// Gives `consumer` every message of `stream` in stream order, in batches. A read that
@@ -62,18 +77,14 @@ pub(super) async fn read(
 ) -> Result<(), RebuildError> {
     let shown = mask_urls(url);
     if has_userinfo(url) {
-        return Err(RebuildError::Source(format!(
-            "--nats `{shown}` holds credentials before a host, which the NATS client never sends; give them with --config (a NATS sink's `auth`)"
-        )));
+        return Err(RebuildError::CredentialsInUrl { url: shown.to_string() });
     }
-    let refused = |e: &dyn std::fmt::Display| RebuildError::Source(format!("cannot connect to {shown}: {e}"));
+    let refused = |source| RebuildError::NatsConnect { url: shown.to_string(), source };
     let client = match connection {
-        Some(sink) => NatsSink::client(&NatsConfig { url: url.to_string(), ..sink.clone() }).await.map_err(|e| refused(&e))?,
-        None => async_nats::connect(url).await.map_err(|e| refused(&e))?,
+        Some(sink) => client(&NatsConfig { url: url.to_string(), ..sink.clone() }).await.map_err(refused)?,
+        None => async_nats::connect(url).await.map_err(|e| refused(ConnectError::Connect(e)))?,
     };
-    let js = jetstream::new(client);
-    let mut s = js.get_stream(stream).await.map_err(|e| RebuildError::Source(format!("stream {stream}: {e}")))?;
-    let info = s.info().await.map_err(|e| RebuildError::Source(e.to_string()))?.clone();
+    let (mut s, info) = open(client, stream).await?;
     let (first, mut last) = (info.state.first_sequence.max(1), info.state.last_sequence);
     let gone = |how, seq: u64| RebuildError::StreamGone { stream: stream.to_string(), url: shown.to_string(), how, read: seq - 1 };
     let mut writer = follow.map(|f| Writer::new(&f.out));
@@ -110,7 +121,7 @@ pub(super) async fn read(
                 Lookup::Failed(e) => {
                     let since = *failing_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= RETRY_FOR {
-                        return Err(RebuildError::Source(format!("following {stream}: no answer about the stream for {RETRY_FOR:?}: {e}")));
+                        return Err(RebuildError::Unanswered { stream: stream.to_string(), within: RETRY_FOR, source: e });
                     }
                     tracing::debug!(error = %e, "following: the stream's info is not available; trying again");
                 }
@@ -133,21 +144,27 @@ pub(crate) async fn read_from(
     from: u64,
     record: &mut dyn FnMut(u64, Result<Step, Bad>) -> Result<(), RebuildError>,
 ) -> Result<u64, RebuildError> {
-    let client = NatsSink::client(connection).await.map_err(|e| RebuildError::Source(format!("cannot connect to {}: {e}", mask_urls(&connection.url))))?;
-    let js = jetstream::new(client);
-    let mut s = js.get_stream(stream).await.map_err(|e| RebuildError::Source(format!("stream {stream}: {e}")))?;
-    let info = s.info().await.map_err(|e| RebuildError::Source(e.to_string()))?.clone();
+    let client = client(connection).await.map_err(|source| RebuildError::NatsConnect { url: mask_urls(&connection.url).to_string(), source })?;
+    let (mut s, info) = open(client, stream).await?;
     let last = info.state.last_sequence;
     let mut seq = from.max(info.state.first_sequence.max(1));
     let mut reader = None;
     read_to(&mut s, &info, &mut seq, last, &mut reader, &mut 0, record).await.map_err(|e| match e {
-        Ended::Gone(how) => RebuildError::Source(format!("stream {stream} {how}")),
+        Ended::Gone(how) => RebuildError::StreamEnded { stream: stream.to_string(), how },
         Ended::Failed(e) => e,
     })?;
     if let Some(r) = reader {
         let _ = s.delete_consumer(&r.cached_info().name).await;
     }
     Ok(last + 1)
+}
+
+/// `stream` on the servers of `client`, and what they say of it now.
+async fn open(client: async_nats::Client, stream: &str) -> Result<(Stream, Info), RebuildError> {
+    let js = jetstream::new(client);
+    let mut s = js.get_stream(stream).await.map_err(|source| RebuildError::StreamLookup { stream: stream.to_string(), source })?;
+    let info = s.info().await.map_err(|source| RebuildError::StreamInfo { stream: stream.to_string(), source })?.clone();
+    Ok((s, info))
 }
 
 /// Why reading up to a sequence stopped early.
@@ -201,8 +218,8 @@ async fn read_to(
                 }
                 let since = *failing_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= RETRY_FOR {
-                    let stream = &info.config.name;
-                    return Err(Ended::Failed(RebuildError::Source(format!("reading {stream}#{seq} failed for {RETRY_FOR:?}: {e}"))));
+                    let stream = info.config.name.clone();
+                    return Err(Ended::Failed(RebuildError::ReadFailed { stream, sequence: *seq, within: RETRY_FOR, source: e }));
                 }
                 *retried += 1;
                 tokio::time::sleep(backoff).await;
@@ -220,27 +237,14 @@ async fn look_up(stream: &mut Stream, read: &Info) -> Lookup {
     match stream.info().await {
         Ok(now) if now.created != read.created => Lookup::Gone("was deleted and created again (its creation time changed)"),
         Ok(now) => Lookup::Last(now.state.last_sequence),
-        Err(e) if stream_not_found(&e) => Lookup::Gone("was deleted (the server answers: stream not found, JetStream error 10059)"),
-        Err(e) => Lookup::Failed(e.to_string()),
+        Err(e) if is_stream_not_found(&e) => Lookup::Gone("was deleted (the server answers: stream not found, JetStream error 10059)"),
+        Err(e) => Lookup::Failed(e),
     }
-}
-
-/// Whether the server's answer among the causes of `e` is "stream not found".
-fn stream_not_found(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(e);
-    while let Some(e) = next {
-        if e.downcast_ref::<jetstream::Error>().is_some_and(|j| j.error_code() == ErrorCode::STREAM_NOT_FOUND) {
-            return true;
-        }
-        next = e.source();
-    }
-    false
 }
 
 /// Gives `consumer` up to a batch of messages from `*seq` on, through `reader` (made at
 /// `*seq` when there is none), moving `*seq` past each; how many it gave.
 async fn read_batch(stream: &Stream, reader: &mut Option<PullConsumer>, seq: &mut u64, last: u64, record: &mut Record<'_>) -> Result<usize, Failed> {
-    let failed = |e: &dyn std::fmt::Display| Failed::Read(e.to_string());
     let r = match reader {
         Some(r) => r,
         None => reader.insert(
@@ -252,14 +256,14 @@ async fn read_batch(stream: &Stream, reader: &mut Option<PullConsumer>, seq: &mu
                     ..Default::default()
                 })
                 .await
-                .map_err(|e| failed(&e))?,
+                .map_err(read_failed)?,
         ),
     };
-    let mut messages = r.fetch().max_messages(BATCH).expires(BATCH_EXPIRES).messages().await.map_err(|e| failed(&e))?;
+    let mut messages = r.fetch().max_messages(BATCH).expires(BATCH_EXPIRES).messages().await.map_err(read_failed)?;
     let mut given = 0;
     while let Some(m) = messages.next().await {
-        let m = m.map_err(|e| failed(&e))?;
-        let sequence = m.info().map_err(|e| failed(&e))?.stream_sequence;
+        let m = m.map_err(read_failed)?;
+        let sequence = m.info().map_err(read_failed)?.stream_sequence;
         if sequence < *seq {
             // Given already: a consumer the server restored after a restart may deliver
             // again from where it last saved its state.
@@ -269,7 +273,7 @@ async fn read_batch(stream: &Stream, reader: &mut Option<PullConsumer>, seq: &mu
         // passed over holds none (deleted, or removed by the stream's limits), unless its
         // delivery went to a connection that was lost: the stream itself says which.
         if sequence > *seq && holds_before(stream, *seq, sequence.min(last + 1)).await? {
-            return Err(Failed::Read(format!("messages from #{} on were delivered to a lost connection", *seq)));
+            return Err(read_failed(DeliveredToLostConnection { from: *seq }));
         }
         while *seq < sequence.min(last + 1) {
             record(*seq, Err(missing())).map_err(Failed::Rebuild)?;
@@ -295,7 +299,7 @@ async fn read_one(stream: &Stream, seq: u64, record: &mut Record<'_>) -> Result<
         Err(e) if e.kind() == RawMessageErrorKind::Other && !is_request_failure(&e) => {
             record(seq, Err(Bad::new(Reason::WrongType, format!("the message cannot be read: {e}"))))
         }
-        Err(e) => return Err(Failed::Read(e.to_string())),
+        Err(e) => return Err(read_failed(e)),
     }
     .map_err(Failed::Rebuild)
 }
@@ -307,7 +311,7 @@ async fn holds_before(stream: &Stream, seq: u64, end: u64) -> Result<bool, Faile
         Ok(m) => Ok(m.sequence < end),
         Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => Ok(false),
         Err(e) if e.kind() == RawMessageErrorKind::Other && !is_request_failure(&e) => Ok(false),
-        Err(e) => Err(Failed::Read(e.to_string())),
+        Err(e) => Err(read_failed(e)),
     }
 }
 
@@ -327,23 +331,4 @@ fn header_pairs(headers: Option<&HeaderMap>) -> Vec<(&[u8], &[u8])> {
 /// the connection lost): worth retrying, unlike an answer that cannot be read.
 fn is_request_failure(e: &(dyn std::error::Error + 'static)) -> bool {
     std::error::Error::source(e).is_some_and(|s| s.is::<RequestError>())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The server's answer as the client reads it, inside the error of the request.
-    fn answered(err_code: u64, description: &str) -> RequestError {
-        let answer: jetstream::Error = serde_json::from_value(serde_json::json!({"code": 404, "err_code": err_code, "description": description})).unwrap();
-        RequestError::from(answer)
-    }
-
-    #[test]
-    fn only_the_answer_stream_not_found_says_the_stream_is_gone() {
-        assert!(stream_not_found(&answered(10059, "stream not found")));
-        assert!(!stream_not_found(&answered(10014, "consumer not found")));
-        assert!(!stream_not_found(&RequestError::new(jetstream::context::RequestErrorKind::TimedOut)));
-        assert!(!stream_not_found(&RequestError::new(jetstream::context::RequestErrorKind::NoResponders)));
-    }
 }

@@ -30,49 +30,9 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::decode::{Bad, MAX_DEPTH, Reason, Step, depth};
+use super::decode::{MAX_DEPTH, depth, kind_of};
 use super::repeats::Window;
-
-/// One received CloudEvent of the contract's types, whatever the binding.
-#[derive(Debug, Clone)]
-pub struct Received {
-    pub id: String,
-    /// The `cluster` extension.
-    pub cluster: String,
-    /// Kafka partition (0 for NATS).
-    pub partition: i32,
-    pub body: Body,
-}
-
-#[derive(Debug, Clone)]
-pub enum Body {
-    /// `sync.started` or `sync.completed`; `resource` is `apiVersion/Kind`; `state` the
-    /// figures a `completed` carries, to check.
-    Marker { started: bool, sync_id: String, full: bool, resource: String, namespace: Option<String>, state: Option<Figures> },
-    /// An object event: `resource` is `apiVersion/Kind`, `key` the subject; `uid` and
-    /// `resource_version` its extensions ("" when absent).
-    Object { change: ChangeKind, resource: String, key: String, content: Content, uid: String, resource_version: String },
-}
-
-/// The count and digest of a set of objects (event contract §4).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Figures {
-    pub count: u64,
-    /// The sum of the objects' terms modulo 2^128.
-    pub digest: u128,
-}
-
-impl Serialize for Figures {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        serde_json::json!({"count": self.count, "digest": format!("{:032x}", self.digest)}).serialize(s)
-    }
-}
-
-impl std::fmt::Display for Figures {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "count {} digest {:032x}", self.count, self.digest)
-    }
-}
+use super::step::{Bad, Body, ChangeKind, Content, Figures, Reason, Received, Step};
 
 /// One object's term: the first 16 bytes of SHA-256(key "\n" uid "\n" resourceVersion),
 /// read as a big-endian number.
@@ -104,23 +64,6 @@ impl std::fmt::Display for Check {
             self.sync_id, self.resource, self.partition, self.cluster, self.expected, self.held
         )
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeKind {
-    Added,
-    Updated,
-    Synced,
-    Deleted,
-}
-
-#[derive(Debug, Clone)]
-pub enum Content {
-    Whole(Value),
-    /// An RFC 6902 JSON Patch from the previously shipped content.
-    Patch(json_patch::Patch),
-    /// `deleted` (and only it): the data is not needed.
-    None,
 }
 
 impl Received {
@@ -439,7 +382,7 @@ fn patched(stored: &Value, patch: &json_patch::Patch) -> Result<Value, Bad> {
     // Whole objects that are not JSON objects are refused (`wrong_type`); so are patches
     // that would make one (a `replace` of the root).
     if !object.is_object() {
-        return Err(Bad::new(Reason::PatchNotApplied, format!("the patch would make the object {}", super::decode::kind_of(&object))));
+        return Err(Bad::new(Reason::PatchNotApplied, format!("the patch would make the object {}", kind_of(&object))));
     }
     Ok(object)
 }

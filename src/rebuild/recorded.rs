@@ -6,8 +6,10 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::consumer::Consumer;
 use super::decode::{Binding, decode};
-use super::{Consumer, Position, RebuildError};
+use super::error::RebuildError;
+use super::position::Position;
 
 /// One line: a Kafka record (it has a `topic`) or a JetStream message (a `stream`).
 #[derive(Deserialize)]
@@ -19,10 +21,9 @@ enum Line {
 
 /// Gives `consumer` every record of `file`, in the file's order.
 pub fn read(file: &Path, consumer: &mut Consumer) -> Result<(), RebuildError> {
-    let text = std::fs::read_to_string(file).map_err(|e| RebuildError::Source(format!("cannot read {}: {e}", file.display())))?;
+    let text = std::fs::read_to_string(file).map_err(|source| RebuildError::Recording { file: file.to_path_buf(), source })?;
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let line: Line = serde_json::from_str(line)
-            .map_err(|e| RebuildError::Source(format!("{}:{}: not a recorded Kafka record or JetStream message: {e}", file.display(), n + 1)))?;
+        let line: Line = serde_json::from_str(line).map_err(|source| RebuildError::RecordedLine { file: file.to_path_buf(), line: n + 1, source })?;
         let pairs = |headers: &[(String, String)]| -> Vec<(Vec<u8>, Vec<u8>)> {
             headers.iter().map(|(k, v)| (k.clone().into_bytes(), v.clone().into_bytes())).collect()
         };

@@ -8,6 +8,8 @@ use std::time::Duration;
 use async_nats::jetstream::context::{CreateStreamError, GetStreamError, PublishError as JetStreamPublishError};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+use crate::broker::kafka::{ClientError, Undelivered};
+use crate::broker::nats::ConnectError;
 use crate::config::SecretFileError;
 
 /// The bounded `error_kind` label of `deltaship_sink_errors_total`, also named in the
@@ -174,39 +176,20 @@ pub enum Failure {
     /// librdkafka failed or refused a record or a request.
     #[error("{0}")]
     Kafka(#[source] Box<KafkaError>),
-    /// A Kafka request found no broker; `cause` is the client's latest connection error.
-    #[error("{source}; the client reports: {cause}")]
-    KafkaUnreachable {
-        #[source]
-        source: Box<KafkaError>,
-        cause: String,
-    },
-    /// A Kafka request found no broker while SASL refused the credentials.
-    #[error("{cause}; the brokers refused the credentials: check the sink's sasl settings (mechanism, username, password)")]
-    KafkaCredentialsRefused {
-        #[source]
-        source: Box<KafkaError>,
-        cause: String,
-    },
-    /// A Kafka request found no broker while the TLS handshake failed.
-    #[error(
-        "{cause}; TLS failed: check the sink's tls settings (ca_file must hold the brokers' CA; cert_file and key_file a client certificate the brokers trust)"
-    )]
-    KafkaTlsFailed {
-        #[source]
-        source: Box<KafkaError>,
-        cause: String,
-    },
+    /// A request of the Kafka client failed, with the client's latest connection error
+    /// that says why.
+    #[error("{0}")]
+    KafkaClient(#[source] Box<ClientError>),
     /// The metadata of a marker's topic lists no partition.
     #[error("the topic has no partitions yet")]
     NoPartitions,
     /// librdkafka reported a record delivered without an offset: sent again.
-    #[error("{}", crate::sink::kafka::Undelivered::Unconfirmed)]
+    #[error("{}", Undelivered::Unconfirmed)]
     Unconfirmed,
     /// The log could not be read for a record whose delivery was in doubt (kafka::resend):
     /// nothing in doubt is sent until it can.
     #[error("cannot tell whether an earlier attempt was written: {0}")]
-    Lookup(String),
+    Lookup(#[source] Box<ClientError>),
     /// The producer went away without reporting on a record.
     #[error("the producer dropped the delivery report")]
     DeliveryDropped(#[source] tokio::sync::oneshot::error::RecvError),
@@ -295,10 +278,9 @@ pub enum SinkError {
     /// A secret file of the sink cannot be read.
     #[error("config: {0}")]
     SecretFile(#[from] SecretFileError),
-    /// librdkafka refuses the client's settings. The text has the values of secret options
-    /// masked; the client's error is not kept, as it may echo a secret value.
-    #[error("config: cannot create the Kafka {client}: {masked}")]
-    KafkaClient { client: &'static str, masked: String },
+    /// librdkafka refuses the client's settings (boxed: it is large).
+    #[error("config: {0}")]
+    KafkaClient(#[source] Box<ClientError>),
     /// A topic cannot be created (not: it exists already).
     #[error("create_topic: cannot create topic {topic}: {source}")]
     TopicNotCreated {
@@ -306,16 +288,9 @@ pub enum SinkError {
         #[source]
         source: RDKafkaErrorCode,
     },
-    /// The NATS credentials file cannot be used.
-    #[error("config: sink.auth.credentials_file: cannot use {}: {source}", .file.display())]
-    NatsCredentials {
-        file: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The NATS client cannot start (the URL, the TLS files).
-    #[error("config: sink.url: cannot connect: {0}")]
-    NatsConnect(#[source] async_nats::ConnectError),
+    /// The NATS client cannot start (the credentials, the URL, the TLS files).
+    #[error("config: {0}")]
+    NatsClient(#[source] ConnectError),
     /// The NATS connection is down.
     #[error("disconnected: NATS connection is {0}")]
     NatsDisconnected(async_nats::connection::State),
@@ -374,10 +349,9 @@ impl SinkError {
             | SinkError::HttpUnreachable { .. } => true,
             SinkError::Request(e) => e.is_retryable(),
             SinkError::SecretFile(_)
-            | SinkError::KafkaClient { .. }
+            | SinkError::KafkaClient(_)
             | SinkError::TopicNotCreated { .. }
-            | SinkError::NatsCredentials { .. }
-            | SinkError::NatsConnect(_)
+            | SinkError::NatsClient(_)
             | SinkError::StreamNotFound { .. }
             | SinkError::StreamRefused { .. }
             | SinkError::HttpTls { .. }

@@ -2,20 +2,19 @@
 //! deduplicated by event id) or core NATS (at most once).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use async_nats::header::IntoHeaderName;
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage, stream};
-use async_nats::{ConnectOptions, HeaderMap, HeaderName, HeaderValue};
+use async_nats::{HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
 
 use super::encode::{STRUCTURED_CONTENT_TYPE, percent_encode, structured_bytes};
 use super::fence::FenceRecord;
 use super::{ErrorKind, Failure, SendError, SinkError};
-use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Secret, Storage};
+use crate::broker::nats::{self, is_stream_not_found};
+use crate::config::{ContentMode, JetStreamConfig, NatsConfig, NatsMode, Storage};
 use crate::event::Envelope;
 use crate::model::Placement;
 
@@ -41,53 +40,10 @@ struct Fence {
 const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
 impl NatsSink {
-    /// A client of the servers of `cfg`, with its credentials and TLS (the checkpoint store
-    /// connects with the sink's settings too), connecting in the background.
-    pub async fn client(cfg: &NatsConfig) -> Result<async_nats::Client, SinkError> {
-        let mut opts = ConnectOptions::new().name("deltaship").retry_on_initial_connect().max_reconnects(None).event_callback({
-            let log = Arc::new(ConnectionLog::default());
-            move |event| {
-                let log = log.clone();
-                async move { log.record(event) }
-            }
-        });
-        let a = &cfg.auth;
-        if let Some(user) = &a.user {
-            let password = match (&a.password, &a.password_file) {
-                (Some(p), _) => p.expose().to_string(),
-                (None, Some(f)) => Secret::from_file("sink.auth.password_file", f)?.expose().to_string(),
-                (None, None) => String::new(),
-            };
-            opts = opts.user_and_password(user.clone(), password);
-        }
-        match (&a.token, &a.token_file) {
-            (Some(t), _) => opts = opts.token(t.expose().to_string()),
-            (None, Some(f)) => opts = opts.token(Secret::from_file("sink.auth.token_file", f)?.expose().to_string()),
-            (None, None) => {}
-        }
-        if let Some(f) = &a.nkey_seed_file {
-            opts = opts.nkey(Secret::from_file("sink.auth.nkey_seed_file", f)?.expose().to_string());
-        }
-        if let Some(f) = &a.credentials_file {
-            opts = opts.credentials_file(f).await.map_err(|source| SinkError::NatsCredentials { file: f.clone(), source })?;
-        }
-        if let Some(ca) = &cfg.tls.ca_file {
-            opts = opts.add_root_certificates(ca.clone());
-        }
-        if let (Some(cert), Some(key)) = (&cfg.tls.cert_file, &cfg.tls.key_file) {
-            opts = opts.add_client_certificate(cert.clone(), key.clone());
-        }
-        if cfg.tls.required {
-            opts = opts.require_tls(true);
-        }
-        let servers: Vec<&str> = cfg.url.split(',').map(str::trim).collect();
-        opts.connect(servers).await.map_err(SinkError::NatsConnect)
-    }
-
     /// Connects in the background: an unreachable server is retried without end (the sink
     /// is then not ready), never a start-up failure. Credentials and TLS files are read now.
     pub async fn connect(cfg: &NatsConfig) -> Result<NatsSink, SinkError> {
-        let client = NatsSink::client(cfg).await?;
+        let client = nats::client(cfg).await.map_err(SinkError::NatsClient)?;
         let jetstream = match cfg.mode {
             NatsMode::Jetstream => Some(jetstream::ContextBuilder::new().timeout(Duration::from_secs(cfg.jetstream.ack_timeout_secs)).build(client.clone())),
             NatsMode::Core => None,
@@ -259,47 +215,6 @@ header_names!(
     "partitionkey",
     "truncated",
 );
-
-/// Logs the connection's state changes once each, and each kind of client or server error
-/// (e.g. an authorization violation repeated on every reconnect) at most once a minute.
-#[derive(Default)]
-struct ConnectionLog {
-    connected: AtomicBool,
-    warned: Mutex<HashMap<String, Instant>>,
-}
-
-impl ConnectionLog {
-    fn record(&self, event: async_nats::Event) {
-        match event {
-            async_nats::Event::Connected => {
-                if !self.connected.swap(true, Ordering::AcqRel) {
-                    tracing::info!(sink = "nats", "Connected to NATS");
-                }
-            }
-            async_nats::Event::Disconnected => {
-                if self.connected.swap(false, Ordering::AcqRel) {
-                    tracing::warn!(sink = "nats", "Disconnected from NATS; reconnecting");
-                }
-            }
-            other => {
-                let text = other.to_string();
-                let kind: String = text.chars().take_while(|c| *c != ':').collect();
-                let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
-                if warned.get(&kind).is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
-                    tracing::warn!(sink = "nats", event = %text, "NATS connection problem");
-                    warned.insert(kind, Instant::now());
-                } else {
-                    tracing::debug!(sink = "nats", event = %text, "NATS connection problem (repeated)");
-                }
-            }
-        }
-    }
-}
-
-pub fn is_stream_not_found(e: &jetstream::context::GetStreamError) -> bool {
-    matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j)
-        if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
-}
 
 /// JetStream publish failures are retried with the same `Nats-Msg-Id`, so a message that
 /// was stored but whose ack was lost is dropped by the stream as a duplicate. "No stream"

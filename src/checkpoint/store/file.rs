@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::error::StoreError;
+use super::error::{Refusal, StoreError};
 use crate::checkpoint::progress::Records;
 use crate::checkpoint::record::token;
 
@@ -31,10 +31,7 @@ impl FileStore {
         let err = |source| StoreError::File { path: path.display().to_string(), source };
         fs::create_dir_all(directory).map_err(err)?;
         if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(StoreError::Refused {
-                store: format!("file {}", path.display()),
-                reason: "it is a symbolic link; checkpoints are written only to the file itself: replace the link by a regular file (or remove it)".into(),
-            });
+            return Err(StoreError::Refused { store: format!("file {}", path.display()), reason: Refusal::SymbolicLink });
         }
         let (latest, lines) = match no_follow().read(true).open(&path) {
             Ok(f) => read(f).map_err(err)?,

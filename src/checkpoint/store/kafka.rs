@@ -13,11 +13,11 @@ use rdkafka::message::Message as _;
 use rdkafka::producer::{Producer as _, PurgeConfig};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::error::StoreError;
+use super::error::{Refusal, StoreError, TopicError};
 use super::inflight::{self, STALL, Stop};
+use crate::broker::kafka::{ClientError, ClientRole, Producer, QuietContext, Undelivered, client_config, reader_config};
 use crate::checkpoint::progress::Records;
-use crate::config::{ClientRole, KafkaConfig};
-use crate::sink::kafka::{Producer, QuietContext, Undelivered, client_refused, explain};
+use crate::config::KafkaConfig;
 
 /// The bound of one metadata, offsets or admin request, and of the wait for the next
 /// record while reading.
@@ -26,10 +26,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Records sent and not yet acknowledged, at most: well under librdkafka's queue
 /// (`queue.buffering.max.messages`, 100,000).
 const WINDOW: usize = 10_000;
-
-/// What `open` says when the topic is missing and deltaship may not create it.
-const CREATE_FIX: &str = "create it with one partition and cleanup.policy=compact, set sink.create_topics to let deltaship create it, \
-                          name an existing compacted topic in resume.kafka_topic, or set resume.enabled = false";
 
 pub struct KafkaStore {
     topic: String,
@@ -46,13 +42,13 @@ pub struct KafkaStore {
 
 /// Why the topic is not ready: for good (it must be fixed first), or for now.
 enum NotReady {
-    Refused(String),
-    Failed(String),
+    Refused(Refusal),
+    Failed(TopicError),
 }
 
-impl From<String> for NotReady {
-    fn from(reason: String) -> NotReady {
-        NotReady::Failed(reason)
+impl From<TopicError> for NotReady {
+    fn from(e: TopicError) -> NotReady {
+        NotReady::Failed(e)
     }
 }
 
@@ -61,39 +57,31 @@ impl KafkaStore {
     /// `sink.create_topics` is set (with its replication factor). A topic that is not
     /// compacted or has more than one partition is refused.
     pub async fn open(cfg: &KafkaConfig, topic: &str) -> Result<KafkaStore, StoreError> {
-        let fail = |reason: String| StoreError::Kafka { topic: topic.to_string(), reason };
-        let store = KafkaStore::connect(cfg, topic).map_err(fail)?;
+        let fail = |source: TopicError| StoreError::Kafka { topic: topic.to_string(), source };
+        let store = KafkaStore::connect(cfg, topic).map_err(|e| fail(e.into()))?;
         store.prepare(cfg).await.map_err(|e| match e {
             NotReady::Refused(reason) => StoreError::Refused { store: format!("topic {topic}"), reason },
-            NotReady::Failed(reason) => fail(reason),
+            NotReady::Failed(e) => fail(e),
         })?;
         Ok(store)
     }
 
     /// The store's clients, made with the sink's settings (nothing is requested yet).
-    fn connect(cfg: &KafkaConfig, topic: &str) -> Result<KafkaStore, String> {
-        let mut config = cfg.client_config(ClientRole::Producer).map_err(|e| e.to_string())?;
+    fn connect(cfg: &KafkaConfig, topic: &str) -> Result<KafkaStore, ClientError> {
+        let mut config = client_config(cfg, ClientRole::Producer)?;
         // A checkpoint is created by `open` only, compacted; never by a broker that creates
         // the topics a metadata request names (auto.create.topics.enable).
         config.set("allow.auto.create.topics", "false");
         // The sink's producer never gives up on a record (0); a checkpoint write must end.
         config.set("message.timeout.ms", STALL.as_millis().to_string());
-        let mut reader = cfg.client_config(ClientRole::Consumer).map_err(|e| e.to_string())?;
+        let mut reader = reader_config(&cfg.brokers, Some(cfg), "deltaship-checkpoints")?;
         // The checkpoint is read once, at start: a prefetch of 8 MB (librdkafka's default is
-        // 64 MB) reads it as fast without holding a large one twice at the start's peak.
-        let settings = [
-            ("bootstrap.servers", cfg.brokers.as_str()),
-            ("group.id", "deltaship-checkpoints"),
-            ("enable.auto.commit", "false"),
-            ("queued.max.messages.kbytes", "8192"),
-        ];
-        for (key, value) in settings {
-            // The sink's raw librdkafka options win, as they do over its producer's settings.
-            if reader.get(key).is_none() {
-                reader.set(key, value);
-            }
+        // 64 MB) reads it as fast without holding a large one twice at the start's peak. The
+        // sink's raw librdkafka options win, as they do over its producer's settings.
+        if reader.get("queued.max.messages.kbytes").is_none() {
+            reader.set("queued.max.messages.kbytes", "8192");
         }
-        reader.set("allow.auto.create.topics", "false").set("enable.partition.eof", "true");
+        reader.set("allow.auto.create.topics", "false");
         let context = QuietContext::default();
         let producer = create_producer(&config, &context)?;
         Ok(KafkaStore { topic: topic.to_string(), config, reader, context, producer: Mutex::new(producer) })
@@ -102,59 +90,53 @@ impl KafkaStore {
     /// Finds the topic, or creates it; then checks its shape.
     async fn prepare(&self, cfg: &KafkaConfig) -> Result<(), NotReady> {
         let admin: AdminClient<QuietContext> =
-            self.config.create_with_context(self.context.clone()).map_err(|e| client_refused("admin client", &self.config, e).to_string())?;
+            self.config.create_with_context(self.context.clone()).map_err(|e| TopicError::from(ClientError::refused("admin client", &self.config, e)))?;
         let partitions = match self.partitions().await? {
             Some(n) => n,
             None => {
                 let Some(creation) = &cfg.create_topics else {
-                    return Err(NotReady::Refused(format!("the topic does not exist and sink.create_topics is not set: {CREATE_FIX}")));
+                    return Err(NotReady::Refused(Refusal::NoTopic));
                 };
                 self.create(&admin, creation.replication_factor).await?
             }
         };
         if partitions != 1 {
-            return Err(NotReady::Refused(format!(
-                "the topic has {partitions} partitions; a checkpoint topic needs exactly one (its records are read back in order): \
-                 name another topic in resume.kafka_topic, or delete this one"
-            )));
+            return Err(NotReady::Refused(Refusal::Partitions(partitions)));
         }
         let opts = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
         let described =
             admin.describe_configs(&[ResourceSpecifier::Topic(&self.topic)], &opts).await.map_err(|e| self.explain("cannot read its configuration", e))?;
         let policy = match described.into_iter().next() {
             Some(Ok(resource)) => resource.get("cleanup.policy").and_then(|e| e.value.clone()).unwrap_or_default(),
-            Some(Err(code)) => return Err(NotReady::Failed(format!("cannot read its configuration: {code} (the user needs DescribeConfigs on the topic)"))),
+            Some(Err(code)) => return Err(NotReady::Failed(TopicError::Configuration(code))),
             None => String::new(),
         };
         if policy != "compact" {
-            return Err(NotReady::Refused(format!(
-                "the topic's cleanup.policy is `{policy}`; a checkpoint topic must be compacted (cleanup.policy=compact) to keep the latest \
-                 record of every key: alter the topic, or name another topic in resume.kafka_topic"
-            )));
+            return Err(NotReady::Refused(Refusal::NotCompacted(policy)));
         }
         Ok(())
     }
 
     /// The topic's partitions, None when it does not exist.
-    async fn partitions(&self) -> Result<Option<usize>, String> {
+    async fn partitions(&self) -> Result<Option<usize>, TopicError> {
         let (producer, topic) = (self.producer(), self.topic.clone());
         let md = tokio::task::spawn_blocking(move || producer.client().fetch_metadata(Some(&topic), REQUEST_TIMEOUT))
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(ClientError::Blocking)?
             .map_err(|e| self.explain("cannot read its metadata", e))?;
         let Some(t) = md.topics().first() else { return Ok(None) };
         match t.error().map(RDKafkaErrorCode::from) {
             None if !t.partitions().is_empty() => Ok(Some(t.partitions().len())),
             Some(RDKafkaErrorCode::UnknownTopicOrPartition) => Ok(None),
-            Some(RDKafkaErrorCode::TopicAuthorizationFailed) => Err("not authorized to describe the topic (the user needs Describe on it)".into()),
-            Some(code) => Err(format!("cannot read its metadata: {code}")),
-            None => Err("the topic has no partitions yet".into()),
+            Some(RDKafkaErrorCode::TopicAuthorizationFailed) => Err(TopicError::DescribeRefused),
+            Some(code) => Err(TopicError::Metadata(code)),
+            None => Err(TopicError::NoPartitions),
         }
     }
 
     /// Creates the topic (another replica may just have), and waits until its partition
     /// is known: the number of partitions it has.
-    async fn create(&self, admin: &AdminClient<QuietContext>, replication_factor: i32) -> Result<usize, String> {
+    async fn create(&self, admin: &AdminClient<QuietContext>, replication_factor: i32) -> Result<usize, TopicError> {
         let topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(replication_factor)).set("cleanup.policy", "compact");
         let opts = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
         let created = admin.create_topics([&topic], &opts).await.map_err(|e| self.explain("cannot create it", e))?;
@@ -162,9 +144,9 @@ impl KafkaStore {
             match result {
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((_, RDKafkaErrorCode::TopicAuthorizationFailed | RDKafkaErrorCode::ClusterAuthorizationFailed)) => {
-                    return Err(format!("not authorized to create the topic (the user needs Create on it): {CREATE_FIX}"));
+                    return Err(TopicError::CreateRefused);
                 }
-                Err((_, code)) => return Err(format!("cannot create it: {code}")),
+                Err((_, code)) => return Err(TopicError::NotCreated(code)),
             }
         }
         tracing::info!(topic = %self.topic, "Created the checkpoint topic");
@@ -173,7 +155,7 @@ impl KafkaStore {
             match self.partitions().await {
                 Ok(Some(n)) => return Ok(n),
                 Err(e) if Instant::now() >= deadline => return Err(e),
-                _ if Instant::now() >= deadline => return Err("created, but its metadata did not show it in time".into()),
+                _ if Instant::now() >= deadline => return Err(TopicError::NotShown),
                 _ => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
@@ -184,9 +166,9 @@ impl KafkaStore {
         let (config, context, topic, prefix) = (self.reader.clone(), self.context.clone(), self.topic.clone(), format!("{prefix}."));
         tokio::task::spawn_blocking(move || read(&config, &context, &topic, &prefix))
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| TopicError::from(ClientError::Blocking(e)))
             .and_then(|read| read)
-            .map_err(|reason| StoreError::Kafka { topic: self.topic.clone(), reason })
+            .map_err(|source| StoreError::Kafka { topic: self.topic.clone(), source })
     }
 
     /// Sends the records in order and waits until the brokers acknowledged all of them; a
@@ -199,19 +181,19 @@ impl KafkaStore {
             Ok(async move { delivery.await.unwrap_or(Err(Undelivered::Kafka(KafkaError::Canceled))).map(|_| ()) })
         })
         .await;
-        let (reason, stuck) = match sent {
+        let (source, stuck) = match sent {
             Ok(()) => return Ok(()),
-            Err(Stop::Stalled) => (format!("the brokers did not acknowledge a record within {STALL:?}"), true),
+            Err(Stop::Stalled) => (TopicError::Unacknowledged(STALL), true),
             Err(Stop::Failed(Undelivered::Kafka(e) | Undelivered::Possibly(e))) => {
                 let timed_out = e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut);
                 (self.explain("not written", e), timed_out)
             }
-            Err(Stop::Failed(unconfirmed)) => (format!("not written: {unconfirmed}"), false),
+            Err(Stop::Failed(unconfirmed)) => (TopicError::Unconfirmed(unconfirmed), false),
         };
         if stuck {
             self.replace_producer().await;
         }
-        Err(StoreError::Kafka { topic: self.topic.clone(), reason })
+        Err(StoreError::Kafka { topic: self.topic.clone(), source })
     }
 
     fn producer(&self) -> Producer {
@@ -232,27 +214,29 @@ impl KafkaStore {
     }
 
     /// `e` with its cause, e.g. the refused credentials behind a request that found no broker.
-    fn explain(&self, what: &str, e: KafkaError) -> String {
-        format!("{what}: {}", explain(&self.context, e))
+    fn explain(&self, what: &'static str, e: KafkaError) -> TopicError {
+        TopicError::Request { what, source: Box::new(ClientError::explained(&self.context, e)) }
     }
 }
 
-fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<Producer, String> {
-    Producer::create(config, context).map_err(|e| client_refused("producer", config, e).to_string())
+fn create_producer(config: &ClientConfig, context: &QuietContext) -> Result<Producer, ClientError> {
+    Producer::create(config, context).map_err(|e| ClientError::refused("producer", config, e))
 }
 
 /// The latest values of the keys that start with `prefix` in partition 0 of `topic`, up to
 /// the end it had at the start.
-fn read(config: &ClientConfig, context: &QuietContext, topic: &str, prefix: &str) -> Result<HashMap<String, Vec<u8>>, String> {
-    let consumer: BaseConsumer<QuietContext> = config.create_with_context(context.clone()).map_err(|e| client_refused("consumer", config, e).to_string())?;
-    let (low, high) = consumer.fetch_watermarks(topic, 0, REQUEST_TIMEOUT).map_err(|e| format!("cannot read its offsets: {}", explain(context, e)))?;
+fn read(config: &ClientConfig, context: &QuietContext, topic: &str, prefix: &str) -> Result<HashMap<String, Vec<u8>>, TopicError> {
+    let explain = |what, e| TopicError::Request { what, source: Box::new(ClientError::explained(context, e)) };
+    let consumer: BaseConsumer<QuietContext> = config.create_with_context(context.clone()).map_err(|e| ClientError::refused("consumer", config, e))?;
+    let (low, high) = consumer.fetch_watermarks(topic, 0, REQUEST_TIMEOUT).map_err(|e| explain("cannot read its offsets", e))?;
     let mut latest = HashMap::new();
     if high <= low {
         return Ok(latest);
     }
     let mut from = TopicPartitionList::new();
-    from.add_partition_offset(topic, 0, Offset::Beginning).map_err(|e| e.to_string())?;
-    consumer.assign(&from).map_err(|e| e.to_string())?;
+    let failed = |source| ClientError::Read { topic: topic.to_string(), partition: 0, source };
+    from.add_partition_offset(topic, 0, Offset::Beginning).map_err(failed)?;
+    consumer.assign(&from).map_err(failed)?;
     loop {
         match consumer.poll(REQUEST_TIMEOUT) {
             Some(Ok(m)) => {
@@ -263,8 +247,8 @@ fn read(config: &ClientConfig, context: &QuietContext, topic: &str, prefix: &str
             }
             // The end, before `high`: compaction removed the last records (expired tombstones).
             Some(Err(KafkaError::PartitionEOF(_))) => return Ok(latest),
-            Some(Err(e)) => return Err(format!("reading failed: {}", explain(context, e))),
-            None => return Err(format!("no record within {REQUEST_TIMEOUT:?} while reading offsets {low} to {high}")),
+            Some(Err(e)) => return Err(explain("reading failed", e)),
+            None => return Err(ClientError::Silent { topic: topic.to_string(), partition: 0, within: REQUEST_TIMEOUT }.into()),
         }
     }
 }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use super::progress::Records;
 use crate::config::{ResumeConfig, SinkConfig};
 
-pub use error::StoreError;
+pub use error::{Refusal, StoreError};
 pub use file::FileStore;
 pub use kafka::KafkaStore;
 pub use nats::NatsStore;

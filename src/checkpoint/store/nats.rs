@@ -7,17 +7,16 @@ use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
-use async_nats::jetstream::context::{CreateKeyValueErrorKind, GetStreamError, KeyValueError, KeyValueErrorKind};
+use async_nats::jetstream::context::{CreateKeyValueErrorKind, KeyValueError, KeyValueErrorKind};
 use async_nats::jetstream::{self, kv, stream};
 use bytes::Bytes;
 use futures::StreamExt as _;
 
-use super::error::StoreError;
+use super::error::{BucketError, Refusal, StoreError};
 use super::inflight::{self, STALL, Stop};
+use crate::broker::nats::{client, is_stream_not_found};
 use crate::checkpoint::progress::Records;
 use crate::config::{NatsConfig, Storage};
-use crate::sink::NatsSink;
-use crate::sink::nats::is_stream_not_found;
 
 /// Puts sent and not yet acknowledged, at most: under the JetStream context's own bound
 /// (5,000 acks in flight, beyond which a publish waits for the oldest).
@@ -38,8 +37,8 @@ impl NatsStore {
     /// Connects with the sink's settings (auth, TLS), and creates the bucket when missing:
     /// one value per key, stored and replicated as the sink's stream is.
     pub async fn open(cfg: &NatsConfig, bucket: &str) -> Result<NatsStore, StoreError> {
-        let fail = |reason: String| StoreError::Nats { bucket: bucket.to_string(), reason };
-        let client = NatsSink::client(cfg).await.map_err(|e| fail(e.to_string()))?;
+        let fail = |source: BucketError| StoreError::Nats { bucket: bucket.to_string(), source };
+        let client = client(cfg).await.map_err(|e| fail(e.into()))?;
         let jetstream = jetstream::ContextBuilder::new().timeout(Duration::from_secs(cfg.jetstream.ack_timeout_secs)).build(client);
         let kv = match jetstream.get_key_value(bucket).await {
             Ok(kv) => kv,
@@ -56,21 +55,16 @@ impl NatsStore {
                     ..Default::default()
                 };
                 let created = jetstream.create_key_value(config).await.map_err(|e| match e.kind() {
-                    CreateKeyValueErrorKind::TimedOut => fail(format!("cannot create the bucket: {e}")),
-                    _ => fail(format!(
-                        "cannot create the bucket: {e}; create it (history 1), allow the user to create the stream KV_{bucket}, or set resume.enabled = false"
-                    )),
+                    CreateKeyValueErrorKind::TimedOut => fail(BucketError::CreateTimedOut(e)),
+                    _ => fail(BucketError::CreateRefused { bucket: bucket.to_string(), source: e }),
                 })?;
                 tracing::info!(bucket, "Created the checkpoint bucket");
                 created
             }
             Err(e) if e.kind() == KeyValueErrorKind::InvalidStoreName => {
-                return Err(StoreError::Refused {
-                    store: format!("bucket {bucket}"),
-                    reason: "a stream of that name exists and is not a key-value bucket: name another bucket in resume.nats_bucket".into(),
-                });
+                return Err(StoreError::Refused { store: format!("bucket {bucket}"), reason: Refusal::NotABucket });
             }
-            Err(e) => return Err(fail(format!("cannot look up the bucket: {e}"))),
+            Err(e) => return Err(fail(BucketError::Lookup(e))),
         };
         Ok(NatsStore { bucket: bucket.to_string(), kv: Box::new(kv), jetstream })
     }
@@ -78,24 +72,24 @@ impl NatsStore {
     /// The bucket's current values under `prefix`: an ordered consumer of the last message
     /// of every key under it, read until none is pending (one request per batch, not per key).
     pub async fn load(&self, prefix: &str) -> Result<HashMap<String, Vec<u8>>, StoreError> {
-        let fail = |reason: String| StoreError::Nats { bucket: self.bucket.clone(), reason };
+        let fail = |source: BucketError| StoreError::Nats { bucket: self.bucket.clone(), source };
         let config = pull::OrderedConfig {
             filter_subject: format!("{}{prefix}.>", self.kv.prefix),
             deliver_policy: DeliverPolicy::LastPerSubject,
             ..Default::default()
         };
-        let consumer = self.kv.stream.create_consumer(config).await.map_err(|e| fail(format!("cannot read it: {e}")))?;
+        let consumer = self.kv.stream.create_consumer(config).await.map_err(|e| fail(unread("cannot read it", e)))?;
         let mut pending = consumer.cached_info().num_pending;
-        let mut messages = consumer.messages().await.map_err(|e| fail(format!("cannot read it: {e}")))?;
+        let mut messages = consumer.messages().await.map_err(|e| fail(unread("cannot read it", e)))?;
         let mut latest = HashMap::new();
         while pending > 0 {
             let message = match tokio::time::timeout(STALL, messages.next()).await {
                 Ok(Some(Ok(m))) => m,
-                Ok(Some(Err(e))) => return Err(fail(format!("reading failed: {e}"))),
-                Ok(None) => return Err(fail("reading ended early".into())),
-                Err(_) => return Err(fail(format!("no value within {STALL:?} while {pending} were pending"))),
+                Ok(Some(Err(e))) => return Err(fail(unread("reading failed", e))),
+                Ok(None) => return Err(fail(BucketError::Ended)),
+                Err(_) => return Err(fail(BucketError::Silent { within: STALL, pending })),
             };
-            pending = message.info().map_err(|e| fail(format!("a message without its metadata: {e}")))?.pending;
+            pending = message.info().map_err(|e| fail(unread("a message without its metadata", e)))?.pending;
             let Some(key) = message.subject.strip_prefix(self.kv.prefix.as_str()) else { continue };
             let deleted = message.headers.as_ref().and_then(|h| h.get(OPERATION)).is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
             if !deleted {
@@ -120,16 +114,21 @@ impl NatsStore {
             Ok(async move { ack.await.map(drop) })
         })
         .await;
-        let reason = match sent {
+        let source = match sent {
             Ok(()) => return Ok(()),
-            Err(Stop::Stalled) => format!("the server did not acknowledge a value within {STALL:?}"),
-            Err(Stop::Failed(e)) => format!("not written: {e}"),
+            Err(Stop::Stalled) => BucketError::Unacknowledged(STALL),
+            Err(Stop::Failed(e)) => BucketError::NotWritten(e),
         };
-        Err(StoreError::Nats { bucket: self.bucket.clone(), reason })
+        Err(StoreError::Nats { bucket: self.bucket.clone(), source })
     }
+}
+
+/// Reading the bucket failed while doing `what`.
+fn unread(what: &'static str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> BucketError {
+    BucketError::Read { what, source: e.into() }
 }
 
 /// Whether looking up a bucket failed because its stream does not exist.
 fn bucket_missing(e: &KeyValueError) -> bool {
-    e.kind() == KeyValueErrorKind::GetBucket && e.source().and_then(|s| s.downcast_ref::<GetStreamError>()).is_some_and(is_stream_not_found)
+    e.kind() == KeyValueErrorKind::GetBucket && e.source().is_some_and(is_stream_not_found)
 }

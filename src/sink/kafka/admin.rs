@@ -9,14 +9,14 @@ use rdkafka::util::Timeout;
 
 use super::KafkaSink;
 use super::error::{client_refused, explain};
-use super::log::QuietContext;
-use crate::config::{ClientRole, KafkaConfig};
+use crate::broker::kafka::{ClientRole, QuietContext, client_config};
+use crate::config::KafkaConfig;
 use crate::sink::{ErrorKind, Failure, SendError, SinkError};
 
 /// Creates the missing topics among `topics` with the configured partitions.
 pub async fn create_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), SinkError> {
     let Some(tc) = &cfg.create_topics else { return Ok(()) };
-    let config = cfg.client_config(ClientRole::Producer)?;
+    let config = client_config(cfg, ClientRole::Producer)?;
     let admin: AdminClient<QuietContext> = config.create_with_context(QuietContext::default()).map_err(|e| client_refused("admin client", &config, e))?;
     let new: Vec<NewTopic> = topics
         .iter()

@@ -1,17 +1,10 @@
 //! librdkafka's errors classified: retryable or not, and their `error_kind`.
 
-use std::time::Duration;
-
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use super::log::{Cause, QuietContext};
-use crate::config::mask_secrets_in;
+use crate::broker::kafka::{CauseKind, ClientError, QuietContext};
 use crate::sink::{ErrorKind, Failure, SendError, SinkError};
-
-/// How old a client error may be to explain a failed metadata request: a minute, the
-/// interval of the client error log lines.
-const RECENT_CAUSE: Duration = Duration::from_secs(60);
 
 /// Retryable unless retrying cannot help (the broker or the config refuses the record).
 pub(super) fn classify(e: KafkaError) -> SendError {
@@ -44,20 +37,26 @@ pub(super) fn classify(e: KafkaError) -> SendError {
 /// retryable: librdkafka keeps retrying, and the cause can go away without a restart (a
 /// SCRAM user created or a broker certificate replaced after start-up).
 pub fn explain(ctx: &QuietContext, e: KafkaError) -> SendError {
-    match (classify(e), ctx.recent_cause(RECENT_CAUSE)) {
-        (SendError::Retryable { kind, source: Failure::Kafka(source) }, Some(Cause { kind: cause_kind, text: cause, .. })) => match cause_kind {
-            ErrorKind::Authentication => SendError::Retryable { kind: cause_kind, source: Failure::KafkaCredentialsRefused { source, cause } },
-            ErrorKind::Tls => SendError::Retryable { kind: cause_kind, source: Failure::KafkaTlsFailed { source, cause } },
-            _ => SendError::Retryable { kind, source: Failure::KafkaUnreachable { source, cause } },
+    match classify(e) {
+        SendError::Retryable { kind, source: Failure::Kafka(source) } => match ClientError::explained(ctx, *source) {
+            ClientError::Request(e) => SendError::Retryable { kind, source: Failure::Kafka(Box::new(e)) },
+            explained => {
+                let kind = match explained.cause() {
+                    Some(CauseKind::Authentication) => ErrorKind::Authentication,
+                    Some(CauseKind::Tls) => ErrorKind::Tls,
+                    _ => kind,
+                };
+                SendError::Retryable { kind, source: Failure::KafkaClient(Box::new(explained)) }
+            }
         },
-        (other, _) => other,
+        other => other,
     }
 }
 
 /// The error of a client that cannot be created with `config`, with the values of secret
 /// options masked: librdkafka echoes the value of an option it refuses.
 pub fn client_refused(client: &'static str, config: &ClientConfig, e: KafkaError) -> SinkError {
-    SinkError::KafkaClient { client, masked: mask_secrets_in(&e.to_string(), config.config_map()) }
+    SinkError::KafkaClient(Box::new(ClientError::refused(client, config, e)))
 }
 
 #[cfg(test)]
@@ -90,7 +89,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_metadata_request_names_the_latest_connection_error() {
+    fn a_failed_metadata_request_takes_the_kind_of_the_latest_connection_error() {
         use rdkafka::ClientContext;
         let ctx = QuietContext::default();
         let timeout = || KafkaError::MetadataFetch(RDKafkaErrorCode::BrokerTransportFailure);

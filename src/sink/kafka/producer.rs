@@ -11,15 +11,14 @@ use rdkafka::producer::{Producer as _, PurgeConfig};
 use rdkafka::util::Timeout;
 
 use super::binding::encode;
-use super::delivery::{Delivery, Producer, Undelivered};
 use super::error::{classify, client_refused};
 use super::ledger::Part;
-use super::log::QuietContext;
 use super::partition;
-use super::recover::{Outstanding, STATISTICS_INTERVAL_MS, Tracked};
 use super::resend::{Resend, stamp_floor};
 use super::transaction::{Enrolment, INIT_TIMEOUT, Settled, Transactions};
-use crate::config::{ClientRole, ContentMode, KafkaConfig};
+use super::waiting::{Outstanding, Tracked};
+use crate::broker::kafka::{ClientRole, Delivery, Producer, QuietContext, STATISTICS_INTERVAL_MS, Undelivered, client_config};
+use crate::config::{ContentMode, KafkaConfig};
 use crate::event::{Envelope, EnvelopeKind};
 use crate::model::{ChangeType, Placement};
 use crate::sink::{ErrorKind, Failure, SendError, SinkError};
@@ -55,7 +54,7 @@ struct Shared {
 
 impl KafkaSink {
     pub fn new(cfg: &KafkaConfig) -> Result<KafkaSink, SinkError> {
-        let config = cfg.client_config(ClientRole::Producer)?;
+        let config = client_config(cfg, ClientRole::Producer)?;
         let context = QuietContext::default();
         let producer = create_producer(&config, &context)?;
         Ok(KafkaSink {

@@ -89,7 +89,7 @@ impl Resend {
         let found = tokio::task::spawn_blocking(move || lookup::find(&config, &wanted))
             .await
             .map_err(|e| SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Blocking(e) })?
-            .map_err(|e| SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Lookup(e) })?;
+            .map_err(|e| SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Lookup(Box::new(e)) })?;
         let (written, absent) = ledger::outcome(&doubts, &found);
         self.meters.resolved(written, absent);
         tracing::info!(written, absent, "Read the log for records whose delivery was in doubt: those written are not sent again");

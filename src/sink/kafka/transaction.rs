@@ -19,7 +19,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer as _;
 use tokio::sync::{Notify, RwLock, RwLockReadGuard, watch};
 
-use super::delivery::Producer;
+use crate::broker::kafka::Producer;
 
 /// The longest a transaction stays open while its records are still being reported.
 pub const COMMIT_EVERY: Duration = Duration::from_millis(100);

@@ -17,41 +17,15 @@ use std::time::Duration;
 use rdkafka::bindings as rd;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Message as _, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
+use rdkafka::message::OwnedHeaders;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
 use tokio::sync::{Notify, oneshot};
 
-use super::log::QuietContext;
-use crate::model::Placement;
+use super::context::{Delivered, QuietContext};
 
 /// How many polls of the report queue the task makes before it lets other tasks run (a poll
 /// takes at most one event, and returns at once when there is none).
 const SERVE_AT_ONCE: usize = 64;
-
-/// A record's delivery report: delivered (the brokers acknowledged it) at its partition and
-/// offset, or why not.
-pub type Delivered = Result<Placement, Undelivered>;
-
-/// Why a record is not known to be delivered.
-#[derive(Debug, thiserror::Error)]
-pub enum Undelivered {
-    /// librdkafka failed the record before the broker could write it.
-    #[error(transparent)]
-    Kafka(KafkaError),
-    /// librdkafka failed the record after sending it: the broker may have written it
-    /// (librdkafka's `POSSIBLY_PERSISTED`, e.g. a request in flight when its producer was
-    /// purged).
-    #[error("{0} (after it was sent: the broker may have written it)")]
-    Possibly(KafkaError),
-    /// librdkafka reported the record delivered without the offset the broker gives every
-    /// record it writes. The idempotent producer does so for the records of a batch that
-    /// failed when a later batch of the same producer succeeds, taking that success as
-    /// proof the earlier batch was written (an "implicit ack"). It is no proof: a broker
-    /// with no state for the producer on that partition (a new producer, a restarted
-    /// broker) accepts the later batch without the earlier one, and the records are lost.
-    #[error("reported delivered without an offset (acknowledged only by the success of a later batch, which does not prove the broker wrote it)")]
-    Unconfirmed,
-}
 
 /// A pending report; it fails with a `RecvError` only if the client went away without one.
 pub type Delivery = oneshot::Receiver<Delivered>;
@@ -231,47 +205,9 @@ impl Deref for Producer {
     }
 }
 
-/// The reports of every producer made with this context resolve their records' futures.
-impl ProducerContext for QuietContext {
-    type DeliveryOpaque = Box<oneshot::Sender<Delivered>>;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, report: Self::DeliveryOpaque) {
-        // Where each record went, for tracing a record through faults
-        // (`RUST_LOG=deltaship::sink::kafka::delivery=trace`).
-        let (outcome, m) = match result {
-            // Every record the broker writes has an offset (deltaship's producers require
-            // acknowledgements: `acks` is never 0).
-            Ok(m) => match u64::try_from(m.offset()) {
-                Ok(offset) => (Ok(Placement { partition: m.partition(), offset }), m),
-                Err(_) => (Err(Undelivered::Unconfirmed), m),
-            },
-            Err((e, m)) if possibly_persisted(m) => (Err(Undelivered::Possibly(e.clone())), m),
-            Err((e, m)) => (Err(Undelivered::Kafka(e.clone())), m),
-        };
-        let what = match &outcome {
-            Ok(_) => "delivered",
-            Err(Undelivered::Unconfirmed) => "unconfirmed",
-            Err(Undelivered::Possibly(_)) => "possibly delivered",
-            Err(Undelivered::Kafka(_)) => "not delivered",
-        };
-        let error = outcome.as_ref().err().map(tracing::field::display);
-        tracing::trace!(topic = m.topic(), partition = m.partition(), offset = m.offset(), key = ?m.key().map(String::from_utf8_lossy), error, "{what}");
-        // The sender is gone only if nobody waits for this record any more.
-        let _ = report.send(outcome);
-    }
-}
-
-/// Whether librdkafka says a failed record may have been written: it was sent, and no
-/// answer (or an answer that leaves it open) came back.
-#[allow(unsafe_code)]
-fn possibly_persisted(m: &rdkafka::message::BorrowedMessage<'_>) -> bool {
-    // SAFETY: `m.ptr()` is the message of this delivery report, valid while `m` is.
-    let status = unsafe { rd::rd_kafka_message_status(m.ptr()) };
-    status == rd::rd_kafka_msg_status_t::RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::context::Undelivered;
     use super::*;
 
     #[tokio::test]
