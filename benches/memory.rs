@@ -53,7 +53,7 @@ fn main() {
             let streaming = run_bridge(&bin, &ns, &brokers, 0, true);
             let paged = rt.block_on(list::paged(&client, &ns));
             let streamed = rt.block_on(list::streaming(&client, &ns));
-            let sync = Sync {
+            let sync = SideBySide {
                 paged: (r.synced_secs, r.sync_cpu_secs),
                 streaming: (streaming.synced_secs, streaming.sync_cpu_secs),
                 bare_paged: paged,
@@ -83,7 +83,7 @@ fn main() {
                    "steady_rss_mb": s(col(|r| r.steady_mb)), "peak_over_steady": s(common::stats(&ratios)),
                    "sync_cpu_secs": s(col(|r| r.sync_cpu_secs)), "smoke": !bench})
         );
-        println!("{}", Sync::summary(&syncs, count, !bench));
+        println!("{}", SideBySide::summary(&syncs, count, !bench));
         rt.block_on(live::clean_up(&client, &ns, count, bench, "memory"));
     }
 }
@@ -107,14 +107,14 @@ fn synced(s: &Sample) -> bool {
 
 /// One run's syncs side by side: the bridge's (time to synced, CPU until synced) with a
 /// paged and with a streaming list, and the bare reads of the same ConfigMaps.
-struct Sync {
+struct SideBySide {
     paged: (f64, f64),
     streaming: (f64, f64),
     bare_paged: list::Read,
     bare_streaming: list::Read,
 }
 
-impl Sync {
+impl SideBySide {
     /// Name, then (seconds, CPU seconds) of each of the four.
     fn columns(&self) -> [(&'static str, (f64, f64)); 4] {
         [
@@ -141,7 +141,7 @@ impl Sync {
         line
     }
 
-    fn summary(syncs: &[Sync], count: usize, smoke: bool) -> serde_json::Value {
+    fn summary(syncs: &[SideBySide], count: usize, smoke: bool) -> serde_json::Value {
         let s = |xs: Vec<f64>| {
             let (median, min, max) = common::stats(&xs);
             json!({"median": median, "min": min, "max": max})
