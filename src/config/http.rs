@@ -31,7 +31,8 @@ pub struct HttpSinkConfig {
     #[serde(default)]
     pub content_mode: ContentMode,
     /// Time allowed for one request, from connecting to the end of the response, in
-    /// milliseconds; a request that takes longer is retried. Default: 10000.
+    /// milliseconds; a request that takes longer is retried, and still awaited before the
+    /// object's next event is sent (up to 60 s more). Default: 10000.
     #[serde(default = "default_timeout_ms")]
     #[schemars(transform = &bounds::HTTP_TIMEOUT_MS)]
     pub timeout_ms: u64,

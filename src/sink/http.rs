@@ -1,6 +1,7 @@
 //! The HTTP sink: each event POSTed to one URL by the CloudEvents HTTP binding (binary or
 //! structured), a 2xx answer being the acknowledgement. 408, 429, 5xx, connection errors and
-//! timeouts are retried by the dispatcher (honouring `Retry-After`), 413 goes to the
+//! timeouts are retried by the dispatcher (honouring `Retry-After`; a late attempt is still
+//! awaited before the object's next event goes, `late.rs`), 413 goes to the
 //! oversize policy, 401 and 403 stop the bridge, other 3xx and 4xx follow
 //! `on_client_error`; a server certificate that cannot be verified stops the bridge too.
 
@@ -21,10 +22,12 @@ use hyper_util::rt::TokioExecutor;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::Semaphore;
+use tokio_util::task::AbortOnDropHandle;
 use tower::ServiceExt;
 
 use super::encode::{STRUCTURED_CONTENT_TYPE, percent_encode, structured_bytes};
 use super::error::causes;
+use super::late::{LATE_ANSWER_WAIT, LateAnswers};
 use super::{ErrorKind, Failure, SendError, SinkError};
 use crate::config::{ClientErrorPolicy, ContentMode, HttpSinkConfig, HttpTls, Secret, ce_overrides, mask_urls};
 use crate::event::Envelope;
@@ -53,6 +56,8 @@ struct Inner {
     content_mode: ContentMode,
     timeout: Duration,
     requests: Semaphore,
+    /// Attempts answered later than `timeout`, still awaited.
+    late: LateAnswers,
     on_client_error: ClientErrorPolicy,
     auth: Option<Auth>,
     /// `K_CE_OVERRIDES`: extensions added to every event, never one deltaship sets.
@@ -150,6 +155,7 @@ impl HttpSink {
                 content_mode: cfg.content_mode,
                 timeout,
                 requests: Semaphore::new(cfg.max_requests),
+                late: LateAnswers::new(LATE_ANSWER_WAIT),
                 on_client_error: cfg.on_client_error,
                 auth,
                 overrides,
@@ -191,34 +197,67 @@ impl HttpSink {
         Some(Failure::HttpCertificate { url: self.inner.shown.clone(), problem, fix })
     }
 
+    /// POSTs `env`; a 2xx answer acknowledges it. An attempt answered later than the timeout
+    /// fails as retryable but keeps running (`late.rs`): the event is acknowledged only once
+    /// every attempt of it has answered, so no copy of it can arrive after the object's next
+    /// event.
     pub async fn send(&self, env: &Envelope) -> Result<(), SendError> {
         let inner = &self.inner;
+        let id = env.attributes.id.as_str();
+        // A late attempt the server accepted meanwhile: no need to send it again.
+        if inner.late.accepted(id) {
+            self.settle(id).await;
+            return Ok(());
+        }
         let _request = inner.requests.acquire().await.expect("the semaphore is never closed");
         let request = self.request(env).map_err(|source| match source {
             // A rotated file may be missing for a moment: try again.
             Failure::Credential(_) => SendError::Retryable { kind: ErrorKind::Authentication, source },
             _ => SendError::Fatal { kind: ErrorKind::Authentication, source },
         })?;
-        let answered = tokio::time::timeout(inner.timeout, async {
-            let response = inner.client.request(request).await.map_err(|e| match self.certificate_failure(&e) {
-                Some(source) => SendError::Fatal { kind: ErrorKind::Tls, source },
-                None => SendError::Retryable { kind: ErrorKind::Connect, source: Failure::HttpTransport(e) },
-            })?;
-            let status = response.status();
-            let retry_after = retry_after(response.headers());
-            // Read the answer (so the connection is reused), keeping its start for the log.
-            let body = match Limited::new(response.into_body(), BODY_LIMIT).collect().await {
-                Ok(b) => excerpt(&b.to_bytes()),
-                Err(_) => String::new(),
-            };
-            Ok((status, retry_after, body))
-        })
-        .await;
-        let (status, retry_after, body) = match answered {
-            Ok(result) => result?,
-            Err(_) => return Err(SendError::Retryable { kind: ErrorKind::Timeout, source: Failure::HttpTimeout(inner.timeout) }),
+        let mut answer = Box::pin(self.clone().answer(request));
+        let result = match tokio::time::timeout(inner.timeout, &mut answer).await {
+            Ok(answered) => answered.and_then(|(status, retry_after, body)| classify(status, retry_after, body, inner.on_client_error)),
+            Err(_) => {
+                let accepted = async move { matches!(answer.await, Ok((status, ..)) if status.is_success()) };
+                inner.late.keep(id, AbortOnDropHandle::new(tokio::spawn(accepted)));
+                return Err(SendError::Retryable { kind: ErrorKind::Timeout, source: Failure::HttpTimeout(inner.timeout) });
+            }
         };
-        classify(status, retry_after, body, inner.on_client_error)
+        if !matches!(result, Err(SendError::Retryable { .. })) {
+            self.settle(id).await;
+        }
+        result
+    }
+
+    /// The answer to `request`: its status, `Retry-After` and the start of its body.
+    async fn answer(self, request: Request<Full<Bytes>>) -> Result<(StatusCode, Option<Duration>, String), SendError> {
+        let response = self.inner.client.request(request).await.map_err(|e| match self.certificate_failure(&e) {
+            Some(source) => SendError::Fatal { kind: ErrorKind::Tls, source },
+            None => SendError::Retryable { kind: ErrorKind::Connect, source: Failure::HttpTransport(e) },
+        })?;
+        let status = response.status();
+        let retry_after = retry_after(response.headers());
+        // Read the answer (so the connection is reused), keeping its start for the log.
+        let body = match Limited::new(response.into_body(), BODY_LIMIT).collect().await {
+            Ok(b) => excerpt(&b.to_bytes()),
+            Err(_) => String::new(),
+        };
+        Ok((status, retry_after, body))
+    }
+
+    /// Waits for the late attempts of event `id` before its object's next event may go.
+    async fn settle(&self, id: &str) {
+        let settled = self.inner.late.settle(id).await;
+        if settled.abandoned > 0 {
+            tracing::warn!(
+                sink = "http",
+                id,
+                abandoned = settled.abandoned,
+                url = %self.inner.shown,
+                "Gave up on attempts of an event still unanswered {LATE_ANSWER_WAIT:?} after their timeout; should the server still take one, that copy may arrive after a newer event of the same object"
+            );
+        }
     }
 
     fn request(&self, env: &Envelope) -> Result<Request<Full<Bytes>>, Failure> {
@@ -370,6 +409,8 @@ fn tls_config(tls: &HttpTls) -> Result<rustls::ClientConfig, SinkError> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
 
     fn kind(status: u16, policy: ClientErrorPolicy) -> (&'static str, Option<ErrorKind>) {
@@ -503,6 +544,77 @@ mod tests {
         let client = std::error::Error::source(source).and_then(|s| s.downcast_ref::<hyper_util::client::legacy::Error>());
         assert!(client.is_some_and(|c| c.is_connect()), "{source:?}");
         assert!(e.to_string().starts_with("connect: client error (Connect): tcp connect error: Connection refused"), "{e}");
+    }
+
+    /// A server on 127.0.0.1 that answers 200 to every POST, the first one only after
+    /// `delay`; it returns its address and the ids it has taken, in the order it took them.
+    async fn server_slow_at_first(delay: Duration) -> (String, Arc<Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let taken = Arc::new(Mutex::new(Vec::new()));
+        let log = taken.clone();
+        tokio::spawn(async move {
+            for n in 0.. {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    while !head.ends_with(b"\r\n\r\n") {
+                        let mut byte = [0u8];
+                        if conn.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+                    let header = |name: &str| head.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string());
+                    let mut body = vec![0u8; header("content-length:").map_or(0, |l| l.parse().unwrap())];
+                    conn.read_exact(&mut body).await.unwrap();
+                    if n == 0 {
+                        tokio::time::sleep(delay).await;
+                    }
+                    // Taken, as a server does, whether or not the client still waits.
+                    log.lock().unwrap().push(header("ce-id:").unwrap());
+                    let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+                });
+            }
+        });
+        (addr, taken)
+    }
+
+    fn event(id: &str) -> Envelope {
+        crate::event::fixtures::configmap_event("ns/a", id, crate::event::EnvelopeKind::Object(crate::model::ChangeType::Updated))
+    }
+
+    #[tokio::test]
+    async fn an_event_retried_after_a_timeout_is_acknowledged_only_once_its_late_attempt_answered() {
+        let (addr, taken) = server_slow_at_first(Duration::from_millis(1_500)).await;
+        let cfg: HttpSinkConfig = serde_json::from_value(serde_json::json!({"url": format!("http://{addr}/events"), "timeout_ms": 200})).unwrap();
+        let sink = HttpSink::new(&cfg).unwrap();
+        let started = Instant::now();
+        let e = sink.send(&event("e1")).await.unwrap_err();
+        assert!(matches!(e, SendError::Retryable { kind: ErrorKind::Timeout, .. }), "{e:?}");
+        // The retry is answered at once, but the first attempt is still with the server.
+        sink.send(&event("e1")).await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(1_500), "acknowledged after {:?}, before the late answer", started.elapsed());
+        sink.send(&event("e2")).await.unwrap();
+        assert_eq!(*taken.lock().unwrap(), ["e1", "e1", "e2"], "the object's next event after every copy of the one before");
+    }
+
+    #[tokio::test]
+    async fn a_late_answer_that_accepted_the_event_spares_the_retry() {
+        let (addr, taken) = server_slow_at_first(Duration::from_millis(400)).await;
+        let cfg: HttpSinkConfig = serde_json::from_value(serde_json::json!({"url": format!("http://{addr}/events"), "timeout_ms": 100})).unwrap();
+        let sink = HttpSink::new(&cfg).unwrap();
+        sink.send(&event("e1")).await.unwrap_err();
+        while taken.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The late answer reaches the sink just after the server took the event.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        sink.send(&event("e1")).await.unwrap();
+        assert_eq!(*taken.lock().unwrap(), ["e1"], "sent once");
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod error;
 pub mod fence;
 pub mod http;
 pub mod kafka;
+mod late;
 pub mod nats;
 pub mod stdout;
 
