@@ -99,6 +99,12 @@ impl Address {
     pub fn key(&self, object_key: &str) -> String {
         format!("{}{}", self.key_prefix, object_key)
     }
+
+    /// Whether partition keys are the object keys themselves (no prefix: the topic or
+    /// subject names the resource).
+    pub fn keys_are_object_keys(&self) -> bool {
+        self.key_prefix.is_empty()
+    }
 }
 
 fn key_prefix(resource: &ResourceType, template: &Template) -> String {

@@ -195,7 +195,7 @@ impl Classifier {
     /// Every indexed object's key and digest term: the state a consumer holds at a
     /// `completed` marker (the marker applied), for its count and digest.
     fn state_terms(&self) -> StateTerms {
-        self.index.iter().map(|(key, e)| (key.to_string(), digest::term(key, &e.uid.to_string(), &e.resource_version.to_string()))).collect()
+        Arc::new(self.index.iter().map(|(key, e)| (key.to_string(), digest::term(key, &e.uid.to_string(), &e.resource_version.to_string()))).collect())
     }
 
     pub fn index_len(&self) -> usize {
@@ -306,11 +306,16 @@ impl Classifier {
         {
             let shipped = self.position.to_string();
             self.count_stale("(the list)", &at.to_string(), &shipped);
+            // The list's keys go before the marker's state is made (two sets of every key
+            // at once would be the sync's peak).
+            drop(seen);
             return self.complete(out);
         }
         // Objects indexed but absent from the completed list were deleted while the watch
         // was down: client-go's DeletedFinalStateUnknown.
-        for (key, entry) in self.index.drain_unless(|k| seen.contains(k)) {
+        let gone = self.index.drain_unless(|k| seen.contains(k));
+        drop(seen);
+        for (key, entry) in gone {
             let reference = reference_from_key(&key, entry);
             self.push(ChangeType::Deleted, Payload::Reference(reference), Some(id.clone()), out);
         }

@@ -285,7 +285,8 @@ fn marker_event(watch: &WatchAttributes, scope: &Scope, output: &Output, m: Mark
     // the watch (a route's filters would leave some out).
     let state = m.state.filter(|_| output.ships_everything()).map(|terms| {
         data["state"] = terms.iter().map(|(_, t)| *t).collect::<StateSum>().to_json();
-        terms.iter().map(|(key, t)| (output.address.key(key), *t)).collect::<StateTerms>()
+        // Keyed by the records' keys: the same terms when those are the object keys.
+        if output.address.keys_are_object_keys() { terms } else { Arc::new(terms.iter().map(|(key, t)| (output.address.key(key), *t)).collect()) }
     });
     let completes_initial_sync = m.phase == MarkerPhase::Completed && matches!(m.reason, SyncReason::Initial | SyncReason::Resume);
     let slot = MarkerSlot { namespace: scope.namespace.as_deref(), mode: m.mode, phase: m.phase };
