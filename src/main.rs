@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use deltaship::{check, config, memory, pipeline, telemetry};
+use deltaship::{check, config, pipeline, telemetry};
 use tokio_util::sync::CancellationToken;
 
 /// Exit codes: 0 done, 1 failed (a run that stopped on an error, a check with a failed
@@ -119,7 +119,6 @@ fn main() -> ExitCode {
             with_config(&arg, |config| if runtime(config.runtime.worker_threads).block_on(check::run(&config)) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Run(arg) => with_config(&arg, |config| {
-            memory::cap_arenas(config.runtime.worker_threads);
             telemetry::init_logging(config.log.format, &config.log.filter().expect("validated at load"));
             match runtime(config.runtime.worker_threads).block_on(pipeline::run(config, CancellationToken::new())) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -6,14 +6,6 @@
 //! in use are never touched. At a steady rate RSS does not grow and nothing is trimmed, so
 //! pages malloc reuses are not given back only to be faulted in again. Other allocators
 //! and other C libraries return memory by themselves: there this does nothing.
-//!
-//! A trim returns whole free pages only, and glibc gives each thread that allocates while
-//! another holds an arena an arena of its own (up to 8 per core): the runtime's workers,
-//! its blocking threads and librdkafka's each scatter the burst over theirs, leaving pages
-//! partly used in each. So `run` caps the arenas at the runtime's worker threads (one by
-//! default) before any thread starts: at 100,000 ConfigMaps the steady RSS was 65 MB
-//! (twice) against 75 and 79 MB uncapped (`benches/memory.rs`, BENCHMARKS.md). glibc's own
-//! `MALLOC_ARENA_MAX`, when set, wins.
 
 use std::time::Duration;
 
@@ -54,27 +46,6 @@ fn grew(floor: Option<u64>, now: Option<u64>) -> bool {
         _ => true,
     }
 }
-
-/// The arena cap for `worker_threads`: none when `MALLOC_ARENA_MAX` is `set` (the user's).
-fn arena_cap(worker_threads: usize, set: bool) -> Option<i32> {
-    (!set).then(|| i32::try_from(worker_threads.max(1)).unwrap_or(i32::MAX))
-}
-
-/// Caps glibc's malloc arenas at `worker_threads`, unless `MALLOC_ARENA_MAX` is set; call
-/// it before any other thread starts.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-pub fn cap_arenas(worker_threads: usize) {
-    if let Some(cap) = arena_cap(worker_threads, std::env::var_os("MALLOC_ARENA_MAX").is_some()) {
-        // SAFETY: mallopt only sets a parameter of glibc's malloc, under its own lock.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, cap);
-        }
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn cap_arenas(_worker_threads: usize) {}
 
 /// Returns the free pages of every malloc arena to the system.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -124,14 +95,6 @@ mod tests {
         drop(last);
         assert!(freed + 16 * 1024 > before, "malloc kept the freed pieces ({before} -> {freed} KiB): the test shows nothing");
         assert!(trimmed + 32 * 1024 < freed, "a trim returns them: {freed} -> {trimmed} KiB");
-    }
-
-    #[test]
-    fn arenas_are_capped_at_the_worker_threads_unless_the_user_set_a_cap() {
-        assert_eq!(arena_cap(1, false), Some(1));
-        assert_eq!(arena_cap(4, false), Some(4));
-        assert_eq!(arena_cap(0, false), Some(1), "at least one");
-        assert_eq!(arena_cap(4, true), None, "MALLOC_ARENA_MAX wins");
     }
 
     #[tokio::test(start_paused = true)]
