@@ -296,8 +296,8 @@ impl Classifier {
     }
 
     fn finish_sync(&mut self, out: &mut Vec<Change>) {
-        let Some(sync) = self.sync.as_mut() else { return };
-        let (id, seen) = (sync.id.clone(), std::mem::take(&mut sync.seen));
+        let Some(sync) = self.sync.as_ref() else { return };
+        let id = sync.id.clone();
         // A diff list older than where the watch already stood (a lagging API server) is
         // history: what it lacks may have been created since, so nothing is inferred deleted.
         let listed_at = sync.listed_at.as_deref().and_then(|v| v.parse::<u64>().ok());
@@ -306,16 +306,11 @@ impl Classifier {
         {
             let shipped = self.position.to_string();
             self.count_stale("(the list)", &at.to_string(), &shipped);
-            // The list's keys go before the marker's state is made (two sets of every key
-            // at once would be the sync's peak).
-            drop(seen);
             return self.complete(out);
         }
         // Objects indexed but absent from the completed list were deleted while the watch
         // was down: client-go's DeletedFinalStateUnknown.
-        let gone = self.index.drain_unless(|k| seen.contains(k));
-        drop(seen);
-        for (key, entry) in gone {
+        for (key, entry) in self.index.drain_unless(|k| sync.seen.contains(k)) {
             let reference = reference_from_key(&key, entry);
             self.push(ChangeType::Deleted, Payload::Reference(reference), Some(id.clone()), out);
         }
@@ -324,7 +319,10 @@ impl Classifier {
 
     /// The `completed` marker of the sync under way.
     fn complete(&mut self, out: &mut Vec<Change>) {
-        let Some(sync) = self.sync.take() else { return };
+        let Some(mut sync) = self.sync.take() else { return };
+        // The list's keys go before the marker's state is made: two sets of every key at
+        // once would be the sync's peak.
+        sync.seen = HashSet::new();
         if let Some(at) = sync.listed_at.as_deref() {
             self.stood_at(at);
         }

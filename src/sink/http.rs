@@ -589,15 +589,17 @@ mod tests {
 
     #[tokio::test]
     async fn an_event_retried_after_a_timeout_is_acknowledged_only_once_its_late_attempt_answered() {
-        let (addr, taken) = server_slow_at_first(Duration::from_millis(1_500)).await;
-        let cfg: HttpSinkConfig = serde_json::from_value(serde_json::json!({"url": format!("http://{addr}/events"), "timeout_ms": 200})).unwrap();
+        // The timeout leaves a busy machine time to answer the retry; the first answer comes
+        // well after it.
+        let (addr, taken) = server_slow_at_first(Duration::from_millis(2_500)).await;
+        let cfg: HttpSinkConfig = serde_json::from_value(serde_json::json!({"url": format!("http://{addr}/events"), "timeout_ms": 1_000})).unwrap();
         let sink = HttpSink::new(&cfg).unwrap();
         let started = Instant::now();
         let e = sink.send(&event("e1")).await.unwrap_err();
         assert!(matches!(e, SendError::Retryable { kind: ErrorKind::Timeout, .. }), "{e:?}");
         // The retry is answered at once, but the first attempt is still with the server.
         sink.send(&event("e1")).await.unwrap();
-        assert!(started.elapsed() >= Duration::from_millis(1_500), "acknowledged after {:?}, before the late answer", started.elapsed());
+        assert!(started.elapsed() >= Duration::from_millis(2_500), "acknowledged after {:?}, before the late answer", started.elapsed());
         sink.send(&event("e2")).await.unwrap();
         assert_eq!(*taken.lock().unwrap(), ["e1", "e1", "e2"], "the object's next event after every copy of the one before");
     }
@@ -608,11 +610,11 @@ mod tests {
         let cfg: HttpSinkConfig = serde_json::from_value(serde_json::json!({"url": format!("http://{addr}/events"), "timeout_ms": 100})).unwrap();
         let sink = HttpSink::new(&cfg).unwrap();
         sink.send(&event("e1")).await.unwrap_err();
-        while taken.lock().unwrap().is_empty() {
+        // The retry comes once the server took the first attempt and its late answer reached
+        // the sink, however busy the machine.
+        while taken.lock().unwrap().is_empty() || !sink.inner.late.answered("e1") {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        // The late answer reaches the sink just after the server took the event.
-        tokio::time::sleep(Duration::from_millis(200)).await;
         sink.send(&event("e1")).await.unwrap();
         assert_eq!(*taken.lock().unwrap(), ["e1"], "sent once");
     }

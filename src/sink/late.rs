@@ -89,6 +89,12 @@ impl LateAnswers {
         self.lock().len()
     }
 
+    /// Whether every late attempt of `id` has its answer (or failed).
+    #[cfg(test)]
+    pub fn answered(&self, id: &str) -> bool {
+        self.lock().get(id).is_none_or(|attempts| attempts.iter().all(|late| late.answer.is_finished()))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Late>>> {
         self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
