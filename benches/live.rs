@@ -50,7 +50,10 @@
 //! default 20), DELTASHIP_TEST_BENCH_LIVE_CONCURRENCY (patches in flight, default 64),
 //! DELTASHIP_TEST_BENCH_RUNS (default 3), DELTASHIP_TEST_BENCH_BIN (default: the bench build's
 //! deltaship binary), DELTASHIP_TEST_BENCH_PROGRAMS (comma separated, default all:
-//! `deltaship,deltaship_fenced,informer,floor`). Without `--bench` (`cargo test --benches`): 20 ConfigMaps, one run, one
+//! `deltaship,deltaship_fenced,informer,floor`), DELTASHIP_TEST_BENCH_PROFILE (a directory:
+//! after the measured runs, deltaship, deltaship_fenced and the floor once more at each rate
+//! up to 300/s under `perf record`, each sample charged to a stage by
+//! benches/common/profile.rs; a `"profile": true` line per program and rate). Without `--bench` (`cargo test --benches`): 20 ConfigMaps, one run, one
 //! rate of 50/s for 2 s, both programs, asserting only that the updates arrived.
 
 #[path = "common/mod.rs"]
@@ -59,6 +62,8 @@ mod common;
 mod floor;
 #[path = "common/live.rs"]
 mod live;
+#[path = "common/profile.rs"]
+mod profile;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -170,31 +175,15 @@ fn main() {
         let record = rt.block_on(Api::<ConfigMap>::namespaced(client.clone(), &ns).get(&live::configmap_name(0))).expect("a bench ConfigMap");
         let record = floor::template(serde_json::to_value(record).unwrap());
         let mut results: Vec<(usize, Phase)> = Vec::new();
+        let programs = Programs { bin: &bin, brokers: &brokers, ns: &ns, informer: &informer, kubeconfig: &kubeconfig, record: &record };
         for run in 0..runs {
             for program in PROGRAMS.into_iter().filter(|p| p.selected()) {
-                let id = common::unique("dsbench-live");
-                let topic = live::events_topic(&id);
-                rt.block_on(create_topic(&brokers, &topic));
-                let mut running = match program {
-                    Program::Deltaship => {
-                        let port = live::free_port();
-                        Running::Bridge(Bridge::spawn(&bin, &id, port, &live::kafka_config("bench", &ns, &brokers, &id, port, "warn")))
-                    }
-                    Program::DeltashipFenced => {
-                        let port = live::free_port();
-                        let mut config = live::kafka_config("bench", &ns, &brokers, &id, port, "warn");
-                        config.push_str(&format!("[leader_election]\nenabled = true\nnamespace = \"{ns}\"\nlease_name = \"{id}\"\nfence = true\n"));
-                        Running::Bridge(Bridge::spawn(&bin, &id, port, &config))
-                    }
-                    Program::Informer => Running::Informer(Informer::spawn(&informer, &id, &kubeconfig, &brokers, &topic, &ns)),
-                    Program::Floor => Running::Floor(Floor::spawn(&id, &brokers, &topic, &ns, &record)),
-                };
+                let (mut running, started) = programs.start(&rt, program);
                 let synced_at = running.wait_synced();
                 eprintln!("live: {}: initial sync of {count} acknowledged after {synced_at:.1} s", program.as_str());
                 for &rate in &rates {
-                    let tag = format!("{id}r{rate}");
                     let load = Load { client: &client, ns: &ns, count, rate, secs, concurrency };
-                    let phase = run_phase(&rt, &load, &brokers, &topic, &mut running, program, &tag);
+                    let phase = run_phase(&rt, &load, &brokers, &started.topic, &mut running, program, &format!("{}r{rate}", started.id));
                     println!(
                         "{}",
                         json!({"bench": "live", "objects": count, "run": run, "program": program.as_str(), "rate": rate, "secs": secs,
@@ -209,10 +198,12 @@ fn main() {
                     }
                     results.push((run, phase));
                 }
-                running.stop();
-                rt.block_on(live::delete_topic(&brokers, &topic));
-                rt.block_on(live::delete_topic(&brokers, &live::checkpoint_topic(&id)));
+                programs.stop(&rt, running, &started);
             }
+        }
+        if let Ok(dir) = std::env::var("DELTASHIP_TEST_BENCH_PROFILE") {
+            let load = |rate| Load { client: &client, ns: &ns, count, rate, secs, concurrency };
+            profile_phases(&rt, &programs, Path::new(&dir), count, &rates, load);
         }
         summarize(count, &rates, &results, bench);
         if bench {
@@ -221,6 +212,79 @@ fn main() {
             rt.block_on(remove_seq(&client, &ns, touched));
         }
         rt.block_on(live::clean_up(&client, &ns, count, bench, "live"));
+    }
+}
+
+/// What starting a program needs.
+struct Programs<'a> {
+    bin: &'a str,
+    brokers: &'a str,
+    ns: &'a str,
+    informer: &'a Path,
+    kubeconfig: &'a str,
+    record: &'a str,
+}
+
+/// A started program's names: its id, and the topic it writes.
+struct Started {
+    id: String,
+    topic: String,
+}
+
+impl Programs<'_> {
+    /// Starts `program` on a fresh topic.
+    fn start(&self, rt: &tokio::runtime::Runtime, program: Program) -> (Running, Started) {
+        let id = common::unique("dsbench-live");
+        let topic = live::events_topic(&id);
+        rt.block_on(create_topic(self.brokers, &topic));
+        let (ns, brokers) = (self.ns, self.brokers);
+        let running = match program {
+            Program::Deltaship => {
+                let port = live::free_port();
+                Running::Bridge(Bridge::spawn(self.bin, &id, port, &live::kafka_config("bench", ns, brokers, &id, port, "warn")))
+            }
+            Program::DeltashipFenced => {
+                let port = live::free_port();
+                let mut config = live::kafka_config("bench", ns, brokers, &id, port, "warn");
+                config.push_str(&format!("[leader_election]\nenabled = true\nnamespace = \"{ns}\"\nlease_name = \"{id}\"\nfence = true\n"));
+                Running::Bridge(Bridge::spawn(self.bin, &id, port, &config))
+            }
+            Program::Informer => Running::Informer(Informer::spawn(self.informer, &id, self.kubeconfig, brokers, &topic, ns)),
+            Program::Floor => Running::Floor(Floor::spawn(&id, brokers, &topic, ns, self.record)),
+        };
+        (running, Started { id, topic })
+    }
+
+    /// Stops a program and deletes its topics.
+    fn stop(&self, rt: &tokio::runtime::Runtime, running: Running, started: &Started) {
+        running.stop();
+        rt.block_on(live::delete_topic(self.brokers, &started.topic));
+        rt.block_on(live::delete_topic(self.brokers, &live::checkpoint_topic(&started.id)));
+    }
+}
+
+/// After the measured runs, one more of deltaship, deltaship_fenced and the floor, each rate
+/// under `perf record` (benches/common/profile.rs): where each program's CPU per update goes,
+/// stage by stage. perf's sampling costs the program a little, so these phases are not in
+/// the medians; their own CPU per update is printed beside the stages.
+fn profile_phases<'a>(rt: &tokio::runtime::Runtime, programs: &Programs, dir: &Path, count: usize, rates: &[f64], load: impl Fn(f64) -> Load<'a>) {
+    std::fs::create_dir_all(dir).unwrap();
+    let rates: Vec<f64> = rates.iter().copied().filter(|r| *r <= 300.0).collect();
+    for program in [Program::Deltaship, Program::DeltashipFenced, Program::Floor].into_iter().filter(|p| p.selected()) {
+        let (mut running, started) = programs.start(rt, program);
+        running.wait_synced();
+        for &rate in &rates {
+            let path = dir.join(format!("{}-{count}-{rate}.perf", program.as_str()));
+            let recording = profile::Recording::start(running.pid(), &path);
+            let phase = run_phase(rt, &load(rate), programs.brokers, &started.topic, &mut running, program, &format!("{}p{rate}", started.id));
+            let (stages, samples) = recording.stop();
+            println!(
+                "{}",
+                json!({"bench": "live", "profile": true, "objects": count, "program": program.as_str(), "rate": rate,
+                       "delivered": phase.delivered, "cpu_us_per_event": phase.cpu_us_per_event(), "samples": samples, "stages": stages})
+            );
+        }
+        programs.stop(rt, running, &started);
     }
 }
 

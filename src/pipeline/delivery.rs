@@ -83,9 +83,10 @@ impl SinkSetup {
     }
 }
 
-/// Probes the sink periodically; logs once per change of state.
+/// Probes the sink at once (/readyz waits for it), then periodically; logs once per change
+/// of state.
 pub async fn probe_sink(sink: Sink, health: RouteHealth, stop: CancellationToken) {
-    let mut next = PROBE_UNTIL_REACHABLE;
+    let mut next = Duration::ZERO;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,

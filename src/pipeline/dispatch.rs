@@ -98,6 +98,9 @@ impl<P: Publisher> Dispatcher<P> {
             while let Some(ToSend { event, lane }) = order.next_send() {
                 in_flight.push(self.attempt(event, lane, 0, None));
             }
+            if order.newly_full() {
+                self.sink.full();
+            }
             meters.outstanding(order.in_flight(), order.held(), rx.len() + order.waiting());
             self.health.set_outstanding(order.outstanding());
             if order.finished() {

@@ -98,6 +98,8 @@ pub struct Sequencer<T> {
     /// Nothing more joins what is in flight behind a barrier: the sink is to be asked to
     /// send it at once.
     expedite: bool,
+    /// `max_in_flight` were in flight or held at the last `newly_full`.
+    was_full: bool,
     open: bool,
 }
 
@@ -112,6 +114,7 @@ impl<T: Sequenced> Sequencer<T> {
             in_flight: 0,
             barrier: Barrier::Down,
             expedite: false,
+            was_full: false,
             open: true,
         }
     }
@@ -203,6 +206,14 @@ impl<T: Sequenced> Sequencer<T> {
     /// The sink was asked to expedite.
     pub fn expedited(&mut self) {
         self.expedite = false;
+    }
+
+    /// Whether `max_in_flight` events are now in flight or held, and were not at the last
+    /// call: nothing more joins what is in flight until a delivery, so a sink holding a
+    /// batch open for more (a Kafka transaction) may end it now.
+    pub fn newly_full(&mut self) -> bool {
+        let full = matches!(self.barrier, Barrier::Down) && self.in_flight > 0 && self.in_flight + self.held >= self.max_in_flight;
+        !std::mem::replace(&mut self.was_full, full) && full
     }
 
     /// The input is closed and everything received was delivered.
@@ -341,6 +352,31 @@ mod tests {
             flight.extend(sends(&mut s).into_iter().map(|(_, lane)| lane));
         }
         assert!(s.finished());
+    }
+
+    #[test]
+    fn the_sequencer_says_once_when_it_fills_up_and_again_only_after_it_had_room() {
+        let mut s = Sequencer::new(2);
+        s.receive([event(0, "t", "a"), event(1, "t", "b"), event(2, "t", "c")]);
+        assert!(!s.newly_full(), "nothing sent yet");
+        let first = sends(&mut s);
+        assert_eq!(first.len(), 2);
+        assert!(s.newly_full(), "two in flight of two");
+        assert!(!s.newly_full(), "said once");
+        // A delivery makes room; the waiting event fills it again.
+        assert!(s.delivered(first[0].1).is_none());
+        assert!(!s.newly_full(), "one in flight");
+        assert_eq!(sends(&mut s).len(), 1);
+        assert!(s.newly_full());
+    }
+
+    #[test]
+    fn a_barrier_is_not_fullness_the_sink_is_expedited_for_it_instead() {
+        let mut s = Sequencer::new(2);
+        s.receive([event(0, "t", "a"), marker(1, "t")]);
+        assert_eq!(sends(&mut s).len(), 1);
+        assert!(s.expedite());
+        assert!(!s.newly_full());
     }
 
     /// What the broker stored, in order: each write names the event's `seq`.

@@ -34,6 +34,10 @@ pub trait Publisher: Send + Sync + 'static {
     /// Asks the sink to send what it has batched at once: a barrier is up, and nothing more
     /// comes until what is in flight is acknowledged. Sinks that do not batch ignore it.
     fn expedite(&self) {}
+    /// The dispatcher holds as many events as it may: nothing more comes until a send in
+    /// flight is acknowledged. A sink that holds a batch open for more (a Kafka route's
+    /// transaction) ends it now; the others ignore it.
+    fn full(&self) {}
 }
 
 /// The configured sink. Cloning is cheap (shared handles).
@@ -59,6 +63,12 @@ impl Publisher for Sink {
         // Only the Kafka client batches (`linger.ms`); the others send each event at once.
         if let Sink::Kafka(k) = self {
             k.expedite();
+        }
+    }
+
+    fn full(&self) {
+        if let Sink::Kafka(k) = self {
+            k.full();
         }
     }
 

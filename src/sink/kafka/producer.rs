@@ -360,6 +360,14 @@ impl KafkaSink {
         drop(tokio::task::spawn_blocking(move || producer.expedite(EXPEDITE_WAIT)));
     }
 
+    /// Nothing more comes until a send in flight is acknowledged: the open transaction, if
+    /// any, commits now instead of lingering for more records.
+    pub fn full(&self) {
+        if let Some(txns) = self.transactions() {
+            txns.expedite();
+        }
+    }
+
     /// Drops every record librdkafka has queued or in flight.
     pub fn purge(&self) {
         self.producer().purge(PurgeConfig::default().queue().inflight());

@@ -2,10 +2,11 @@
 //! its records are produced inside transactions of a producer whose transactional id every
 //! replica shares. A record counts as delivered only when its transaction committed: the
 //! send waits for its delivery report, then for the commit. A committer task commits the
-//! open transaction as soon as every record in it was reported (nothing more is coming
-//! until they are acknowledged), at the latest COMMIT_EVERY after it began, and at once
-//! behind a barrier. A transaction that cannot commit is aborted and its records are sent
-//! again; a producer fenced by a successor fails every send for good.
+//! open transaction once every record in it was reported and none joined it for LINGER
+//! (records that keep coming share one commit), at the latest COMMIT_EVERY after it began,
+//! and at once when nothing more can join it (a barrier is up, or the dispatcher holds as
+//! many events as it may). A transaction that cannot commit is aborted and its records are
+//! sent again; a producer fenced by a successor fails every send for good.
 //!
 //! Consumers must read committed records only (`isolation.level=read_committed`, the
 //! default of librdkafka-based clients): the records of an aborted transaction stay in the
@@ -21,8 +22,13 @@ use tokio::sync::{Notify, RwLock, RwLockReadGuard, watch};
 
 use crate::broker::kafka::Producer;
 
-/// The longest a transaction stays open while its records are still being reported.
+/// The longest a transaction stays open while records keep joining it or being reported.
 pub const COMMIT_EVERY: Duration = Duration::from_millis(100);
+/// How long a transaction whose records were all reported stays open for more: a commit
+/// costs the bridge as much CPU as a few dozen records (about 250 µs at 100 updates/s, in
+/// BENCHMARKS.md: two round trips with the coordinator), so records that keep coming
+/// milliseconds apart are committed together.
+pub const LINGER: Duration = Duration::from_millis(20);
 /// How long one attempt to commit or abort may take (a commit flushes the transaction's
 /// records first). Attempts that time out, or fail for a reason a retry may fix (the
 /// coordinator restarting), are made again, after RETRY_AFTER, until one settles the
@@ -56,7 +62,10 @@ struct Open {
     /// Records produced in it whose delivery report has not been taken yet.
     unreported: usize,
     began: Instant,
-    /// A barrier waits behind it: commit at once.
+    /// When the last record joined it.
+    joined: Instant,
+    /// Nothing more can join it (a barrier waits behind it, or the dispatcher is full):
+    /// commit at once.
     expedited: bool,
 }
 
@@ -97,16 +106,18 @@ impl Transactions {
             Some(open) => open,
             None => {
                 producer.begin_transaction().map_err(Ok)?;
-                state.open.insert(Open { settled: watch::channel(None).0, unreported: 0, began: Instant::now(), expedited: false })
+                let now = Instant::now();
+                state.open.insert(Open { settled: watch::channel(None).0, unreported: 0, began: now, joined: now, expedited: false })
             }
         };
         open.unreported += 1;
+        open.joined = Instant::now();
         let settled = open.settled.subscribe();
         drop(state);
         Ok((gate, Enrolment { txns: self.clone(), settled, reported: false }))
     }
 
-    /// Commits the open transaction at once (a barrier waits behind it).
+    /// Commits the open transaction at once: nothing more can join it.
     pub fn expedite(&self) {
         if let Some(open) = &mut self.state().open {
             open.expedited = true;
@@ -130,12 +141,12 @@ impl Transactions {
     }
 
     /// Whether the open transaction should commit now, and when to look again if not.
-    fn due(&self) -> (bool, Duration) {
+    fn due(&self) -> Result<(), Duration> {
         match &self.state().open {
-            None => (false, COMMIT_EVERY),
+            None => Err(COMMIT_EVERY),
             Some(open) => {
-                let age = open.began.elapsed();
-                (open.expedited || open.unreported == 0 || age >= COMMIT_EVERY, COMMIT_EVERY.saturating_sub(age))
+                let now = Instant::now();
+                commit_due(Standing { age: now - open.began, quiet: now - open.joined, unreported: open.unreported, expedited: open.expedited })
             }
         }
     }
@@ -145,9 +156,9 @@ impl Transactions {
     pub async fn commit_until_dropped(txns: Weak<Transactions>, producer: impl Fn() -> Producer) {
         loop {
             let Some(t) = txns.upgrade() else { return };
-            let (due, wait) = t.due();
-            if !due {
-                // Looked at again after `wait`, or when a record is reported or expedited.
+            if let Err(wait) = t.due() {
+                // Looked at again after `wait`, or when the last record is reported or the
+                // transaction expedited.
                 let _ = tokio::time::timeout(wait.max(Duration::from_millis(1)), t.wake.notified()).await;
                 continue;
             }
@@ -165,6 +176,34 @@ impl Transactions {
             };
             open.settled.send_replace(Some(settled));
         }
+    }
+}
+
+/// What the commit rule looks at in an open transaction.
+#[derive(Debug, Clone, Copy)]
+struct Standing {
+    age: Duration,
+    /// Since the last record joined.
+    quiet: Duration,
+    unreported: usize,
+    expedited: bool,
+}
+
+/// Commit now (Ok), or look again after the returned wait at the latest: at once when
+/// expedited, at COMMIT_EVERY of age, or once every record was reported and none joined
+/// for LINGER.
+fn commit_due(t: Standing) -> Result<(), Duration> {
+    let by_age = COMMIT_EVERY.saturating_sub(t.age);
+    if t.expedited || by_age.is_zero() {
+        return Ok(());
+    }
+    if t.unreported > 0 {
+        // Woken when the last one is reported.
+        return Err(by_age);
+    }
+    match LINGER.saturating_sub(t.quiet) {
+        d if d.is_zero() => Ok(()),
+        d => Err(d.min(by_age)),
     }
 }
 
@@ -256,5 +295,40 @@ impl Enrolment {
 impl Drop for Enrolment {
     fn drop(&mut self) {
         self.reported();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn standing(age: u64, quiet: u64, unreported: usize) -> Standing {
+        Standing { age: ms(age), quiet: ms(quiet), unreported, expedited: false }
+    }
+
+    #[test]
+    fn a_transaction_whose_records_keep_coming_stays_open_until_they_stop_for_the_linger() {
+        // Reported, and the last record joined 5 ms ago: wait for the rest of the linger.
+        assert_eq!(commit_due(standing(30, 5, 0)), Err(LINGER - ms(5)));
+        assert_eq!(commit_due(standing(30, LINGER.as_millis() as u64, 0)), Ok(()));
+        // Records not yet reported: woken by the last report, or at COMMIT_EVERY.
+        assert_eq!(commit_due(standing(30, 25, 2)), Err(COMMIT_EVERY - ms(30)));
+    }
+
+    #[test]
+    fn a_transaction_commits_at_its_age_limit_even_while_records_keep_coming() {
+        assert_eq!(commit_due(standing(COMMIT_EVERY.as_millis() as u64, 0, 3)), Ok(()));
+        // The linger never outlasts the age limit.
+        assert_eq!(commit_due(standing(COMMIT_EVERY.as_millis() as u64 - 4, 1, 0)), Err(ms(4)));
+    }
+
+    #[test]
+    fn a_transaction_nothing_more_can_join_commits_at_once() {
+        let expedited = Standing { expedited: true, ..standing(1, 0, 5) };
+        assert_eq!(commit_due(expedited), Ok(()));
     }
 }

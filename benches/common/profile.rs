@@ -1,0 +1,129 @@
+//! Where a program's CPU goes while a phase of the live bench runs, stage by stage: `perf
+//! record` attached to the process (call graphs unwound from DWARF, every thread), then each
+//! sample charged to a stage by [`stage_of`]. The shares times the phase's CPU per update
+//! give each stage's µs per update, beside the floor's measured in the same way.
+//!
+//! `perf` comes from Debian's `linux-perf` package (tests/bench installs it when missing).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// Samples per second of CPU time.
+const FREQUENCY: &str = "1999";
+
+/// A `perf record` attached to a process until stopped.
+pub struct Recording {
+    child: Child,
+    path: PathBuf,
+}
+
+impl Recording {
+    pub fn start(pid: u32, path: &Path) -> Recording {
+        let child = Command::new("perf")
+            .args(["record", "-q", "-F", FREQUENCY, "--call-graph", "dwarf,16384", "-p", &pid.to_string(), "-o"])
+            .arg(path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("perf (Debian's linux-perf package) runs; tests/bench installs it");
+        // perf attaches to every thread before the phase starts.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        Recording { child, path: path.to_path_buf() }
+    }
+
+    /// Stops the recording (SIGINT, as perf expects) and charges its samples to stages:
+    /// (stage, share of the samples), and the number of samples.
+    pub fn stop(mut self) -> (BTreeMap<&'static str, f64>, usize) {
+        let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+        let script = Command::new("perf")
+            .args(["script", "--no-inline", "-F", "comm,ip,sym", "-i"])
+            .arg(&self.path)
+            .stderr(Stdio::null())
+            .output()
+            .expect("perf script runs");
+        shares(&String::from_utf8_lossy(&script.stdout))
+    }
+}
+
+/// The stages, innermost first: a sample is charged to the stage of its innermost frame
+/// whose symbol starts with one of the stage's prefixes (a leading `<` of a trait
+/// implementation ignored), so the allocator, the kernel and the standard library count for
+/// the stage that called them. Samples of librdkafka's own threads are the client's.
+const STAGES: &[(&str, &[&str])] = &[
+    ("the Kafka client (called by the program)", &["rd_kafka", "rdkafka::", "deltaship::broker::kafka"]),
+    ("metrics", &["deltaship::telemetry", "metrics"]),
+    ("checkpoint", &["deltaship::checkpoint"]),
+    ("the sink (records and headers)", &["deltaship::sink"]),
+    ("the event (build, redact, address)", &["deltaship::event", "deltaship::address", "deltaship::redact", "deltaship::model", "deltaship::plan"]),
+    ("index and classify", &["deltaship::change"]),
+    (
+        "reading the watch (TLS, HTTP, JSON)",
+        &["deltaship::watch", "deltaship::json", "hyper", "rustls", "ring::", "tokio_rustls", "kube_client", "http_body", "serde_json"],
+    ),
+    ("dispatch and workers", &["deltaship::pipeline"]),
+];
+pub const CLIENT_THREADS: &str = "librdkafka's own threads";
+const RUNTIME: &str = "the runtime (scheduling, timers, I/O readiness)";
+const OTHER: &str = "other";
+
+/// The stage of one sample: the thread's name and its frames' symbols, innermost first.
+pub fn stage_of(thread: &str, frames: &[&str]) -> &'static str {
+    if thread.starts_with("rdk:") {
+        return CLIENT_THREADS;
+    }
+    let named = |prefixes: &[&str], symbol: &str| {
+        let symbol = symbol.trim_start_matches('<');
+        prefixes.iter().any(|p| symbol.starts_with(p))
+    };
+    for symbol in frames {
+        if let Some((stage, _)) = STAGES.iter().find(|(_, prefixes)| named(prefixes, symbol)) {
+            return stage;
+        }
+    }
+    if frames.iter().any(|s| named(&["tokio::", "mio::"], s)) { RUNTIME } else { OTHER }
+}
+
+/// The share of each stage in `perf script -F comm,ip,sym` output, and the number of samples.
+fn shares(script: &str) -> (BTreeMap<&'static str, f64>, usize) {
+    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut samples = 0;
+    for sample in script.split("\n\n").filter(|s| !s.trim().is_empty()) {
+        let mut lines = sample.lines().filter(|l| !l.trim().is_empty());
+        let Some(thread) = lines.next().map(str::trim) else { continue };
+        // A frame line: `<address> <symbol>`.
+        let frames: Vec<&str> = lines.filter_map(|l| l.trim().split_once(' ').map(|(_, sym)| sym)).collect();
+        *counts.entry(stage_of(thread, &frames)).or_default() += 1;
+        samples += 1;
+    }
+    let shares = counts.into_iter().map(|(stage, n)| (stage, n as f64 / samples.max(1) as f64)).collect();
+    (shares, samples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_is_charged_to_its_innermost_named_stage() {
+        // The allocator and the kernel count for their caller; the sink's send inside the
+        // dispatcher is the sink's; the Kafka client inside the sink is the client's.
+        let frames = ["_int_malloc", "malloc", "<deltaship::sink::Sink as deltaship::sink::Publisher>::send::{{closure}}", "deltaship::pipeline::dispatch::Dispatcher<P>::run", "tokio::runtime::task::core::Core<T,S>::poll"];
+        assert_eq!(stage_of("tokio-rt-worker", &frames), "the sink (records and headers)");
+        let frames = ["__GI___libc_write", "rd_kafka_producev", "deltaship::sink::kafka::producer::KafkaSink::produce"];
+        assert_eq!(stage_of("tokio-rt-worker", &frames), "the Kafka client (called by the program)");
+        assert_eq!(stage_of("rdk:broker1", &["deltaship::sink::x"]), CLIENT_THREADS);
+        assert_eq!(stage_of("tokio-rt-worker", &["epoll_wait", "mio::poll::Poll::poll", "tokio::runtime::io::driver::Driver::turn"]), RUNTIME);
+        assert_eq!(stage_of("tokio-rt-worker", &["_start"]), OTHER);
+    }
+
+    #[test]
+    fn perf_script_output_is_split_into_samples() {
+        let script = "tokio-rt-worker \n\t a40950 <core::hash::sip::Hasher<S> as core::hash::Hasher>::write\n\t cd7240 deltaship::telemetry::meters::dispatch::DispatchMeters::acknowledged\n\nrdk:broker1 \n\t 10ac4d __libc_sendmsg\n\n";
+        let (shares, samples) = shares(script);
+        assert_eq!(samples, 2);
+        assert_eq!(shares.get("metrics"), Some(&0.5));
+        assert_eq!(shares.get(CLIENT_THREADS), Some(&0.5));
+    }
+}
