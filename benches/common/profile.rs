@@ -4,6 +4,7 @@
 //! give each stage's µs per update, beside the floor's measured in the same way.
 //!
 //! `perf` comes from Debian's `linux-perf` package (tests/bench installs it when missing).
+//! The rules are tested in tests/bench_profile.rs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -86,7 +87,7 @@ pub fn stage_of(thread: &str, frames: &[&str]) -> &'static str {
 }
 
 /// The share of each stage in `perf script -F comm,ip,sym` output, and the number of samples.
-fn shares(script: &str) -> (BTreeMap<&'static str, f64>, usize) {
+pub fn shares(script: &str) -> (BTreeMap<&'static str, f64>, usize) {
     let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut samples = 0;
     for sample in script.split("\n\n").filter(|s| !s.trim().is_empty()) {
@@ -99,31 +100,4 @@ fn shares(script: &str) -> (BTreeMap<&'static str, f64>, usize) {
     }
     let shares = counts.into_iter().map(|(stage, n)| (stage, n as f64 / samples.max(1) as f64)).collect();
     (shares, samples)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_sample_is_charged_to_its_innermost_named_stage() {
-        // The allocator and the kernel count for their caller; the sink's send inside the
-        // dispatcher is the sink's; the Kafka client inside the sink is the client's.
-        let frames = ["_int_malloc", "malloc", "<deltaship::sink::Sink as deltaship::sink::Publisher>::send::{{closure}}", "deltaship::pipeline::dispatch::Dispatcher<P>::run", "tokio::runtime::task::core::Core<T,S>::poll"];
-        assert_eq!(stage_of("tokio-rt-worker", &frames), "the sink (records and headers)");
-        let frames = ["__GI___libc_write", "rd_kafka_producev", "deltaship::sink::kafka::producer::KafkaSink::produce"];
-        assert_eq!(stage_of("tokio-rt-worker", &frames), "the Kafka client (called by the program)");
-        assert_eq!(stage_of("rdk:broker1", &["deltaship::sink::x"]), CLIENT_THREADS);
-        assert_eq!(stage_of("tokio-rt-worker", &["epoll_wait", "mio::poll::Poll::poll", "tokio::runtime::io::driver::Driver::turn"]), RUNTIME);
-        assert_eq!(stage_of("tokio-rt-worker", &["_start"]), OTHER);
-    }
-
-    #[test]
-    fn perf_script_output_is_split_into_samples() {
-        let script = "tokio-rt-worker \n\t a40950 <core::hash::sip::Hasher<S> as core::hash::Hasher>::write\n\t cd7240 deltaship::telemetry::meters::dispatch::DispatchMeters::acknowledged\n\nrdk:broker1 \n\t 10ac4d __libc_sendmsg\n\n";
-        let (shares, samples) = shares(script);
-        assert_eq!(samples, 2);
-        assert_eq!(shares.get("metrics"), Some(&0.5));
-        assert_eq!(shares.get(CLIENT_THREADS), Some(&0.5));
-    }
 }

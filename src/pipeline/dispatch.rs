@@ -98,9 +98,9 @@ impl<P: Publisher> Dispatcher<P> {
             while let Some(ToSend { event, lane }) = order.next_send() {
                 in_flight.push(self.attempt(event, lane, 0, None));
             }
-            if order.newly_full() {
-                self.sink.full();
-            }
+            // Told in the select once every send pushed was polled, so that they are
+            // among what the sink holds open.
+            let tell_full = order.full_untold();
             meters.outstanding(order.in_flight(), order.held(), rx.len() + order.waiting());
             self.health.set_outstanding(order.outstanding());
             if order.finished() {
@@ -137,6 +137,10 @@ impl<P: Publisher> Dispatcher<P> {
                 () = std::future::ready(()), if order.expedite() => {
                     self.sink.expedite();
                     order.expedited();
+                }
+                () = std::future::ready(()), if tell_full => {
+                    self.sink.full();
+                    order.told_full();
                 }
                 received = rx.recv_many(&mut batch, room), if room > 0 => {
                     if received == 0 {
@@ -248,7 +252,7 @@ mod tests {
     /// A sink that acknowledges after a delay derived from the event id (so that events
     /// complete out of order), fails chosen events' first attempts, and records what it
     /// acknowledged, and how many events it had acknowledged and was sending each time it
-    /// was asked to expedite.
+    /// was asked to expedite or told the dispatcher was full.
     #[derive(Clone, Default)]
     struct Scripted {
         fail_first: Arc<HashSet<String>>,
@@ -256,6 +260,7 @@ mod tests {
         acked: Arc<Mutex<Vec<String>>>,
         max_concurrent: Arc<Mutex<(usize, usize)>>,
         expedited: Arc<Mutex<Vec<(usize, usize)>>>,
+        full: Arc<Mutex<Vec<(usize, usize)>>>,
     }
 
     impl Publisher for Scripted {
@@ -267,6 +272,12 @@ mod tests {
             let acked = self.acked.lock().unwrap().len();
             let sending = self.max_concurrent.lock().unwrap().0;
             self.expedited.lock().unwrap().push((acked, sending));
+        }
+
+        fn full(&self) {
+            let acked = self.acked.lock().unwrap().len();
+            let sending = self.max_concurrent.lock().unwrap().0;
+            self.full.lock().unwrap().push((acked, sending));
         }
 
         async fn send(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
@@ -405,6 +416,26 @@ mod tests {
             matches!(expedited[..], [(acked, sending)] if acked < 4 && acked + sending == 4),
             "expedited with (acknowledged, sending) {expedited:?}; acked {acked:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn the_sink_is_told_the_dispatcher_is_full_once_every_send_it_holds_has_begun() {
+        let sink = Scripted::default();
+        let names: Vec<String> = (0..6).map(|i| format!("o{i}")).collect();
+        let (tx, rx) = mpsc::channel(names.len());
+        for n in &names {
+            tx.send(configmap_event(n, &format!("{n}-1"), EnvelopeKind::Object(ChangeType::Added))).await.unwrap();
+        }
+        drop(tx);
+        let retry = RetryPolicy { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
+        Dispatcher::new(sink.clone(), 3, OversizePolicy::Reference, retry, Health::single(0).route(0)).run(rx).await.unwrap();
+        assert_eq!(sink.acked.lock().unwrap().len(), 6);
+        // Told when three of three were first in flight, all three being sent by then (a
+        // sink that holds them open for more may end that now); again only after a
+        // delivery.
+        let full = sink.full.lock().unwrap().clone();
+        assert!(matches!(full.first(), Some((0, 3))), "told full with (acknowledged, sending) {full:?}");
+        assert!(full.iter().all(|(acked, sending)| acked + sending <= 6 && *sending > 0), "{full:?}");
     }
 
     /// A sink that never answers.

@@ -98,8 +98,8 @@ pub struct Sequencer<T> {
     /// Nothing more joins what is in flight behind a barrier: the sink is to be asked to
     /// send it at once.
     expedite: bool,
-    /// `max_in_flight` were in flight or held at the last `newly_full`.
-    was_full: bool,
+    /// The sink was told the sequencer is full, and nothing was delivered since.
+    full_told: bool,
     open: bool,
 }
 
@@ -114,7 +114,7 @@ impl<T: Sequenced> Sequencer<T> {
             in_flight: 0,
             barrier: Barrier::Down,
             expedite: false,
-            was_full: false,
+            full_told: false,
             open: true,
         }
     }
@@ -178,6 +178,7 @@ impl<T: Sequenced> Sequencer<T> {
     /// send now, if any. Delivering the marker lowers its barrier.
     pub fn delivered(&mut self, lane: Lane) -> Option<ToSend<T>> {
         self.in_flight -= 1;
+        self.full_told = false;
         if matches!(self.barrier, Barrier::Sending) {
             // Nothing else is in flight beside a marker: this was it.
             self.barrier = Barrier::Down;
@@ -208,12 +209,16 @@ impl<T: Sequenced> Sequencer<T> {
         self.expedite = false;
     }
 
-    /// Whether `max_in_flight` events are now in flight or held, and were not at the last
-    /// call: nothing more joins what is in flight until a delivery, so a sink holding a
-    /// batch open for more (a Kafka transaction) may end it now.
-    pub fn newly_full(&mut self) -> bool {
-        let full = matches!(self.barrier, Barrier::Down) && self.in_flight > 0 && self.in_flight + self.held >= self.max_in_flight;
-        !std::mem::replace(&mut self.was_full, full) && full
+    /// Whether `max_in_flight` events are in flight or held and the sink was not told so
+    /// since the last delivery: nothing more joins what is in flight until a delivery, so a
+    /// sink holding a batch open for more (a Kafka transaction) may end it now.
+    pub fn full_untold(&self) -> bool {
+        !self.full_told && matches!(self.barrier, Barrier::Down) && self.in_flight > 0 && self.in_flight + self.held >= self.max_in_flight
+    }
+
+    /// The sink was told the sequencer is full.
+    pub fn told_full(&mut self) {
+        self.full_told = true;
     }
 
     /// The input is closed and everything received was delivered.
@@ -355,19 +360,21 @@ mod tests {
     }
 
     #[test]
-    fn the_sequencer_says_once_when_it_fills_up_and_again_only_after_it_had_room() {
+    fn the_sink_is_to_be_told_the_sequencer_is_full_once_per_delivery() {
         let mut s = Sequencer::new(2);
-        s.receive([event(0, "t", "a"), event(1, "t", "b"), event(2, "t", "c")]);
-        assert!(!s.newly_full(), "nothing sent yet");
+        s.receive([event(0, "t", "a"), event(1, "t", "a"), event(2, "t", "b"), event(3, "t", "c")]);
+        assert!(!s.full_untold(), "nothing sent yet");
         let first = sends(&mut s);
-        assert_eq!(first.len(), 2);
-        assert!(s.newly_full(), "two in flight of two");
-        assert!(!s.newly_full(), "said once");
-        // A delivery makes room; the waiting event fills it again.
-        assert!(s.delivered(first[0].1).is_none());
-        assert!(!s.newly_full(), "one in flight");
+        assert_eq!(first.len(), 1, "a1 held behind a0");
+        assert!(s.full_untold(), "one in flight and one held, of two");
+        s.told_full();
+        assert!(!s.full_untold(), "told once");
+        // a0 delivered: a1 goes in its place, b is taken in: full again, to be told again.
+        assert!(s.delivered(first[0].1).is_some());
         assert_eq!(sends(&mut s).len(), 1);
-        assert!(s.newly_full());
+        assert!(s.full_untold());
+        s.told_full();
+        assert!(!s.full_untold());
     }
 
     #[test]
@@ -376,7 +383,7 @@ mod tests {
         s.receive([event(0, "t", "a"), marker(1, "t")]);
         assert_eq!(sends(&mut s).len(), 1);
         assert!(s.expedite());
-        assert!(!s.newly_full());
+        assert!(!s.full_untold());
     }
 
     /// What the broker stored, in order: each write names the event's `seq`.

@@ -360,11 +360,11 @@ impl KafkaSink {
         drop(tokio::task::spawn_blocking(move || producer.expedite(EXPEDITE_WAIT)));
     }
 
-    /// Nothing more comes until a send in flight is acknowledged: the open transaction, if
-    /// any, commits now instead of lingering for more records.
+    /// Nothing more comes until a send in flight is acknowledged: the transaction commits
+    /// once its records are reported instead of lingering for more.
     pub fn full(&self) {
         if let Some(txns) = self.transactions() {
-            txns.expedite();
+            txns.full();
         }
     }
 

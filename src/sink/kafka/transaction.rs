@@ -4,8 +4,8 @@
 //! send waits for its delivery report, then for the commit. A committer task commits the
 //! open transaction once every record in it was reported and none joined it for LINGER
 //! (records that keep coming share one commit), at the latest COMMIT_EVERY after it began,
-//! and at once when nothing more can join it (a barrier is up, or the dispatcher holds as
-//! many events as it may). A transaction that cannot commit is aborted and its records are
+//! at once behind a barrier, and without lingering when the dispatcher holds as many events
+//! as it may (nothing more can join until some are acknowledged). A transaction that cannot commit is aborted and its records are
 //! sent again; a producer fenced by a successor fails every send for good.
 //!
 //! Consumers must read committed records only (`isolation.level=read_committed`, the
@@ -55,6 +55,9 @@ struct State {
     open: Option<Open>,
     /// The producer failed for good: what every later send is told.
     failed: Option<String>,
+    /// The dispatcher was full while no transaction was open (its records had yet to
+    /// enrol): the next one does not linger either.
+    full_next: bool,
 }
 
 struct Open {
@@ -64,9 +67,10 @@ struct Open {
     began: Instant,
     /// When the last record joined it.
     joined: Instant,
-    /// Nothing more can join it (a barrier waits behind it, or the dispatcher is full):
-    /// commit at once.
+    /// A barrier waits behind it: commit at once.
     expedited: bool,
+    /// The dispatcher is full: commit once every record was reported, without lingering.
+    full: bool,
 }
 
 /// The route's transactions; shared by the sink's clones and the committer task.
@@ -107,7 +111,8 @@ impl Transactions {
             None => {
                 producer.begin_transaction().map_err(Ok)?;
                 let now = Instant::now();
-                state.open.insert(Open { settled: watch::channel(None).0, unreported: 0, began: now, joined: now, expedited: false })
+                let full = std::mem::take(&mut state.full_next);
+                state.open.insert(Open { settled: watch::channel(None).0, unreported: 0, began: now, joined: now, expedited: false, full })
             }
         };
         open.unreported += 1;
@@ -122,6 +127,19 @@ impl Transactions {
         if let Some(open) = &mut self.state().open {
             open.expedited = true;
         }
+        self.wake.notify_one();
+    }
+
+    /// Nothing more joins the open transaction (or, none being open, the next) until some
+    /// of its records are acknowledged: it commits once they are all reported, without
+    /// lingering for more.
+    pub fn full(&self) {
+        let mut state = self.state();
+        match &mut state.open {
+            Some(open) => open.full = true,
+            None => state.full_next = true,
+        }
+        drop(state);
         self.wake.notify_one();
     }
 
@@ -146,7 +164,13 @@ impl Transactions {
             None => Err(COMMIT_EVERY),
             Some(open) => {
                 let now = Instant::now();
-                commit_due(Standing { age: now - open.began, quiet: now - open.joined, unreported: open.unreported, expedited: open.expedited })
+                commit_due(Standing {
+                    age: now - open.began,
+                    quiet: now - open.joined,
+                    unreported: open.unreported,
+                    expedited: open.expedited,
+                    full: open.full,
+                })
             }
         }
     }
@@ -162,7 +186,7 @@ impl Transactions {
                 let _ = tokio::time::timeout(wait.max(Duration::from_millis(1)), t.wake.notified()).await;
                 continue;
             }
-            let _gate = t.gate.write().await;
+            let gate = t.gate.write().await;
             let Some(open) = t.state().open.take() else { continue };
             let epoch = t.epoch.load(Ordering::Acquire);
             let settled = match settle(producer(), t.clone(), epoch).await {
@@ -174,6 +198,9 @@ impl Transactions {
                 }
                 settled => settled,
             };
+            // Records may join the next transaction before this one's are told it ended:
+            // the sends woken next hand their lanes' next events straight over.
+            drop(gate);
             open.settled.send_replace(Some(settled));
         }
     }
@@ -187,11 +214,12 @@ struct Standing {
     quiet: Duration,
     unreported: usize,
     expedited: bool,
+    full: bool,
 }
 
 /// Commit now (Ok), or look again after the returned wait at the latest: at once when
 /// expedited, at COMMIT_EVERY of age, or once every record was reported and none joined
-/// for LINGER.
+/// for LINGER (at once when the dispatcher is full).
 fn commit_due(t: Standing) -> Result<(), Duration> {
     let by_age = COMMIT_EVERY.saturating_sub(t.age);
     if t.expedited || by_age.is_zero() {
@@ -200,6 +228,9 @@ fn commit_due(t: Standing) -> Result<(), Duration> {
     if t.unreported > 0 {
         // Woken when the last one is reported.
         return Err(by_age);
+    }
+    if t.full {
+        return Ok(());
     }
     match LINGER.saturating_sub(t.quiet) {
         d if d.is_zero() => Ok(()),
@@ -307,7 +338,7 @@ mod tests {
     }
 
     fn standing(age: u64, quiet: u64, unreported: usize) -> Standing {
-        Standing { age: ms(age), quiet: ms(quiet), unreported, expedited: false }
+        Standing { age: ms(age), quiet: ms(quiet), unreported, expedited: false, full: false }
     }
 
     #[test]
@@ -324,6 +355,13 @@ mod tests {
         assert_eq!(commit_due(standing(COMMIT_EVERY.as_millis() as u64, 0, 3)), Ok(()));
         // The linger never outlasts the age limit.
         assert_eq!(commit_due(standing(COMMIT_EVERY.as_millis() as u64 - 4, 1, 0)), Err(ms(4)));
+    }
+
+    #[test]
+    fn a_transaction_of_a_full_dispatcher_commits_once_reported_without_lingering() {
+        let full = |unreported| Standing { full: true, ..standing(1, 0, unreported) };
+        assert_eq!(commit_due(full(0)), Ok(()));
+        assert_eq!(commit_due(full(2)), Err(COMMIT_EVERY - ms(1)));
     }
 
     #[test]

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -52,8 +53,10 @@ type lagProxy struct {
 }
 
 func newLagProxy(upstream string) (*lagProxy, error) {
+	// No message size limit of its own (gRPC's default is 4 MB): the API server's lists of
+	// etcd are pages of up to 10,000 objects, 12 MB of ConfigMaps once the benches' are in it.
 	conn, err := grpc.NewClient(upstream, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +66,8 @@ func newLagProxy(upstream string) (*lagProxy, error) {
 }
 
 func (p *lagProxy) serve(ln net.Listener) error {
-	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(p.relay))
+	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(p.relay),
+		grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32))
 	return srv.Serve(ln)
 }
 
