@@ -98,8 +98,9 @@ impl<P: Publisher> Dispatcher<P> {
             while let Some(ToSend { event, lane }) = order.next_send() {
                 in_flight.push(self.attempt(event, lane, 0, None));
             }
-            // Told in the select once every send pushed was polled, so that they are
-            // among what the sink holds open.
+            // Told in the select once `in_flight` has nothing ready, so that the sends just
+            // pushed were polled (FuturesUnordered may pause before polling them all: the
+            // sink takes it as "do not linger", never as "end the batch now").
             let tell_full = order.full_untold();
             meters.outstanding(order.in_flight(), order.held(), rx.len() + order.waiting());
             self.health.set_outstanding(order.outstanding());
