@@ -44,11 +44,15 @@ impl Recording {
             .stderr(Stdio::null())
             .output()
             .expect("perf script runs");
-        shares(&String::from_utf8_lossy(&script.stdout))
+        let (shares, samples) = shares(&String::from_utf8_lossy(&script.stdout));
+        // A recording perf could not make (no permission to attach, a process already gone)
+        // would otherwise render as an empty table.
+        assert!(script.status.success() && samples > 0, "perf recorded no samples in {} (run as root; perf_event_paranoid)", self.path.display());
+        (shares, samples)
     }
 }
 
-/// The stages, innermost first: a sample is charged to the stage of its innermost frame
+/// The stages: a sample is charged to the stage of its innermost frame
 /// whose symbol starts with one of the stage's prefixes (a leading `<` of a trait
 /// implementation ignored), so the allocator, the kernel and the standard library count for
 /// the stage that called them. Samples of librdkafka's own threads are the client's.

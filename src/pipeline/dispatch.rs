@@ -432,7 +432,7 @@ mod tests {
         Dispatcher::new(sink.clone(), 3, OversizePolicy::Reference, retry, Health::single(0).route(0)).run(rx).await.unwrap();
         assert_eq!(sink.acked.lock().unwrap().len(), 6);
         // Told when three of three were first in flight, all three being sent by then (a
-        // sink that holds them open for more may end that now); again only after a
+        // sink that holds them open need not linger for more); again only after a
         // delivery.
         let full = sink.full.lock().unwrap().clone();
         assert!(matches!(full.first(), Some((0, 3))), "told full with (acknowledged, sending) {full:?}");

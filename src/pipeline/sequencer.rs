@@ -211,7 +211,7 @@ impl<T: Sequenced> Sequencer<T> {
 
     /// Whether `max_in_flight` events are in flight or held and the sink was not told so
     /// since the last delivery: nothing more joins what is in flight until a delivery, so a
-    /// sink holding a batch open for more (a Kafka transaction) may end it now.
+    /// sink holding a batch open for more (a Kafka transaction) need not linger.
     pub fn full_untold(&self) -> bool {
         !self.full_told && matches!(self.barrier, Barrier::Down) && self.in_flight > 0 && self.in_flight + self.held >= self.max_in_flight
     }

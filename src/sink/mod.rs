@@ -36,7 +36,8 @@ pub trait Publisher: Send + Sync + 'static {
     fn expedite(&self) {}
     /// The dispatcher holds as many events as it may: nothing more comes until a send in
     /// flight is acknowledged. A sink that holds a batch open for more (a Kafka route's
-    /// transaction) ends it now; the others ignore it.
+    /// transaction) stops lingering for more and ends it once what it holds is acknowledged;
+    /// the others ignore it.
     fn full(&self) {}
 }
 

@@ -5,8 +5,9 @@
 //! open transaction once every record in it was reported and none joined it for LINGER
 //! (records that keep coming share one commit), at the latest COMMIT_EVERY after it began,
 //! at once behind a barrier, and without lingering when the dispatcher holds as many events
-//! as it may (nothing more can join until some are acknowledged). A transaction that cannot commit is aborted and its records are
-//! sent again; a producer fenced by a successor fails every send for good.
+//! as it may (nothing more can join until some are acknowledged). A transaction that cannot
+//! commit is aborted and its records are sent again; a producer fenced by a successor fails
+//! every send for good.
 //!
 //! Consumers must read committed records only (`isolation.level=read_committed`, the
 //! default of librdkafka-based clients): the records of an aborted transaction stay in the
@@ -122,7 +123,7 @@ impl Transactions {
         Ok((gate, Enrolment { txns: self.clone(), settled, reported: false }))
     }
 
-    /// Commits the open transaction at once: nothing more can join it.
+    /// Commits the open transaction at once (a barrier waits behind it).
     pub fn expedite(&self) {
         if let Some(open) = &mut self.state().open {
             open.expedited = true;
