@@ -221,6 +221,20 @@ pub struct Bridge {
     dir: PathBuf,
     log: PathBuf,
     started: Instant,
+    /// When /metrics is read (see [`Scrape`]).
+    scrape: Scrape,
+}
+
+/// When [`Bridge::sample_until`] reads /metrics (a sample's text is empty when it does not).
+/// Rendering /metrics ten times a second costs the bridge a few percent of its CPU and keeps
+/// its allocator busy, which a Prometheus scraping every 15 s does not: a bench that does not
+/// need the figures in a phase reads them less.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Scrape {
+    Always,
+    /// Only in the samples where /readyz answers 200 (ready implies every initial sync acked).
+    OnceReady,
+    Never,
 }
 
 /// What the bridge shows at one moment; `secs` counts from the spawn. MB = 10^6 bytes.
@@ -239,13 +253,23 @@ impl Bridge {
     /// Writes `config` (whose `[http] listen` is `127.0.0.1:<port>`) to a directory of its
     /// own named `id` and starts `bin run` on it.
     pub fn spawn(bin: &str, id: &str, port: u16, config: &str) -> Bridge {
+        Bridge::spawn_under(&[], bin, id, port, config)
+    }
+
+    /// [`Bridge::spawn`] with `bin run` as the command that `wrapper` (a program and its
+    /// arguments, e.g. `perf record … --`) runs; the bridge is the wrapper's child, and the
+    /// wrapper is expected to exit when it does.
+    pub fn spawn_under(wrapper: &[String], bin: &str, id: &str, port: u16, config: &str) -> Bridge {
         let dir = std::env::temp_dir().join(id);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("config.toml");
         std::fs::write(&path, config).unwrap();
         let log = dir.join("deltaship.log");
         let started = Instant::now();
-        let child = Command::new(bin)
+        let (program, args) = wrapper.split_first().map_or((bin, &[][..]), |(p, a)| (p.as_str(), a));
+        let child = Command::new(program)
+            .args(args)
+            .args(if wrapper.is_empty() { &[][..] } else { std::slice::from_ref(&bin) })
             .arg("run")
             .arg("--config")
             .arg(&path)
@@ -254,8 +278,14 @@ impl Bridge {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}; build it with `cargo build --release`"));
-        Bridge { pid: child.id(), child, addr: format!("127.0.0.1:{port}"), dir, log, started }
+            .unwrap_or_else(|e| panic!("cannot start {program}: {e}; build deltaship with `cargo build --release`"));
+        let pid = if wrapper.is_empty() { child.id() } else { child_of(child.id()) };
+        Bridge { pid, child, addr: format!("127.0.0.1:{port}"), dir, log, started, scrape: Scrape::Always }
+    }
+
+    /// From now on, reads /metrics as `scrape` says.
+    pub fn scrape(&mut self, scrape: Scrape) {
+        self.scrape = scrape;
     }
 
     pub fn log(&self) -> String {
@@ -276,17 +306,14 @@ impl Bridge {
                 panic!("deltaship exited ({status}):\n{}", self.log());
             }
             let (rss_mb, hwm_mb) = rss(self.pid).unwrap_or_default();
-            let sample = Sample {
-                secs: self.started.elapsed().as_secs_f64(),
-                rss_mb,
-                hwm_mb,
-                cpu_secs: cpu_secs(self.pid),
-                ready: matches!(get(&self.addr, "/readyz"), Some((200, _))),
-                metrics: Metrics(match get(&self.addr, "/metrics") {
-                    Some((200, body)) => body,
-                    _ => String::new(),
-                }),
+            let (secs, cpu_secs) = (self.started.elapsed().as_secs_f64(), cpu_secs(self.pid));
+            let ready = matches!(get(&self.addr, "/readyz"), Some((200, _)));
+            let scraped = self.scrape == Scrape::Always || (ready && self.scrape == Scrape::OnceReady);
+            let metrics = match scraped.then(|| get(&self.addr, "/metrics")).flatten() {
+                Some((200, body)) => body,
+                _ => String::new(),
             };
+            let sample = Sample { secs, rss_mb, hwm_mb, cpu_secs, ready, metrics: Metrics(metrics) };
             let stop = done(&sample);
             samples.push(sample);
             if stop {
@@ -299,10 +326,12 @@ impl Bridge {
     }
 
     /// SIGTERM (a graceful stop: the queues drain, the checkpoint is written once more),
-    /// then a kill after 40 s; how it exited (`None`: killed) and its log.
+    /// then a kill after 40 s; how it (or the wrapper it runs under) exited (`None`:
+    /// killed) and its log.
     #[allow(unsafe_code)]
     pub fn stop(mut self) -> (Option<ExitStatus>, String) {
-        // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+        // SAFETY: kill has no memory-safety preconditions; the pid is the bridge's, our
+        // child or the wrapper's.
         unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(40);
         let status = loop {
@@ -387,14 +416,7 @@ pub fn cpu_secs(pid: u32) -> f64 {
 pub fn api_server_pids() -> Vec<u32> {
     let server = crate::common::test_env("DELTASHIP_TEST_KUBE_SERVER");
     let port = server.rsplit_once(':').map(|(_, p)| p.trim_end_matches('/')).expect("DELTASHIP_TEST_KUBE_SERVER ends with a port");
-    let processes: Vec<(u32, Vec<String>)> = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| {
-            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            Some((pid, cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect()))
-        })
-        .collect();
+    let processes = processes();
     let flag = |args: &[String], name: &str| args.iter().find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_string));
     let (api, args) = processes
         .iter()
@@ -406,6 +428,38 @@ pub fn api_server_pids() -> Vec<u32> {
         .find(|(_, args)| args[0].ends_with("etcd") && flag(args, "listen-client-urls").as_deref() == Some(etcd.as_str()))
         .unwrap_or_else(|| panic!("no etcd listens on {etcd}"));
     vec![*api, *store]
+}
+
+/// The Kafka brokers of the test environment (the processes that run `kafka.Kafka`).
+pub fn broker_pids() -> Vec<u32> {
+    let brokers: Vec<u32> = processes().into_iter().filter(|(_, args)| args.iter().any(|a| a == "kafka.Kafka")).map(|(pid, _)| pid).collect();
+    assert!(!brokers.is_empty(), "no Kafka broker (kafka.Kafka) runs here");
+    brokers
+}
+
+/// Every process: its pid and its command line.
+fn processes() -> Vec<(u32, Vec<String>)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            Some((pid, cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect()))
+        })
+        .collect()
+}
+
+/// The first child `parent` starts, waited for up to 10 s.
+fn child_of(parent: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().next().and_then(|p| p.parse().ok()) {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "process {parent} started no child within 10 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// GET `path` from the bridge's HTTP server: (status, body).

@@ -1,10 +1,12 @@
-//! Where a program's CPU goes while a phase of the live bench runs, stage by stage: `perf
-//! record` attached to the process (call graphs unwound from DWARF, every thread), then each
-//! sample charged to a stage by [`stage_of`]. The shares times the phase's CPU per update
-//! give each stage's µs per update, beside the floor's measured in the same way.
+//! Where a program's CPU goes, stage by stage: `perf record` attached to the process for a
+//! phase of the live bench, or running it from its start (a sync of the memory bench), call
+//! graphs unwound from DWARF, every thread; then each sample charged to a stage by
+//! [`stage_of`]. The shares times the phase's CPU per update (or per object) give each
+//! stage's µs, beside the floor's measured in the same way.
 //!
 //! `perf` comes from Debian's `linux-perf` package (tests/bench installs it when missing).
 //! The rules are tested in tests/bench_profile.rs.
+#![allow(dead_code)] // each bench uses a different part
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,17 +15,31 @@ use std::process::{Child, Command, Stdio};
 /// Samples per second of CPU time.
 const FREQUENCY: &str = "1999";
 
-/// A `perf record` attached to a process until stopped.
+/// A `perf record` attached to a running process until stopped.
 pub struct Recording {
     child: Child,
     path: PathBuf,
 }
 
+/// `perf record`'s arguments up to its target: the sampling rate, the call graphs, the output.
+fn record_args(path: &Path) -> Vec<String> {
+    ["perf", "record", "-q", "-F", FREQUENCY, "--call-graph", "dwarf,16384", "-o"].into_iter().map(String::from).chain([path.display().to_string()]).collect()
+}
+
+/// A command prefix that runs a program under `perf record` from its first instruction to
+/// its exit, into `path`; [`charge`] reads it afterwards.
+pub fn record_command(path: &Path) -> Vec<String> {
+    let mut args = record_args(path);
+    args.push("--".into());
+    args
+}
+
 impl Recording {
     pub fn start(pid: u32, path: &Path) -> Recording {
-        let child = Command::new("perf")
-            .args(["record", "-q", "-F", FREQUENCY, "--call-graph", "dwarf,16384", "-p", &pid.to_string(), "-o"])
-            .arg(path)
+        let args = record_args(path);
+        let child = Command::new(&args[0])
+            .args(&args[1..])
+            .args(["-p", &pid.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -38,18 +54,20 @@ impl Recording {
     pub fn stop(mut self) -> (BTreeMap<&'static str, f64>, usize) {
         let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
         let _ = self.child.wait();
-        let script = Command::new("perf")
-            .args(["script", "--no-inline", "-F", "comm,ip,sym", "-i"])
-            .arg(&self.path)
-            .stderr(Stdio::null())
-            .output()
-            .expect("perf script runs");
-        let (shares, samples) = shares(&String::from_utf8_lossy(&script.stdout));
-        // A recording perf could not make (no permission to attach, a process already gone)
-        // would otherwise render as an empty table.
-        assert!(script.status.success() && samples > 0, "perf recorded no samples in {} (run as root; perf_event_paranoid)", self.path.display());
-        (shares, samples)
+        charge(&self.path)
     }
+}
+
+/// The samples of a finished recording charged to stages: (stage, share of the samples),
+/// and the number of samples.
+pub fn charge(path: &Path) -> (BTreeMap<&'static str, f64>, usize) {
+    let script =
+        Command::new("perf").args(["script", "--no-inline", "-F", "comm,ip,sym", "-i"]).arg(path).stderr(Stdio::null()).output().expect("perf script runs");
+    let (shares, samples) = shares(&String::from_utf8_lossy(&script.stdout));
+    // A recording perf could not make (no permission to attach, a process already gone)
+    // would otherwise render as an empty table.
+    assert!(script.status.success() && samples > 0, "perf recorded no samples in {} (run as root; perf_event_paranoid)", path.display());
+    (shares, samples)
 }
 
 /// The stages: a sample is charged to the stage of its innermost frame
@@ -64,7 +82,7 @@ const STAGES: &[(&str, &[&str])] = &[
     ("the event (build, redact, address)", &["deltaship::event", "deltaship::address", "deltaship::redact", "deltaship::model", "deltaship::plan"]),
     ("index and classify", &["deltaship::change"]),
     (
-        "reading the watch (TLS, HTTP, JSON)",
+        "reading the API server (TLS, HTTP, JSON)",
         &["deltaship::watch", "deltaship::json", "hyper", "rustls", "ring::", "tokio_rustls", "kube_client", "http_body", "serde_json"],
     ),
     ("dispatch and workers", &["deltaship::pipeline"]),
