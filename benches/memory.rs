@@ -14,7 +14,8 @@
 //! (`deltaship_events_total{type="sync.completed"}` counts acknowledged events), which with
 //! one watch and a reachable sink is the sample where it is ready; `peak` = the highest RSS
 //! until synced (VmHWM);
-//! `steady` = the median RSS from 5 s to 10 s after ready. Time counts from the spawn.
+//! `steady` = the median RSS from 5 s to 10 s after ready; `heap allocated` = what the
+//! heap's allocations hold at its end (`deltaship_heap_allocated_bytes`, one scrape). Time counts from the spawn.
 //!
 //! The namespaces `deltaship-bench-<count>` are created once and reused when they hold
 //! the right ConfigMaps (plus the `kube-root-ca.crt` every namespace has). Namespaces of
@@ -26,8 +27,8 @@
 //! as a streaming list; the lines `{"bench": "sync", ...}` give each one's time and CPU, what
 //! the API server with its etcd and the Kafka broker spent meanwhile (the same two cores
 //! serve them all), and the bridge's time over the bare read's, per run. With
-//! DELTASHIP_TEST_BENCH_PROFILE (a directory), one more paged sync at the largest count runs
-//! under `perf record` (benches/common/profile.rs): its line `"profile": true` charges the
+//! DELTASHIP_TEST_BENCH_PROFILE (a directory), one more paged sync at each count of 10,000 or
+//! more runs under `perf record` (benches/common/profile.rs): its line `"profile": true` charges the
 //! bridge's CPU until synced to its stages.
 //!
 //! Environment: DELTASHIP_TEST_BENCH_COUNTS (default `0,10000,100000`), DELTASHIP_TEST_BENCH_RUNS
@@ -54,7 +55,6 @@ fn main() {
     let live::Setup { bench, counts, runs, bin, brokers, rt, client } = live::setup("0,10000,100000");
     let steady_secs: u64 = if bench { 10 } else { 2 };
     let servers = Servers { api: live::api_server_pids(), brokers: live::broker_pids() };
-    let largest = counts.iter().copied().max();
     for count in counts {
         let ns = live::namespace(count, bench);
         rt.block_on(live::prepare(&client, &ns, count, "memory"));
@@ -77,7 +77,7 @@ fn main() {
             println!(
                 "{}",
                 json!({"bench": "memory", "objects": count, "run": run, "synced_secs": r.sync.secs, "ready_secs": r.ready_secs,
-                       "peak_rss_mb": r.peak_mb, "steady_rss_mb": r.steady_mb,
+                       "peak_rss_mb": r.peak_mb, "steady_rss_mb": r.steady_mb, "heap_allocated_mb": r.heap_mb,
                        "sync_cpu_secs": r.sync.cpu_secs, "samples": r.samples, "smoke": !bench})
             );
             rt.block_on(live::delete_topic(&brokers, &r.topic));
@@ -91,18 +91,24 @@ fn main() {
             "{}",
             json!({"bench": "memory", "summary": true, "objects": count, "runs": results.len(),
                    "synced_secs": s(col(|r| r.sync.secs)), "ready_secs": s(col(|r| r.ready_secs)), "peak_rss_mb": s(col(|r| r.peak_mb)),
-                   "steady_rss_mb": s(col(|r| r.steady_mb)), "peak_over_steady": s(common::stats(&ratios)),
+                   "steady_rss_mb": s(col(|r| r.steady_mb)), "heap_allocated_mb": s(col(|r| r.heap_mb)), "peak_over_steady": s(common::stats(&ratios)),
                    "sync_cpu_secs": s(col(|r| r.sync.cpu_secs)), "smoke": !bench})
         );
         println!("{}", SideBySide::summary(&syncs, count, !bench));
-        if let (Ok(dir), Some(true)) = (std::env::var("DELTASHIP_TEST_BENCH_PROFILE"), largest.map(|l| l == count && count > 0)) {
+        if let Ok(dir) = std::env::var("DELTASHIP_TEST_BENCH_PROFILE")
+            && count >= PROFILED_FROM
+        {
             profile_sync(&rt, &bin, &ns, &brokers, count, Path::new(&dir));
         }
         rt.block_on(live::clean_up(&client, &ns, count, bench, "memory"));
     }
 }
 
-/// After the measured runs at the largest count, one more paged sync with the bridge under
+/// The counts whose syncs the profile pass records: the large ones, where the stages can be
+/// compared per object.
+const PROFILED_FROM: usize = 10_000;
+
+/// After the measured runs at a count of at least `PROFILED_FROM`, one more paged sync with the bridge under
 /// `perf record` from its start (benches/common/profile.rs), stopped once synced: where its
 /// CPU until synced goes, stage by stage. perf's sampling costs the bridge a little, so this
 /// sync is not in the medians; its own CPU is printed beside the stages.
@@ -172,6 +178,10 @@ struct Run {
     ready_secs: f64,
     peak_mb: f64,
     steady_mb: f64,
+    /// What the heap's allocations held at the end of the steady phase
+    /// (`deltaship_heap_allocated_bytes`): the rest of the steady RSS is code, stacks and
+    /// free memory the allocator keeps.
+    heap_mb: f64,
     samples: usize,
     topic: String,
     checkpoint_topic: String,
@@ -255,9 +265,12 @@ fn run_bridge(bin: &str, ns: &str, brokers: &str, servers: &Servers, steady_secs
     let mut samples = bridge.sample_until(Duration::from_secs(900), |s| s.ready && synced(s));
     let servers_until_synced = servers.cpu().minus(before);
     let ready = samples.last().expect("a sample").secs;
-    // The steady phase needs no /metrics.
+    // The steady phase needs no /metrics but its last sample: what the heap's allocations hold.
     bridge.scrape(Scrape::Never);
     samples.extend(bridge.sample_until(Duration::from_secs(900), |s| s.secs > ready + steady_secs as f64));
+    bridge.scrape(Scrape::Always);
+    let last = bridge.sample_until(Duration::from_secs(10), |_| true);
+    let heap_mb = last[0].metrics.sum("deltaship_heap_allocated_bytes", &[]) / 1e6;
     bridge.stop();
     let at_synced = samples.iter().find(|s| synced(s)).expect("synced before ready");
     let synced = at_synced.secs;
@@ -268,6 +281,7 @@ fn run_bridge(bin: &str, ns: &str, brokers: &str, servers: &Servers, steady_secs
         ready_secs: ready,
         peak_mb: at_synced.hwm_mb.max(peak_sampled),
         steady_mb: common::stats(&steady).0,
+        heap_mb,
         samples: samples.len(),
         topic: live::events_topic(&id),
         checkpoint_topic: live::checkpoint_topic(&id),

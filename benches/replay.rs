@@ -27,10 +27,15 @@
 //!   queue; async-nats's 5000 unacknowledged publishes): what the client can do alone.
 //!
 //! Output: one JSON line per measured run, then one summary line per sink and variant
-//! (median, min, max over the R runs) and per sink the median ratio pipeline/raw.
+//! (median, min, max over the R runs) and per sink the median ratio pipeline/raw. With
+//! DELTASHIP_TEST_BENCH_PROFILE (a directory), Kafka's `pipeline` and `fenced` run once more
+//! each under `perf record` (benches/common/profile.rs), preparing the envelopes included:
+//! a line `"profile": true` per variant charges the process's CPU per event to stages.
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/profile.rs"]
+mod profile;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -346,6 +351,23 @@ async fn kafka_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, ru
         }
     }
     report.summarize();
+    if let Ok(dir) = std::env::var("DELTASHIP_TEST_BENCH_PROFILE") {
+        std::fs::create_dir_all(&dir).unwrap();
+        for v in [Variant::Pipeline, Variant::Fenced].into_iter().filter(|v| selected(*v)) {
+            let sink = if v == Variant::Fenced { &fenced } else { &sink };
+            let path = std::path::Path::new(&dir).join(format!("replay-kafka-{}.perf", v.name()));
+            let (recording, cpu) = (profile::Recording::start(std::process::id(), &path), common::process_cpu());
+            let (_, events, _) =
+                run_kafka_variant(v, &format!("prof{}", v.name().replace('_', "")), kind, &sink_toml, sink, &producer, recorded, health.clone()).await;
+            let cpu_us = (common::process_cpu() - cpu) * 1e6 / events as f64;
+            let (stages, samples) = recording.stop();
+            println!(
+                "{}",
+                json!({"bench": "replay", "profile": true, "sink": "kafka", "variant": v.name(), "events": events,
+                       "cpu_us_per_event": cpu_us, "samples": samples, "stages": stages, "smoke": !bench})
+            );
+        }
+    }
     delete_topic(brokers, &topic).await;
 }
 

@@ -1,23 +1,27 @@
 //! Heap memory handed back to the system. glibc's malloc keeps what a burst freed (the
 //! initial sync of a large index: list pages, events in flight, checkpoint records) in its
 //! arenas, interleaved with the index that stays, so without this the process's RSS stays
-//! at the burst's peak for good. Every `CHECK_EVERY`, when RSS grew by `TRIM_AFTER_GROWTH`
-//! since the last trim, the free pages of every arena are returned (`malloc_trim`); pages
-//! in use are never touched. At a steady rate RSS does not grow and nothing is trimmed, so
-//! pages malloc reuses are not given back only to be faulted in again. Other allocators
-//! and other C libraries return memory by themselves: there this does nothing.
+//! at the burst's peak for good. Every `CHECK_EVERY` the trimmer looks at the part of RSS
+//! that the heap's allocations do not hold (code, stacks, and the free memory malloc
+//! keeps); once it grew by `TRIM_AFTER_GROWTH` since the last trim (a burst freed its
+//! memory), the free pages of every arena are returned (`malloc_trim`); pages in use are
+//! never touched. In the middle of a burst, or at a steady rate, RSS and the allocations
+//! grow alike and nothing is trimmed, so pages malloc reuses are not given back only to be
+//! faulted in again. Other allocators and other C libraries return memory by themselves:
+//! there this does nothing.
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::telemetry::resident_bytes;
+use crate::telemetry::{heap, resident_bytes};
 
-/// How often RSS is looked at: soon enough after an initial sync or a relist that the
+/// How often the heap is looked at: soon enough after an initial sync or a relist that the
 /// steady RSS shows the trim.
 pub const CHECK_EVERY: Duration = Duration::from_secs(5);
 
-/// How much RSS must have grown since the last trim for the next one: a burst's worth.
+/// How much the part of RSS the allocations do not hold must have grown since the last trim
+/// for the next one: a burst's worth.
 pub const TRIM_AFTER_GROWTH: u64 = 8 << 20;
 
 /// Returns free heap pages after each burst, looking every `CHECK_EVERY` until `stop`.
@@ -29,21 +33,29 @@ pub async fn trim_periodically(stop: CancellationToken) {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = every.tick() => {
-                if grew(floor, resident_bytes()) {
+                if grew(floor, unheld()) {
                     trim();
-                    floor = resident_bytes();
+                    floor = unheld();
                 }
             }
         }
     }
 }
 
-/// Whether RSS (`now`) grew by a burst's worth over `floor`, its size after the last trim;
-/// an unknown size counts as grown (a trim is cheap, only useless when repeated).
+/// The part of RSS the heap's allocations do not hold; `None` where either is unknown
+/// (another C library: nothing to trim).
+fn unheld() -> Option<u64> {
+    let h = heap()?;
+    Some(resident_bytes()?.saturating_sub(h.arenas + h.mapped))
+}
+
+/// Whether the part of RSS the allocations do not hold (`now`) grew by a burst's worth over
+/// `floor`, its size after the last trim. The first look trims; nothing known, nothing is.
 fn grew(floor: Option<u64>, now: Option<u64>) -> bool {
     match (floor, now) {
+        (_, None) => false,
+        (None, Some(_)) => true,
         (Some(floor), Some(now)) => now >= floor + TRIM_AFTER_GROWTH,
-        _ => true,
     }
 }
 
@@ -69,13 +81,17 @@ mod tests {
         resident_bytes().unwrap() / 1024
     }
 
+    const MB: u64 = 1 << 20;
+
     #[test]
-    fn only_a_burst_worth_of_growth_is_trimmed() {
-        assert!(grew(None, Some(1)), "the first look trims");
-        assert!(grew(Some(50 << 20), None), "an unknown size trims");
-        assert!(!grew(Some(50 << 20), Some((50 << 20) + TRIM_AFTER_GROWTH - 1)));
-        assert!(grew(Some(50 << 20), Some((50 << 20) + TRIM_AFTER_GROWTH)));
-        assert!(!grew(Some(50 << 20), Some(40 << 20)), "shrunk by itself");
+    fn a_burst_worth_of_memory_freed_and_kept_is_trimmed() {
+        assert!(grew(None, Some(20 * MB)), "the first look trims");
+        // A sync's end: RSS stays, the allocations fall.
+        assert!(grew(Some(20 * MB), Some(20 * MB + TRIM_AFTER_GROWTH)));
+        assert!(!grew(Some(20 * MB), Some(20 * MB + TRIM_AFTER_GROWTH - 1)), "less than a burst's worth");
+        assert!(!grew(Some(20 * MB), Some(12 * MB)), "returned by itself");
+        assert!(!grew(Some(20 * MB), None), "another C library: nothing to trim");
+        assert!(!grew(None, None));
     }
 
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -1,7 +1,8 @@
 //! Process metrics under the names every Prometheus client library uses (`process_*`), read
 //! from /proc at each scrape and rendered as Prometheus text beside the recorder's (the
-//! `metrics` facade's counters are integers; CPU seconds are not). Elsewhere than Linux,
-//! or where /proc cannot be read, the metrics are left out.
+//! `metrics` facade's counters are integers; CPU seconds are not), with the heap the
+//! process's allocations hold (`deltaship_heap_allocated_bytes`, from glibc's malloc).
+//! Elsewhere than Linux, or where /proc cannot be read, the metrics are left out.
 
 use std::fmt::Write;
 
@@ -36,6 +37,14 @@ pub fn render() -> String {
     }
     if let Some(bytes) = resident_bytes() {
         metric("process_resident_memory_bytes", "gauge", "Resident memory of the process, in bytes.", bytes as f64);
+    }
+    if let Some(Heap { arenas, mapped }) = heap() {
+        metric(
+            "deltaship_heap_allocated_bytes",
+            "gauge",
+            "Heap memory in use by the process's allocations (glibc's malloc), in bytes; resident memory above it is code, stacks and free memory the allocator keeps.",
+            (arenas + mapped) as f64,
+        );
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
         metric("process_open_fds", "gauge", "Open file descriptors.", fds.count() as f64);
@@ -73,6 +82,31 @@ impl Stat {
 /// The process's resident memory (`VmRSS`), in bytes.
 pub fn resident_bytes() -> Option<u64> {
     std::fs::read_to_string("/proc/self/status").ok().as_deref().and_then(|s| field(s, "VmRSS:")).map(|kib| kib * 1024)
+}
+
+/// What the heap's allocations hold (glibc's malloc, `mallinfo2`): in its arenas
+/// (`uordblks`) and in chunks it mapped on their own (`hblkhd`, returned to the system when
+/// freed). It walks each arena's free lists under the arena's lock, which a look every few
+/// seconds does not notice.
+#[derive(Debug, Clone, Copy)]
+pub struct Heap {
+    pub arenas: u64,
+    pub mapped: u64,
+}
+
+/// The heap's allocations now; `None` with other C libraries.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+pub fn heap() -> Option<Heap> {
+    // SAFETY: mallinfo2 only reads glibc's own bookkeeping, taking each arena's lock as
+    // malloc does, and returns a plain struct.
+    let info = unsafe { libc::mallinfo2() };
+    Some(Heap { arenas: u64::try_from(info.uordblks).ok()?, mapped: u64::try_from(info.hblkhd).ok()? })
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn heap() -> Option<Heap> {
+    None
 }
 
 /// The number after `name` in a `name value` line (e.g. `VmRSS:  1234 kB`).
@@ -124,10 +158,27 @@ mod tests {
             ("process_resident_memory_bytes", "gauge"),
             ("process_open_fds", "gauge"),
             ("process_max_fds", "gauge"),
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            ("deltaship_heap_allocated_bytes", "gauge"),
         ] {
             assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name}: {text}");
             let value = text.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).unwrap_or_else(|| panic!("{name}: {text}"));
             assert!(value.parse::<f64>().unwrap() > 0.0 || name == "process_cpu_seconds_total", "{name} {value}");
         }
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn the_heap_allocated_follows_allocations_and_frees() {
+        // Other tests allocate meanwhile: 64 MB dwarfs them.
+        const BLOCK: u64 = 64 << 20;
+        let allocated = || heap().map(|h| h.arenas + h.mapped).unwrap();
+        let before = allocated();
+        let block = vec![1u8; BLOCK as usize];
+        let during = allocated();
+        drop(block);
+        let after = allocated();
+        assert!(during >= before + BLOCK - (16 << 20), "{before} -> {during} with 64 MB more");
+        assert!(after + BLOCK - (16 << 20) <= during, "{during} -> {after} with 64 MB freed");
     }
 }
