@@ -91,9 +91,10 @@ async fn a_running_bridge_exports_its_build_freshness_lag_api_requests_and_proce
     }
     let rss = value(&after, "process_resident_memory_bytes", &[]).unwrap();
     assert!(rss > 1e6 && rss < 1e9, "RSS {rss}");
-    // The release binary links glibc here: its allocations hold part of what is resident.
+    // The binary links glibc here: its allocations (a few hundred KB for this small watch)
+    // hold part of what is resident.
     let heap = value(&after, "deltaship_heap_allocated_bytes", &[]).unwrap();
-    assert!(heap > 1e6 && heap < rss, "heap allocated {heap}, RSS {rss}");
+    assert!(heap > 1e5 && heap < rss, "heap allocated {heap}, RSS {rss}");
     assert!(value(&after, "process_open_fds", &[]).unwrap() >= 3.0);
     assert!(value(&after, "process_max_fds", &[]).unwrap() >= value(&after, "process_open_fds", &[]).unwrap());
     assert!(value(&after, "process_threads", &[]).unwrap() >= 2.0);
