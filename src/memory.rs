@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::telemetry::{heap, resident_bytes};
+use crate::telemetry::{heap_allocated_bytes, resident_bytes};
 
 /// How often the heap is looked at: soon enough after an initial sync or a relist that the
 /// steady RSS shows the trim.
@@ -45,8 +45,8 @@ pub async fn trim_periodically(stop: CancellationToken) {
 /// The part of RSS the heap's allocations do not hold; `None` where either is unknown
 /// (another C library: nothing to trim).
 fn unheld() -> Option<u64> {
-    let h = heap()?;
-    Some(resident_bytes()?.saturating_sub(h.arenas + h.mapped))
+    let allocated = heap_allocated_bytes()?;
+    Some(resident_bytes()?.saturating_sub(allocated))
 }
 
 /// Whether the part of RSS the allocations do not hold (`now`) grew by a burst's worth over

@@ -11,4 +11,4 @@ mod process;
 pub use health::{Health, RouteHealth, WatchHealth};
 pub use http::{HttpError, install_recorder, serve};
 pub use logging::init as init_logging;
-pub use process::{heap, resident_bytes};
+pub use process::{heap_allocated_bytes, resident_bytes};

@@ -38,12 +38,12 @@ pub fn render() -> String {
     if let Some(bytes) = resident_bytes() {
         metric("process_resident_memory_bytes", "gauge", "Resident memory of the process, in bytes.", bytes as f64);
     }
-    if let Some(Heap { arenas, mapped }) = heap() {
+    if let Some(bytes) = heap_allocated_bytes() {
         metric(
             "deltaship_heap_allocated_bytes",
             "gauge",
             "Heap memory in use by the process's allocations (glibc's malloc), in bytes; resident memory above it is code, stacks and free memory the allocator keeps.",
-            (arenas + mapped) as f64,
+            bytes as f64,
         );
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
@@ -84,28 +84,21 @@ pub fn resident_bytes() -> Option<u64> {
     std::fs::read_to_string("/proc/self/status").ok().as_deref().and_then(|s| field(s, "VmRSS:")).map(|kib| kib * 1024)
 }
 
-/// What the heap's allocations hold (glibc's malloc, `mallinfo2`): in its arenas
-/// (`uordblks`) and in chunks it mapped on their own (`hblkhd`, returned to the system when
-/// freed). It walks each arena's free lists under the arena's lock, which a look every few
-/// seconds does not notice.
-#[derive(Debug, Clone, Copy)]
-pub struct Heap {
-    pub arenas: u64,
-    pub mapped: u64,
-}
-
-/// The heap's allocations now; `None` with other C libraries.
+/// The bytes the heap's allocations hold now (glibc's malloc, `mallinfo2`): in its arenas
+/// (`uordblks`) and in chunks it mapped on their own (`hblkhd`). It walks each arena's free
+/// lists under the arena's lock, which a look every few seconds does not notice. `None`
+/// with other C libraries.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
-pub fn heap() -> Option<Heap> {
+pub fn heap_allocated_bytes() -> Option<u64> {
     // SAFETY: mallinfo2 only reads glibc's own bookkeeping, taking each arena's lock as
     // malloc does, and returns a plain struct.
     let info = unsafe { libc::mallinfo2() };
-    Some(Heap { arenas: u64::try_from(info.uordblks).ok()?, mapped: u64::try_from(info.hblkhd).ok()? })
+    u64::try_from(info.uordblks + info.hblkhd).ok()
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn heap() -> Option<Heap> {
+pub fn heap_allocated_bytes() -> Option<u64> {
     None
 }
 
@@ -172,7 +165,7 @@ mod tests {
     fn the_heap_allocated_follows_allocations_and_frees() {
         // Other tests allocate meanwhile: 64 MB dwarfs them.
         const BLOCK: u64 = 64 << 20;
-        let allocated = || heap().map(|h| h.arenas + h.mapped).unwrap();
+        let allocated = || heap_allocated_bytes().unwrap();
         let before = allocated();
         let block = vec![1u8; BLOCK as usize];
         let during = allocated();
