@@ -28,9 +28,10 @@
 //!
 //! Output: one JSON line per measured run, then one summary line per sink and variant
 //! (median, min, max over the R runs) and per sink the median ratio pipeline/raw. With
-//! DELTASHIP_TEST_BENCH_PROFILE (a directory), Kafka's `pipeline` and `fenced` run once more
-//! each under `perf record` (benches/common/profile.rs), preparing the envelopes included:
-//! a line `"profile": true` per variant charges the process's CPU per event to stages.
+//! DELTASHIP_TEST_BENCH_PROFILE (a directory), Kafka's `pipeline`, `fenced` and `raw` run once
+//! more each under `perf record` (benches/common/profile.rs), preparing the envelopes (and for
+//! `raw` encoding the records) included: a line `"profile": true` per variant charges the
+//! process's CPU per event to stages.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -353,7 +354,7 @@ async fn kafka_bench(run_id: &str, kind: Kind, recorded: &Arc<Vec<Recorded>>, ru
     report.summarize();
     if let Ok(dir) = std::env::var("DELTASHIP_TEST_BENCH_PROFILE") {
         std::fs::create_dir_all(&dir).unwrap();
-        for v in [Variant::Pipeline, Variant::Fenced].into_iter().filter(|v| selected(*v)) {
+        for v in [Variant::Pipeline, Variant::Fenced, Variant::Raw].into_iter().filter(|v| selected(*v)) {
             let sink = if v == Variant::Fenced { &fenced } else { &sink };
             let path = std::path::Path::new(&dir).join(format!("replay-kafka-{}.perf", v.name()));
             let (recording, cpu) = (profile::Recording::start(std::process::id(), &path), common::process_cpu());

@@ -212,7 +212,11 @@ pub fn report(ns: &str) -> String {
         let out = kubectl(args);
         text += &format!("--- kubectl {}\n{}{}\n", args.join(" "), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     }
-    let logs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/env/.state/logs");
+    let state = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/env/.state");
+    // A node under disk pressure: how much is left, and what of the test servers' takes it.
+    let disk = Command::new("sh").arg("-c").arg("df -h . && du -sh * | sort -h").current_dir(&state).output();
+    text += &format!("--- the disk of {}\n{}\n", state.display(), disk.map_or_else(|e| e.to_string(), |o| String::from_utf8_lossy(&o.stdout).into_owned()));
+    let logs = state.join("logs");
     for daemon in NODE_DAEMONS {
         let log = std::fs::read_to_string(logs.join(format!("{daemon}.log"))).unwrap_or_else(|e| format!("({e})"));
         let tail: Vec<&str> = log.lines().rev().take(30).collect();
