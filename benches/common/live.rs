@@ -91,14 +91,25 @@ pub async fn prepare(client: &Client, ns: &str, count: usize, bench: &str) {
 }
 
 /// Deletes a smoke run's namespace, and namespaces of more than 10k objects (they weigh on
-/// the shared API server) unless DELTASHIP_TEST_BENCH_KEEP_NAMESPACES=1.
+/// the shared API server) unless DELTASHIP_TEST_BENCH_KEEP_NAMESPACES=1. In bench mode it
+/// waits until the namespace is gone: the API server deletes its objects for minutes after
+/// the request, which the next bench would measure (its watch events batched by a busy
+/// API server cost the bridge less per event: BENCHMARKS.md, 2026-11-29).
 pub async fn clean_up(client: &Client, ns: &str, count: usize, bench_mode: bool, bench: &str) {
     let keep = crate::common::env_or("DELTASHIP_TEST_BENCH_KEEP_NAMESPACES", 0u8) == 1;
     if !bench_mode || (count > 10_000 && !keep) {
-        let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
-        eprintln!("{bench}: namespace {ns} deleted");
+        let namespaces = Api::<Namespace>::all(client.clone());
+        let _ = namespaces.delete(ns, &DeleteParams::default()).await;
+        let started = Instant::now();
+        while bench_mode && started.elapsed() < NAMESPACE_GONE_WITHIN && namespaces.get_opt(ns).await.is_ok_and(|n| n.is_some()) {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        eprintln!("{bench}: namespace {ns} deleted ({:.0} s)", started.elapsed().as_secs_f64());
     }
 }
+
+/// How long a bench waits for a deleted namespace to be gone, at most.
+const NAMESPACE_GONE_WITHIN: Duration = Duration::from_secs(900);
 
 /// Makes `ns` hold exactly the ConfigMaps `cm-000000` .. of the set `count` (creating the
 /// namespace and the missing ones, deleting strays); returns how many were created.
