@@ -94,11 +94,11 @@ async fn a_kafka_producer_can_store_nothing_once_a_successor_claimed_its_route()
     let id = transactional_id(&lease(&cluster, "a"), "default");
 
     let first = KafkaSink::new(&cfg).unwrap();
-    sent("the first claim", first.fence(&id)).await.expect("the first replica claims the route");
+    sent("the first claim", first.fence(&id, "default")).await.expect("the first replica claims the route");
     sent("the first leader's record", first.send(&added(&topic, "ns/a", "a-1"))).await.expect("delivered while it leads");
 
     let second = KafkaSink::new(&cfg).unwrap();
-    sent("the second claim", second.fence(&id)).await.expect("the successor claims the route");
+    sent("the second claim", second.fence(&id, "default")).await.expect("the successor claims the route");
     assert_fenced("the deposed leader's record", sent("the deposed leader's record", first.send(&added(&topic, "ns/b", "a-2"))).await);
     sent("the successor's record", second.send(&added(&topic, "ns/c", "b-1"))).await.expect("delivered by the successor");
     assert_fenced("the deposed leader's next record", sent("the deposed leader's next record", first.send(&added(&topic, "ns/d", "a-3"))).await);
@@ -222,6 +222,18 @@ async fn frozen_past_the_lease_then_thawed(on_nats: bool) {
     );
     assert!(!status.success(), "the thawed replica stops with an error (lease lost or fenced):\n{thawed}");
     assert_eq!((h.repeats, h.steps_back, h.resurrections, h.spurious_deletes, after_fence), (0, 0, 0, 0, 0), "{}\nthawed:\n{thawed}", h.problems.join("\n"));
+    if !on_nats {
+        // The successor's transactions, by how they ended: it committed, and nothing fenced it.
+        let text = new.get("/metrics").expect("/metrics answers").1;
+        let ended = |outcome: &str| {
+            let series = format!("outcome=\"{outcome}\"");
+            text.lines()
+                .filter(|l| l.starts_with("deltaship_sink_transactions_total{") && l.contains(&series))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .fold(0.0, |sum, v| sum + v)
+        };
+        assert!(ended("committed") > 0.0 && ended("failed") == 0.0, "the successor's deltaship_sink_transactions_total:\n{text}");
+    }
     drop(new);
     delete_namespace(&kube, &ns).await;
 }

@@ -111,7 +111,7 @@ impl Sink {
     /// Other sinks cannot fence. Retryable errors mean the broker is not reachable yet.
     pub async fn fence(&self, cfg: &SinkConfig, lease: &fence::Lease, route: &str) -> Result<(), SendError> {
         match (self, cfg) {
-            (Sink::Kafka(k), _) => k.fence(&fence::transactional_id(lease, route)).await,
+            (Sink::Kafka(k), _) => k.fence(&fence::transactional_id(lease, route), route).await,
             (Sink::Nats(n), SinkConfig::Nats(c)) => {
                 let record = fence::FenceRecord::new(lease, format!("fence-{}", uuid::Uuid::new_v4()));
                 n.fence(&c.jetstream.fence_subject_of(&lease.cluster, &lease.namespace, &lease.name), &record).await.map(|_| ())

@@ -21,6 +21,7 @@ pub const TRUNCATED: &str = "deltaship_events_truncated_total";
 pub const SINK_ERRORS: &str = "deltaship_sink_errors_total";
 pub const SINK_RECOVERIES: &str = "deltaship_sink_recoveries_total";
 pub const SINK_DOUBTFUL: &str = "deltaship_sink_doubtful_records_total";
+pub const SINK_TRANSACTIONS: &str = "deltaship_sink_transactions_total";
 pub const PUBLISH_LATENCY: &str = "deltaship_publish_latency_seconds";
 pub const IN_FLIGHT: &str = "deltaship_in_flight_events";
 pub const HELD: &str = "deltaship_held_events";
@@ -126,6 +127,10 @@ pub fn describe() {
     describe_counter!(
         SINK_DOUBTFUL,
         "Records whose delivery report left open whether the broker wrote them, looked for in the log before a retry, by sink and outcome (written: not sent again; absent: sent again)."
+    );
+    describe_counter!(
+        SINK_TRANSACTIONS,
+        "Transactions of a fenced Kafka route ended, by sink, route and outcome (committed; aborted: its records are sent again; failed: the producer was fenced or failed for good)."
     );
     describe_histogram!(PUBLISH_LATENCY, Unit::Seconds, "Time from send to the sink's acknowledgement, by sink and route.");
     describe_gauge!(IN_FLIGHT, "Events sent and not yet acknowledged, by route.");

@@ -22,6 +22,7 @@ use crate::config::{ContentMode, KafkaConfig};
 use crate::event::{Envelope, EnvelopeKind};
 use crate::model::{ChangeType, Placement};
 use crate::sink::{ErrorKind, Failure, SendError, SinkError};
+use crate::telemetry::meters::TransactionMeters;
 
 /// How long one `expedite` keeps librdkafka from lingering, at most. While the brokers
 /// answer, what a barrier waits for is acknowledged within milliseconds (a new producer's
@@ -120,7 +121,7 @@ impl KafkaSink {
     /// aborts its open transaction), replaces the current one; from then on every record is
     /// sent inside a transaction (kafka::transaction). Retryable while the brokers do not
     /// answer.
-    pub async fn fence(&self, transactional_id: &str) -> Result<(), SendError> {
+    pub async fn fence(&self, transactional_id: &str, route: &str) -> Result<(), SendError> {
         if self.shared.transactional.get().is_some() {
             return Ok(());
         }
@@ -130,7 +131,7 @@ impl KafkaSink {
         let fresh = create_producer(&config, &self.shared.context)
             .map_err(|e| SendError::Fatal { kind: ErrorKind::Broker, source: Failure::Transaction(e.to_string()) })?;
         init_transactions(fresh.clone()).await?;
-        let txns = Arc::new(Transactions::default());
+        let txns = Arc::new(Transactions::new(TransactionMeters::new(route)));
         if self.shared.transactional.set((config, txns.clone())).is_err() {
             return Ok(());
         }

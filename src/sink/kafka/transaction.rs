@@ -22,6 +22,7 @@ use rdkafka::producer::Producer as _;
 use tokio::sync::{Notify, RwLock, RwLockReadGuard, watch};
 
 use crate::broker::kafka::Producer;
+use crate::telemetry::meters::TransactionMeters;
 
 /// The longest a transaction stays open while records keep joining it or being reported.
 pub const COMMIT_EVERY: Duration = Duration::from_millis(100);
@@ -75,7 +76,6 @@ struct Open {
 }
 
 /// The route's transactions; shared by the sink's clones and the committer task.
-#[derive(Default)]
 pub struct Transactions {
     /// Shared while a record is handed to librdkafka; exclusive while a transaction commits
     /// or aborts, when librdkafka refuses new records.
@@ -85,6 +85,7 @@ pub struct Transactions {
     /// Incremented when the producer is replaced: a transaction of an earlier producer is
     /// settled as aborted, whatever that producer says.
     epoch: AtomicU64,
+    meters: TransactionMeters,
 }
 
 /// One record's part in a transaction: report it (`reported`), then wait for `settled`.
@@ -95,6 +96,10 @@ pub struct Enrolment {
 }
 
 impl Transactions {
+    pub fn new(meters: TransactionMeters) -> Transactions {
+        Transactions { gate: RwLock::default(), state: Mutex::default(), wake: Notify::new(), epoch: AtomicU64::default(), meters }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -148,6 +153,7 @@ impl Transactions {
     /// being replaced: the new one's initialisation aborts it).
     pub fn abandon(&self, how: Settled) {
         if let Some(open) = self.state().open.take() {
+            self.count(&how);
             open.settled.send_replace(Some(how));
         }
     }
@@ -202,7 +208,16 @@ impl Transactions {
             // Records may join the next transaction before this one's are told it ended:
             // the sends woken next hand their lanes' next events straight over.
             drop(gate);
+            t.count(&settled);
             open.settled.send_replace(Some(settled));
+        }
+    }
+
+    fn count(&self, how: &Settled) {
+        match how {
+            Settled::Committed => self.meters.committed(),
+            Settled::Aborted(_) => self.meters.aborted(),
+            Settled::Failed(_) => self.meters.failed(),
         }
     }
 }

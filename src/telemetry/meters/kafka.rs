@@ -1,5 +1,5 @@
-//! The metrics of the Kafka sink: stuck producers replaced, and records whose delivery was
-//! in doubt.
+//! The metrics of the Kafka sink: stuck producers replaced, records whose delivery was in
+//! doubt, and the transactions of a fenced route.
 
 use std::sync::OnceLock;
 
@@ -21,6 +21,33 @@ impl RecoveryMeters {
     /// The producer was replaced.
     pub fn recovered(&self) {
         self.0.increment(1);
+    }
+}
+
+/// The handles of one fenced Kafka route's transactions, by how they ended.
+pub struct TransactionMeters {
+    committed: Counter,
+    aborted: Counter,
+    failed: Counter,
+}
+
+impl TransactionMeters {
+    pub fn new(route: &str) -> TransactionMeters {
+        let ended =
+            |outcome: &'static str| metrics::counter!(m::SINK_TRANSACTIONS, label::SINK => KAFKA, label::ROUTE => route.to_string(), label::OUTCOME => outcome);
+        TransactionMeters { committed: ended("committed"), aborted: ended("aborted"), failed: ended("failed") }
+    }
+
+    pub fn committed(&self) {
+        self.committed.increment(1);
+    }
+
+    pub fn aborted(&self) {
+        self.aborted.increment(1);
+    }
+
+    pub fn failed(&self) {
+        self.failed.increment(1);
     }
 }
 

@@ -27,7 +27,7 @@ pub use classifier::ClassifierMeters;
 pub use decode::DecodeMeters;
 pub use dispatch::DispatchMeters;
 pub use health::HealthMeters;
-pub use kafka::{DoubtMeters, RecoveryMeters};
+pub use kafka::{DoubtMeters, RecoveryMeters, TransactionMeters};
 pub use lease::LeaseMeters;
 pub use redaction::RedactionMeters;
 pub use requests::RequestMeters;
