@@ -29,9 +29,9 @@
 //! Output: one JSON line per measured run, then one summary line per sink and variant
 //! (median, min, max over the R runs) and per sink the median ratio pipeline/raw. With
 //! DELTASHIP_TEST_BENCH_PROFILE (a directory), Kafka's `pipeline`, `fenced` and `raw` run once
-//! more each (at most 20,000 events) under `perf record` (benches/common/profile.rs), preparing the envelopes (and for
-//! `raw` encoding the records) included: a line `"profile": true` per variant charges the
-//! process's CPU per event to stages.
+//! more each (at most 20,000 events) under `perf record` (benches/common/profile.rs),
+//! preparing the envelopes (and for `raw` encoding the records) included: a line
+//! `"profile": true` per variant charges the process's CPU per event to stages.
 
 #[path = "common/mod.rs"]
 mod common;

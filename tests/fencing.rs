@@ -227,10 +227,7 @@ async fn frozen_past_the_lease_then_thawed(on_nats: bool) {
         let text = new.get("/metrics").expect("/metrics answers").1;
         let ended = |outcome: &str| {
             let series = format!("outcome=\"{outcome}\"");
-            text.lines()
-                .filter(|l| l.starts_with("deltaship_sink_transactions_total{") && l.contains(&series))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .fold(0.0, |sum, v| sum + v)
+            metric(&text.lines().filter(|l| l.contains(&series)).collect::<Vec<_>>().join("\n"), "deltaship_sink_transactions_total")
         };
         assert!(ended("committed") > 0.0 && ended("failed") == 0.0, "the successor's deltaship_sink_transactions_total:\n{text}");
     }
