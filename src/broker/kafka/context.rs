@@ -124,6 +124,12 @@ impl ClientContext for QuietContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         let code = error.rdkafka_error_code();
+        // A reader reached the end of a partition (`enable.partition.eof`, which the readers of
+        // the tail and the checkpoint ask for): what they wait for, not a failure.
+        if code == Some(RDKafkaErrorCode::PartitionEOF) {
+            tracing::debug!(target: "librdkafka", "{error}: {reason}");
+            return;
+        }
         let text = format!("{error}: {reason}");
         let failure = failure_kind(code, reason);
         // "1/1 brokers are down" follows every failed attempt and would hide its cause.
@@ -301,7 +307,7 @@ mod tests {
     }
 
     #[test]
-    fn the_latest_cause_is_kept_except_all_brokers_down_and_cleared_on_success() {
+    fn the_latest_cause_is_kept_except_all_brokers_down_and_partition_ends_and_cleared_on_success() {
         let ctx = QuietContext::default();
         assert!(ctx.recent_cause(REPEAT_AFTER).is_none());
         ctx.error(KafkaError::Global(RDKafkaErrorCode::Authentication), "h:1/bootstrap: SASL authentication error: Authentication failed");
@@ -312,5 +318,9 @@ mod tests {
         assert!(ctx.recent_cause(Duration::ZERO).is_none(), "too old");
         ctx.clear_cause();
         assert!(ctx.recent_cause(REPEAT_AFTER).is_none());
+        let warned = ctx.state.last_warned.lock().unwrap().len();
+        ctx.error(KafkaError::Global(RDKafkaErrorCode::PartitionEOF), "Fetch from broker 1 reached end of partition at offset 0");
+        assert!(ctx.recent_cause(REPEAT_AFTER).is_none(), "the end of a partition is no cause");
+        assert_eq!(ctx.state.last_warned.lock().unwrap().len(), warned, "nor warned of");
     }
 }
