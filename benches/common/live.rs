@@ -104,10 +104,11 @@ pub async fn clean_up(client: &Client, ns: &str, count: usize, bench_mode: bool,
         while bench_mode && started.elapsed() < NAMESPACE_GONE_WITHIN && namespaces.get_opt(ns).await.is_ok_and(|n| n.is_some()) {
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
-        let waited = started.elapsed().as_secs_f64();
-        match bench_mode && started.elapsed() >= NAMESPACE_GONE_WITHIN {
-            true => eprintln!("{bench}: namespace {ns} still being deleted after {waited:.0} s; going on"),
-            false => eprintln!("{bench}: namespace {ns} deleted ({waited:.0} s)"),
+        let waited = started.elapsed();
+        if bench_mode && waited >= NAMESPACE_GONE_WITHIN {
+            eprintln!("{bench}: namespace {ns} still being deleted after {:.0} s; going on", waited.as_secs_f64());
+        } else {
+            eprintln!("{bench}: namespace {ns} deleted ({:.0} s)", waited.as_secs_f64());
         }
     }
 }
