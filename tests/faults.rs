@@ -292,6 +292,9 @@ async fn kafka_broker_restarts(fenced: bool) {
         &format!("{figures} producers_replaced={replaced} client_error_logs={errors}"),
     );
     diagnose(&bridge, &a);
+    if fenced && a.lost > 0 {
+        describe_transactions(&support::env().kafka, &run.topic());
+    }
     locate_gaps(&support::env().kafka, &run.topic(), &a, &bridge.log_text());
     a.assert_clean();
     // Under a fenced leader a record written twice is in an aborted transaction once, which
@@ -382,6 +385,31 @@ fn locate_gaps(brokers: &str, topic: &str, a: &Audit, bridge_log: &str) {
             if line.contains("not delivered") || line.contains("unconfirmed") || telling {
                 eprintln!("  {line}\n    -> the record there: {at:?}");
             }
+        }
+    }
+}
+
+/// Why a read-committed reader may stop short of what the bridge delivered: each partition's
+/// high watermark beside its last stable offset (an open transaction holds the latter back),
+/// and the broker's view of the transactions (`tests/env/kafka/ctl transactions`).
+fn describe_transactions(brokers: &str, topic: &str) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let ends = |isolation: &str| -> Vec<i64> {
+        let consumer: BaseConsumer =
+            rdkafka::ClientConfig::new().set("bootstrap.servers", brokers).set("isolation.level", isolation).create().expect("a Kafka consumer");
+        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("topic metadata");
+        let partitions = md.topics().first().map_or(0, |t| t.partitions().len()) as i32;
+        (0..partitions).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).map_or(-1, |w| w.1)).collect()
+    };
+    let (high, stable) = (ends("read_uncommitted"), ends("read_committed"));
+    eprintln!("TRANSACTIONS: {topic}: high watermarks {high:?}, last stable offsets {stable:?}");
+    let ctl = format!("{}/tests/env/kafka/ctl", env!("CARGO_MANIFEST_DIR"));
+    let mut queries = vec![vec!["find-hanging".to_string(), "--broker-id".into(), "1".into()]];
+    queries.extend((0..high.len()).map(|p| ["describe-producers", "--topic", topic, "--partition", &p.to_string()].map(String::from).to_vec()));
+    for args in queries {
+        match std::process::Command::new(&ctl).arg("transactions").args(&args).output() {
+            Ok(out) => eprintln!("TRANSACTIONS {}:\n{}{}", args.join(" "), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+            Err(e) => eprintln!("TRANSACTIONS {}: cannot run {ctl}: {e}", args.join(" ")),
         }
     }
 }

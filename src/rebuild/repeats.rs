@@ -19,7 +19,9 @@ type Seen = (i32, String);
 
 /// The latest event ids, in two generations of at most `size` ids each: when the current
 /// one is full it becomes the previous one and the oldest is dropped, so the latest `size`
-/// ids are always remembered and never more than `2 * size`.
+/// ids are always remembered and never more than `2 * size`. The dropped generation's table
+/// is kept, emptied, for the next: the two tables are allocated once, and the memory a
+/// follower holds does not swing as they would be freed and grown again.
 #[derive(Debug)]
 pub(super) struct Window {
     size: usize,
@@ -45,7 +47,8 @@ impl Window {
 
     pub(super) fn add(&mut self, seen: Seen) {
         if self.current.len() >= self.size {
-            self.previous = std::mem::take(&mut self.current);
+            std::mem::swap(&mut self.previous, &mut self.current);
+            self.current.clear();
         }
         self.current.insert(seen);
     }
@@ -73,5 +76,14 @@ mod tests {
         }
         assert!((9500..10_500).all(|i| w.contains(&seen(i))), "one of the latest 1000 forgotten");
         assert!(!w.contains(&seen(0)) && !w.contains(&(1, seen(10_499).1)));
+    }
+
+    #[test]
+    fn a_new_generation_reuses_the_dropped_ones_table() {
+        let mut w = Window::new(1000);
+        (0..2001).for_each(|i| w.add(seen(i)));
+        // 2000 filled two generations; 2000 began a third in the first one's table.
+        assert_eq!(w.current.len(), 1);
+        assert!(w.current.capacity() >= 1000, "a fresh table for the new generation: {}", w.current.capacity());
     }
 }

@@ -75,12 +75,6 @@ impl KafkaStore {
         // The sink's producer never gives up on a record (0); a checkpoint write must end.
         config.set("message.timeout.ms", STALL.as_millis().to_string());
         let mut reader = reader_config(&cfg.brokers, Some(cfg), "deltaship-checkpoints")?;
-        // The checkpoint is read once, at start: a prefetch of 8 MB (librdkafka's default is
-        // 64 MB) reads it as fast without holding a large one twice at the start's peak. The
-        // sink's raw librdkafka options win, as they do over its producer's settings.
-        if reader.get("queued.max.messages.kbytes").is_none() {
-            reader.set("queued.max.messages.kbytes", "8192");
-        }
         reader.set("allow.auto.create.topics", "false");
         let context = QuietContext::default();
         let producer = create_producer(&config, &context)?;

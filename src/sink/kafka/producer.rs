@@ -438,22 +438,25 @@ impl From<SendError> for Failed {
 }
 
 /// Where the record was stored, once the broker acknowledged it and, on a fenced route,
-/// its transaction committed.
+/// its transaction committed. On a fenced route the record counts as waiting (kafka::waiting)
+/// until its transaction settled: a commit that cannot complete, because the producer lost
+/// its brokers, is a stuck producer too (kafka::recover), which is replaced.
 async fn await_delivery(d: Pending) -> Result<Placement, Failed> {
-    let placed = report(d.tracked).await?;
-    match d.member {
-        None => Ok(placed),
-        // Boxed, as the transactional produce is.
-        Some(member) => match Box::pin(member.settled()).await {
-            Settled::Committed => Ok(placed),
-            Settled::Aborted(e) => Err(SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Transaction(e) }.into()),
-            Settled::Failed(e) => Err(SendError::Fatal { kind: ErrorKind::Fenced, source: Failure::Transaction(e) }.into()),
-        },
+    let Pending { mut tracked, member } = d;
+    let placed = report(&mut tracked.delivery).await?;
+    let Some(member) = member else { return Ok(placed) };
+    // Boxed, as the transactional produce is.
+    let settled = Box::pin(member.settled()).await;
+    drop(tracked);
+    match settled {
+        Settled::Committed => Ok(placed),
+        Settled::Aborted(e) => Err(SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Transaction(e) }.into()),
+        Settled::Failed(e) => Err(SendError::Fatal { kind: ErrorKind::Fenced, source: Failure::Transaction(e) }.into()),
     }
 }
 
-async fn report(d: Tracked<Delivery>) -> Result<Placement, Failed> {
-    let (error, doubtful) = match d.delivery.await {
+async fn report(delivery: &mut Delivery) -> Result<Placement, Failed> {
+    let (error, doubtful) = match delivery.await {
         Ok(Ok(placed)) => return Ok(placed),
         Ok(Err(Undelivered::Kafka(e))) => (classify(e), false),
         Ok(Err(Undelivered::Possibly(e))) => (classify(e), true),

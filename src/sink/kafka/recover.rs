@@ -12,7 +12,9 @@
 //! Two triggers: the producer's statistics say it has no broker left while records wait
 //! and a new client reaches the brokers (that state, at once); or, whatever the cause,
 //! records waited STUCK_AFTER without any report while the brokers answered a new client
-//! for STUCK_AFTER.
+//! for STUCK_AFTER. On a fenced route a record waits until its transaction settled, so a
+//! commit that cannot complete (its producer lost the coordinator) triggers it too: the new
+//! producer's initialisation aborts the transaction, and its records are sent again.
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,6 @@
-//! The records a Kafka sink's producer holds: how many wait for their delivery report, and
-//! when the last report came (kafka::recover tells a stuck producer by them).
+//! The records a Kafka sink's producer holds: how many wait for their delivery report (on a
+//! fenced route, for their transaction's outcome), and when the last one came
+//! (kafka::recover tells a stuck producer by them).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
