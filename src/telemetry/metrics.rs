@@ -122,7 +122,7 @@ pub fn describe() {
     describe_counter!(SINK_ERRORS, "Failed sends (retried or not), by sink, route and error_kind.");
     describe_counter!(
         SINK_RECOVERIES,
-        "Sink clients replaced because they held events without any report while the brokers answered a new client, by sink and route."
+        "Sink clients replaced because they held events without any report (on a fenced Kafka route: without their transaction's outcome) while the brokers answered a new client, by sink and route."
     );
     describe_counter!(
         SINK_DOUBTFUL,
