@@ -407,13 +407,14 @@ fn describe_transactions(brokers: &str, topic: &str) {
     let (high, stable) = (ends("read_uncommitted"), ends("read_committed"));
     eprintln!("TRANSACTIONS: {topic}: high watermarks {high:?}, last stable offsets {stable:?}");
     let ctl = format!("{}/tests/env/kafka/ctl", env!("CARGO_MANIFEST_DIR"));
-    let mut queries = vec![vec!["find-hanging".to_string(), "--broker-id".into(), "1".into()]];
-    queries.extend((0..high.len()).map(|p| ["describe-producers", "--topic", topic, "--partition", &p.to_string()].map(String::from).to_vec()));
-    for args in queries {
-        match std::process::Command::new(&ctl).arg("transactions").args(&args).output() {
-            Ok(out) => eprintln!("TRANSACTIONS {}:\n{}{}", args.join(" "), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
-            Err(e) => eprintln!("TRANSACTIONS {}: cannot run {ctl}: {e}", args.join(" ")),
-        }
+    let ask = |args: &[&str]| match std::process::Command::new(&ctl).arg("transactions").args(args).output() {
+        Ok(out) => eprintln!("TRANSACTIONS {}:\n{}{}", args.join(" "), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        Err(e) => eprintln!("TRANSACTIONS {}: cannot run {ctl}: {e}", args.join(" ")),
+    };
+    // The test broker's node.id (tests/env/kafka/ctl).
+    ask(&["find-hanging", "--broker-id", "1"]);
+    for p in 0..high.len() {
+        ask(&["describe-producers", "--topic", topic, "--partition", &p.to_string()]);
     }
 }
 
