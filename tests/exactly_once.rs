@@ -7,7 +7,13 @@
 //! it equals the API server's; and every marker's count and digest match the state held at
 //! it (`rebuild --verify`).
 //!
-//! The tests take SERIAL: both burn a core, and the kills are timed against the churn.
+//! The same where resyncs meet crashes: ConfigMaps and Secrets of three namespaces, resyncs
+//! every few seconds, keyed digests, three SIGKILLs under churn. A resync after a resumed start
+//! shipped only the objects whose content the index had seen (those received after the
+//! checkpoint were skipped as delivered without it) while its marker counted them all, so
+//! consumers removed live objects; and its events moved the checkpoint back.
+//!
+//! The tests take SERIAL: each burns a core, and the kills are timed against the churn.
 
 mod support;
 
@@ -17,11 +23,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use deltaship::config::ResumeConfig;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::bridge::Bridge;
-use support::config::{TestConfig, kafka, nats_stream};
+use support::config::{TestConfig, kafka, nats_stream, resource};
 use support::kube::{client, delete_namespace, namespace};
 use support::log::Log;
 use support::state::assert_rebuild_matches;
@@ -32,8 +38,9 @@ const KILLS: usize = 50;
 /// Names the churn uses: each write creates, updates or deletes one of them.
 const NAMES: u64 = 30;
 
-/// The churn: every 50 ms one ConfigMap of `NAMES` is created, updated or deleted (about 20
-/// writes a second), until stopped.
+/// The churn: every 50 ms one object is created, updated or deleted (about 20 writes a
+/// second), taking the ConfigMaps and Secrets given in turn, each of `NAMES` names, until
+/// stopped.
 struct Churn {
     stop: Arc<AtomicBool>,
     writes: Arc<AtomicU64>,
@@ -41,18 +48,26 @@ struct Churn {
 }
 
 impl Churn {
-    fn start(cms: Api<ConfigMap>) -> Churn {
+    fn start(configmaps: Vec<Api<ConfigMap>>, secrets: Vec<Api<Secret>>) -> Churn {
         let (stop, writes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
         let (flag, count) = (stop.clone(), writes.clone());
         let task = tokio::spawn(async move {
             let mut n: u64 = 0;
+            let targets = (configmaps.len() + secrets.len()) as u64;
             while !flag.load(Ordering::Acquire) {
                 n += 1;
-                // A fixed walk over the names and the three kinds of writes.
-                let name = format!("cm-{}", (n * 7) % NAMES);
-                let done = match n % 5 {
-                    0 => cms.delete(&name, &DeleteParams::default()).await.map(|_| ()),
-                    _ => cms.patch(&name, &PatchParams::apply("it").force(), &Patch::Apply(&cm(&name, n))).await.map(|_| ()),
+                // A fixed walk over the targets, and within each over every name and the
+                // three kinds of writes: an object written is not written again for `NAMES`
+                // writes of its target.
+                let (target, k) = ((n % targets) as usize, n / targets);
+                let name = format!("cm-{}", (k * 7) % NAMES);
+                let delete = k.is_multiple_of(5);
+                let done = match (configmaps.get(target), target.checked_sub(configmaps.len()).and_then(|i| secrets.get(i))) {
+                    (Some(cms), _) if delete => cms.delete(&name, &DeleteParams::default()).await.map(|_| ()),
+                    (Some(cms), _) => cms.patch(&name, &PatchParams::apply("it").force(), &Patch::Apply(&cm(&name, n))).await.map(|_| ()),
+                    (None, Some(s)) if delete => s.delete(&name, &DeleteParams::default()).await.map(|_| ()),
+                    (None, Some(s)) => s.patch(&name, &PatchParams::apply("it").force(), &Patch::Apply(&secret(&name, n))).await.map(|_| ()),
+                    (None, None) => unreachable!("target {target} of {targets}"),
                 };
                 if done.is_ok() {
                     count.fetch_add(1, Ordering::Relaxed);
@@ -72,6 +87,10 @@ impl Churn {
 
 fn cm(name: &str, n: u64) -> ConfigMap {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"n": n.to_string()}})).unwrap()
+}
+
+fn secret(name: &str, n: u64) -> Secret {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"n": n.to_string()}})).unwrap()
 }
 
 async fn killed_again_and_again(on_nats: bool) {
@@ -96,7 +115,7 @@ async fn killed_again_and_again(on_nats: bool) {
     for i in 0..NAMES {
         cms.create(&PostParams::default(), &cm(&format!("cm-{i}"), 0)).await.unwrap();
     }
-    let churn = Churn::start(cms.clone());
+    let churn = Churn::start(vec![cms.clone()], Vec::new());
     // Kills at moments spread over a bridge's first 1.5 s after it is ready: while it
     // resumes, ships, and writes its checkpoint (every second).
     let mut moment: u64 = 7;
@@ -117,10 +136,14 @@ async fn killed_again_and_again(on_nats: bool) {
     let sink = if on_nats { "nats" } else { "kafka" };
     eprintln!(
         "ONCE-FIGURES sink={sink} kills={KILLS} writes={writes} events={} repeats={} steps_back={} resurrections={} spurious_deletes={} state=exact markers=verified",
-        h.events, h.repeats, h.steps_back, h.resurrections, h.spurious_deletes
+        h.events,
+        h.repeats + h.resyncs,
+        h.steps_back,
+        h.resurrections,
+        h.spurious_deletes
     );
     assert_eq!(
-        (h.repeats, h.steps_back, h.resurrections, h.spurious_deletes),
+        (h.repeats + h.resyncs, h.steps_back, h.resurrections, h.spurious_deletes),
         (0, 0, 0, 0),
         "after {KILLS} SIGKILLs:\n{}\n{}",
         h.problems.join("\n"),
@@ -138,4 +161,107 @@ async fn fifty_sigkills_in_a_row_under_churn_deliver_every_change_once_on_kafka(
 #[tokio::test(flavor = "multi_thread")]
 async fn fifty_sigkills_in_a_row_under_churn_deliver_every_change_once_on_nats() {
     killed_again_and_again(true).await;
+}
+
+/// Resyncs every `RESYNC_SECS` (client-go's `defaultResync` is what users set; a few seconds
+/// here, so that each run of the bridge resyncs twice or more before it is killed).
+const RESYNC_SECS: u64 = 4;
+const RESYNC_KILLS: usize = 3;
+
+/// ConfigMaps and Secrets of three namespaces, resyncs on, keyed digests: killed three times
+/// under churn, each run resyncing a few times first; the run after the last kill resyncs
+/// too. The rebuilt state equals the API server's, every marker verifies (the resyncs'
+/// included), and nothing but the resyncs repeats.
+async fn resyncs_through_sigkills(on_nats: bool) {
+    let _serial = SERIAL.lock().await;
+    let _busy = support::CpuBurner::start();
+    let env = support::env();
+    let kube = client().await;
+    let mut namespaces = Vec::new();
+    for _ in 0..3 {
+        namespaces.push(namespace(&kube, "it-resync").await);
+    }
+    let names: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+    let cluster = support::unique("resync");
+    let dir = std::env::temp_dir().join(support::unique("resync-key"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("digest-key");
+    std::fs::write(&key_file, "5f0c3b1d9e2a4c6b8d7e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e\n").unwrap();
+    let resume = ResumeConfig { kafka_topic: support::unique("it-checkpoints"), ..ResumeConfig::default() };
+    let config = TestConfig::new().cluster(&cluster).resource(resource("", "ConfigMap", &names)).resource(resource("", "Secret", &names)).with(|c| {
+        c.resume = resume;
+        c.kubernetes.resync_secs = RESYNC_SECS;
+        c.redaction.digest_key_file = Some(key_file.clone());
+    });
+    let (log, config) = if on_nats {
+        let stream = support::unique("RESYNC").to_uppercase().replace('-', "_");
+        (Log::Nats { stream: stream.clone() }, config.nats(nats_stream(&env.nats, &cluster, &stream)).toml())
+    } else {
+        let prefix = support::unique("it-resync");
+        // One topic for both kinds: the rebuild verifies every marker of both.
+        let config = config.kafka(kafka(&env.kafka, &format!("{prefix}.objects"))).toml();
+        (Log::Kafka { brokers: env.kafka.clone(), topic: format!("{prefix}.objects") }, config)
+    };
+    let cms: Vec<Api<ConfigMap>> = namespaces.iter().map(|ns| Api::namespaced(kube.clone(), ns)).collect();
+    let secrets: Vec<Api<Secret>> = namespaces.iter().map(|ns| Api::namespaced(kube.clone(), ns)).collect();
+    for i in 0..NAMES {
+        let name = format!("cm-{i}");
+        for api in &cms {
+            api.create(&PostParams::default(), &cm(&name, 0)).await.unwrap();
+        }
+        for api in &secrets {
+            api.create(&PostParams::default(), &secret(&name, 0)).await.unwrap();
+        }
+    }
+    let churn = Churn::start(cms.clone(), secrets.clone());
+    let runs = Duration::from_secs(RESYNC_SECS * 5 / 2);
+    let mut resumed = 0;
+    for _ in 0..RESYNC_KILLS {
+        let mut bridge = Bridge::start(&config);
+        bridge.wait_ready(Duration::from_secs(120));
+        tokio::time::sleep(runs).await;
+        resumed += bridge.log_text().matches("Resuming from the checkpoint").count();
+        bridge.signal("KILL");
+        bridge.wait_exit(Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let mut last = Bridge::start(&config);
+    last.wait_ready(Duration::from_secs(120));
+    tokio::time::sleep(runs).await;
+    let writes = churn.finish().await;
+    let text = last.log_text();
+    resumed += text.matches("Resuming from the checkpoint").count();
+    assert!(resumed >= 2 * RESYNC_KILLS, "each restart resumes both watches (the path under test); {resumed} resumed:\n{text}");
+    assert_rebuild_matches(&kube, log.rebuild_args(), &namespaces, Duration::from_secs(120)).await;
+    let mut existing = HashSet::new();
+    for api in &cms {
+        existing.extend(api.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|c| c.metadata.uid));
+    }
+    let h = log.audited(&existing).await;
+    let sink = if on_nats { "nats" } else { "kafka" };
+    eprintln!(
+        "RESYNC-FIGURES sink={sink} kills={RESYNC_KILLS} writes={writes} events={} resynced={} repeats={} steps_back={} resurrections={} spurious_deletes={} state=exact markers=verified",
+        h.events, h.resyncs, h.repeats, h.steps_back, h.resurrections, h.spurious_deletes
+    );
+    assert!(h.resyncs > 0, "resyncs ran");
+    assert_eq!(
+        (h.repeats, h.steps_back, h.resurrections, h.spurious_deletes),
+        (0, 0, 0, 0),
+        "after {RESYNC_KILLS} SIGKILLs:\n{}\n{text}",
+        h.problems.join("\n")
+    );
+    drop(last);
+    for ns in &namespaces {
+        delete_namespace(&kube, ns).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resyncs_through_three_sigkills_ship_what_their_markers_count_on_kafka() {
+    resyncs_through_sigkills(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resyncs_through_three_sigkills_ship_what_their_markers_count_on_nats() {
+    resyncs_through_sigkills(true).await;
 }

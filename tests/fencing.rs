@@ -221,7 +221,12 @@ async fn frozen_past_the_lease_then_thawed(on_nats: bool) {
         h.steps_back
     );
     assert!(!status.success(), "the thawed replica stops with an error (lease lost or fenced):\n{thawed}");
-    assert_eq!((h.repeats, h.steps_back, h.resurrections, h.spurious_deletes, after_fence), (0, 0, 0, 0, 0), "{}\nthawed:\n{thawed}", h.problems.join("\n"));
+    assert_eq!(
+        (h.repeats + h.resyncs, h.steps_back, h.resurrections, h.spurious_deletes, after_fence),
+        (0, 0, 0, 0, 0),
+        "{}\nthawed:\n{thawed}",
+        h.problems.join("\n")
+    );
     if !on_nats {
         // The successor's transactions, by how they ended: it committed, and nothing fenced it.
         let text = new.get("/metrics").expect("/metrics answers").1;

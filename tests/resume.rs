@@ -683,3 +683,46 @@ fn stdout_events(bridge: &Bridge, at_least: usize) -> Vec<Ev> {
         })
         .collect()
 }
+
+/// A record copied into the route's topic after the checkpoint, with a resourceVersion the
+/// API server has not reached: the next start does not take it as delivered (counted,
+/// logged at WARN), and the next real change of its object ships. Before, the object was
+/// frozen: every later change skipped as already delivered, for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_ahead_of_the_api_server_in_the_log_never_suppresses_a_change() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(false, |_| {}).await;
+    let initial = s.synced_then_killed_and_changed().await;
+    let Sink::Kafka { brokers, topic, .. } = &s.sink else { unreachable!("a Kafka route") };
+    let records = support::kafka::read_to_end(brokers, topic, Duration::from_secs(60));
+    let victim = format!("{}/cm-9", s.ns);
+    let original = records.iter().find(|r| r.headers.get("ce_subject") == Some(&victim)).expect("cm-9's event of the initial sync");
+    let mut headers = rdkafka::message::OwnedHeaders::new();
+    for (name, value) in &original.headers {
+        let value = match name.as_str() {
+            "ce_resourceversion" => "999999999".to_string(),
+            "ce_id" => format!("{value}-copy"),
+            _ => value.clone(),
+        };
+        headers = headers.insert(rdkafka::message::Header { key: name, value: Some(&value) });
+    }
+    let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", brokers.as_str()).create().unwrap();
+    let key = original.key.clone().unwrap_or_default();
+    let payload = original.value.clone().unwrap_or_default();
+    producer.send(BaseRecord::to(topic).partition(original.partition).key(&key).payload(&payload).headers(headers)).unwrap();
+    producer.flush(Duration::from_secs(10)).unwrap();
+
+    let bridge = s.start();
+    s.cms.patch("cm-9", &PatchParams::apply("it").force(), &Patch::Apply(&cm("cm-9", "after-the-copy"))).await.unwrap();
+    let want = expected_after_changes(&s.ns, s.sink.markers());
+    let events = s.sink.events(initial.len() + 1 + want.values().sum::<usize>() + 1).await;
+    let shipped = counted(&after(&events, &initial));
+    assert_eq!(shipped.get(&format!("updated {victim}")), Some(&1), "the real change of cm-9 shipped: {shipped:?}\n{}", bridge.log_text());
+    let metrics = bridge.get("/metrics").unwrap().1;
+    let ignored = "deltaship_resume_tail_records_ignored_total{resource=\"configmaps\",reason=\"ahead\"}";
+    assert_eq!(series(&metrics, ignored), Some(1.0), "{metrics}");
+    assert!(bridge.log_text().contains("Ignored records of the log ahead of the API server"), "{}", bridge.log_text());
+    s.assert_rebuilt().await;
+    bridge.stop(Duration::from_secs(30));
+    delete_namespace(&s.kube, &s.ns).await;
+}

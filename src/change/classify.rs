@@ -21,6 +21,8 @@ pub struct Classifier {
     /// Events older than what was shipped for their object (a lagging API server) are
     /// counted; logged on the first only.
     stale_logged: bool,
+    /// Resyncs deferred for want of content are counted; logged on the first only.
+    deferred_logged: bool,
     /// The newest resourceVersion the watch has stood at outside syncs (live events,
     /// bookmarks, a checkpoint's position): a list older than this is not trusted to show
     /// what was deleted.
@@ -67,6 +69,7 @@ impl Classifier {
             meters: ClassifierMeters::new(Arc::clone(&resource)),
             resource,
             stale_logged: false,
+            deferred_logged: false,
             position: 0,
             index: Index::default(),
             relist_mode,
@@ -142,6 +145,18 @@ impl Classifier {
     /// before the initial one completed; needs `keep_content`.
     pub fn resync(&mut self, out: &mut Vec<Change>) -> bool {
         if self.sync.is_some() || !self.synced_once || !self.keep_content {
+            return false;
+        }
+        // Its completed marker counts the whole index, and a full sync makes consumers drop
+        // what it did not ship: an entry whose content the index has not seen yet (loaded
+        // from a checkpoint, behind a list older than the watch's position) would be removed
+        // from every consumer. Such a resync is not run; the next list supplies the content.
+        let unseen = self.index.iter().filter(|(_, e)| e.content.is_none()).count();
+        if unseen > 0 {
+            self.meters.resync_deferred();
+            if !std::mem::replace(&mut self.deferred_logged, true) {
+                tracing::warn!(resource = %self.resource, objects = unseen, "Resync deferred: the index holds objects whose shipped content it has not seen since the checkpoint; it runs once a list supplied them (further ones are counted in deltaship_resyncs_deferred_total)");
+            }
             return false;
         }
         let mut sync = SyncInProgress::new(SyncReason::Resync, SyncMode::Full);
@@ -336,15 +351,19 @@ impl Classifier {
 
     /// A live ADDED/MODIFIED, or a listed object in a diff sync (`sync` set).
     fn applied(&mut self, obj: Object, sync: Option<Arc<str>>, out: &mut Vec<Change>) {
+        let key = obj.reference.key();
+        let indexed_as = |e: &Entry| e.uid.is(&obj.reference.uid) && e.resource_version.is(&obj.reference.resource_version);
         if self.already_delivered(&obj.reference) {
+            // Consumers hold this version (the log's tail says so) and so does the index,
+            // which learned it from the same tail without its content: this is that content,
+            // and a resync or a patch later starts from it.
+            if self.index.get(&key).is_some_and(indexed_as) {
+                self.keep_as_shipped(&key, obj);
+            }
             return;
         }
-        let key = obj.reference.key();
         let previous = self.index.get(&key).cloned();
-        if let Some(prev) = &previous
-            && prev.uid.is(&obj.reference.uid)
-            && prev.resource_version.is(&obj.reference.resource_version)
-        {
+        if previous.as_ref().is_some_and(indexed_as) {
             self.keep_as_shipped(&key, obj);
             self.count_skip("resource_version");
             return;
@@ -863,6 +882,28 @@ mod tests {
         c.resync(&mut again);
         let Change::Marker(m2) = &again[0] else { panic!() };
         assert_ne!(m.sync_id, m2.sync_id, "two resyncs never share ids");
+    }
+
+    /// After a crash with resyncs on: the checkpoint held b@2, the log's tail taught that
+    /// consumers then received a@8. The resume's list shows both again (nothing shipped),
+    /// and supplies their content: the next resync ships every object its marker counts (it
+    /// left a out, and consumers following the protocol dropped it at the marker). Before
+    /// the list, no resync runs: the index has no content to ship.
+    #[test]
+    fn a_resync_after_a_resume_ships_every_object_its_marker_counts() {
+        let mut c = Classifier::new("configmaps", SyncMode::Diff, true);
+        let entry = |uid: &str, rv: &str| Entry { uid: uid.into(), resource_version: rv.into(), fingerprint: 0, content: None };
+        let entries = vec![("ns/a".to_string(), entry("uid-a", "8")), ("ns/b".to_string(), entry("uid-b", "2"))];
+        c.resume_from(entries, "5".into(), [("uid-a".to_string(), "8".to_string())].into());
+        assert!(!c.resync(&mut Vec::new()), "deferred: nothing listed yet");
+        let out = run(&mut c, vec![Observed::Init, Observed::InitApply(cm("a", "8", "y")), Observed::InitApply(cm("b", "2", "x")), Observed::InitDone]);
+        assert_eq!(summary(&out), ["started:Resume", "completed:Resume:0/0/0/0"]);
+        let mut out = Vec::new();
+        assert!(c.resync(&mut out));
+        assert_eq!(summary(&out), ["started:Resync", "synced:ns/a@8", "synced:ns/b@2", "completed:Resync:0/0/0/2"]);
+        let Change::Object(a) = &out[1] else { panic!() };
+        let Payload::Object(o) = &a.payload else { panic!("resync carries the object") };
+        assert_eq!(o.value().unwrap()["data"]["v"], "y", "the content consumers hold");
     }
 
     #[test]

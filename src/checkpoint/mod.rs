@@ -8,6 +8,7 @@ mod record;
 mod seal;
 mod store;
 mod tail;
+mod timeline;
 mod writer;
 
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ pub use record::{Loaded, Now, Parsed, Refused, Saved, Tail, Unusable, WatchRecor
 pub use seal::Seal;
 pub use store::{Store, StoreError};
 pub use tail::{Learned, Logged, Watched, learn};
+pub use timeline::{SAMPLES, Sample, Timeline, judge, newest};
 pub use writer::{Checkpointer, Destination};
 
 use crate::change::Entry;

@@ -278,8 +278,10 @@ impl Watch {
                 }
                 self.dirty.insert(key, saved);
                 // Inside a sync the listed objects come in no order of versions: the watch
-                // moves on only when the sync completes.
-                if !self.in_sync {
+                // moves on only when the sync completes. Outside one, an object event never
+                // moves it back: a resync ships each indexed object at its own (older)
+                // version, and a recreated object's delete carries the old one's.
+                if !self.in_sync && !is_older(&resource_version, self.resource_version.as_deref()) {
                     self.resource_version = Some(resource_version);
                 }
             }
@@ -300,6 +302,12 @@ impl Watch {
         }
         self.watch_dirty = true;
     }
+}
+
+/// Whether `version` is older than `position` (both numbers, as the API server issues them;
+/// anything else is never older).
+fn is_older(version: &str, position: Option<&str>) -> bool {
+    matches!((version.parse::<u64>(), position.map(str::parse::<u64>)), (Ok(v), Some(Ok(p))) if v < p)
 }
 
 #[cfg(test)]
@@ -415,6 +423,22 @@ mod tests {
         let (rv, count, objects) = summary(&p.take());
         assert_eq!((rv.as_deref(), count), (Some("12"), 1));
         assert_eq!(objects, ["c.r.configmaps.=.o.ns/a (deleted)"]);
+    }
+
+    /// A resync ships every indexed object at its own version, outside any sync: the
+    /// position stays where the watch stood (it went back to the last key's version, and a
+    /// restart then read the log from long before and resumed from an old position).
+    #[test]
+    fn a_resyncs_objects_never_move_the_position_back() {
+        let p = progress();
+        p.register(0, Arc::new(upsert("ns/z", "50")), true);
+        let resync = [Effect::Nothing, upsert("ns/a", "12"), upsert("ns/z", "50"), upsert("ns/m", "7"), Effect::Nothing];
+        for e in resync {
+            p.register(0, Arc::new(e), true);
+        }
+        assert_eq!(summary(&p.take()).0.as_deref(), Some("50"));
+        p.register(0, Arc::new(upsert("ns/a", "51")), true);
+        assert_eq!(summary(&p.take()).0.as_deref(), Some("51"), "a later event moves it on");
     }
 
     #[test]

@@ -185,6 +185,16 @@ pub enum Unusable {
     /// Resume is off for the watch (`resume.enabled` or `resources[].resume`): its
     /// checkpoint is replaced by what this start ships.
     Disabled,
+    /// The watch is shipped by several routes: after a crash their consumers may hold
+    /// different states (each route acknowledges on its own), which no one resume diff
+    /// makes exact for all of them.
+    SeveralRoutes,
+    /// One of its objects is older at the API server than it recorded: the API server's
+    /// history was replaced (etcd restored from a backup) and written past its version.
+    Rewound,
+    /// None of its newest objects could be found as it recorded them or later (all gone or
+    /// re-created), so nothing shows it belongs to the API server's history.
+    Unproven,
 }
 
 impl Unusable {
@@ -201,13 +211,16 @@ impl Unusable {
             Unusable::OtherCluster => "other_cluster",
             Unusable::Unverified => "unverified",
             Unusable::Disabled => "disabled",
+            Unusable::SeveralRoutes => "several_routes",
+            Unusable::Rewound => "rewound",
+            Unusable::Unproven => "unproven",
         }
     }
 
     /// Whether the reason points at something an operator should look into (a restored
     /// etcd, another cluster, a tampered or unreadable position), not an ordinary first start.
     pub fn is_alarming(self) -> bool {
-        matches!(self, Unusable::BadVersion | Unusable::Ahead | Unusable::OtherCluster | Unusable::Unverified | Unusable::Corrupt)
+        matches!(self, Unusable::BadVersion | Unusable::Ahead | Unusable::OtherCluster | Unusable::Unverified | Unusable::Corrupt | Unusable::Rewound)
     }
 
     pub fn describe(self) -> &'static str {
@@ -225,6 +238,15 @@ impl Unusable {
             Unusable::OtherCluster => "the checkpoint was written for another cluster (its kube-system namespace has another uid)",
             Unusable::Unverified => "the API server's current resourceVersion could not be read to check the checkpoint against",
             Unusable::Disabled => "resume is off for this watch; the checkpoint is replaced by what this start ships",
+            Unusable::SeveralRoutes => {
+                "the watch is shipped by several routes, whose consumers may hold different states after a stop; a full sync makes each of them exact"
+            }
+            Unusable::Rewound => {
+                "an object of the checkpoint is older at the API server than the checkpoint recorded: the API server's history was replaced (etcd restored from a backup) and has moved past the checkpoint since"
+            }
+            Unusable::Unproven => {
+                "none of the checkpoint's newest objects is at the API server as recorded or later (all gone or re-created), so nothing shows the checkpoint belongs to its history"
+            }
         }
     }
 }

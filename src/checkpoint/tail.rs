@@ -19,6 +19,9 @@ pub struct Watched<'a> {
     pub cluster: &'a str,
     pub resource: &'a str,
     pub namespace: Option<&'a str>,
+    /// The API server's current resourceVersion, read before the log: no event this
+    /// cluster's bridge shipped is ahead of it. `None`: not known (nothing is refused).
+    pub current: Option<u64>,
 }
 
 impl Watched<'_> {
@@ -48,6 +51,10 @@ pub struct Learned {
     pub delivered: HashMap<String, String>,
     /// The watch's object events read.
     pub events: u64,
+    /// Events ahead of the API server's current version, ignored (never written by this
+    /// cluster's bridge: copied or forged into the log), and the first of them.
+    pub ahead: u64,
+    pub first_ahead: Option<Logged>,
 }
 
 /// Applies `events` (in log order within each partition; an object's events are all in one)
@@ -58,6 +65,13 @@ pub fn learn(objects: &mut HashMap<String, Saved>, watched: Watched<'_>, events:
     let mut last: HashMap<String, Option<(String, String)>> = HashMap::new();
     for e in events {
         if !watched.holds(&e) || e.uid.is_empty() || e.resource_version.is_empty() {
+            continue;
+        }
+        if watched.current.is_some_and(|current| e.resource_version.parse::<u64>().is_ok_and(|v| v > current)) {
+            // Taken as delivered, it would hold the object at a version the API server has
+            // not reached: every real change of it until then skipped as a repeat.
+            learned.ahead += 1;
+            learned.first_ahead.get_or_insert(e);
             continue;
         }
         learned.events += 1;
@@ -118,7 +132,7 @@ mod tests {
         Saved { uid: uid.into(), resource_version: rv.into(), fingerprint }
     }
 
-    const WATCHED: Watched<'static> = Watched { cluster: "c", resource: "v1/ConfigMap", namespace: Some("ns") };
+    const WATCHED: Watched<'static> = Watched { cluster: "c", resource: "v1/ConfigMap", namespace: Some("ns"), current: None };
 
     /// The checkpoint held a@5 and b@6; after it the log got a@7, b deleted, c created and
     /// recreated: the checkpoint becomes what consumers hold, and every version they
@@ -150,6 +164,20 @@ mod tests {
         assert_eq!(objects["ns/a"], saved("ua", "7", 9));
         assert!(learned.records.is_empty());
         assert_eq!(learned.delivered["ua"], "7");
+    }
+
+    /// A record copied into the log with a version the API server has not reached (a
+    /// forgery, or another cluster's) teaches nothing: taken as delivered, it froze its
+    /// object, every later real change skipped as a repeat.
+    #[test]
+    fn an_event_ahead_of_the_api_server_is_ignored_and_counted() {
+        let mut objects: HashMap<String, Saved> = [("ns/a".to_string(), saved("ua", "5", 9))].into();
+        let forged = event("c", Change::Updated, "ns/a", "ua", "999999999");
+        let tail = vec![event("c", Change::Updated, "ns/a", "ua", "7"), forged.clone()];
+        let learned = learn(&mut objects, Watched { current: Some(40), ..WATCHED }, tail);
+        assert_eq!(objects["ns/a"], saved("ua", "7", 0), "the real event wins");
+        assert_eq!(learned.delivered["ua"], "7");
+        assert_eq!((learned.events, learned.ahead, learned.first_ahead), (1, 1, Some(forged)));
     }
 
     #[test]

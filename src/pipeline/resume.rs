@@ -13,7 +13,9 @@ use super::tail;
 use crate::change::Entry;
 use kube::Client;
 
-use crate::checkpoint::{self, Destination, Hold, Learned, Loaded, Now, Parsed, Progress, Refused, Resume, Seal, Start, Store, StoreError, Unusable, Watched};
+use crate::checkpoint::{
+    self, Destination, Hold, Learned, Loaded, Now, Parsed, Progress, Refused, Resume, Sample, Seal, Start, Store, StoreError, Timeline, Unusable, Watched,
+};
 use crate::config::{Config, RouteConfig};
 use crate::plan::{Output, Scope};
 use crate::telemetry::meters::ResumeMeters;
@@ -149,10 +151,10 @@ pub async fn load(
         // Resume off: the checkpoint is read all the same, and replaced by this start's
         // full sync, so that a later start with resume on never continues from knowledge
         // older than what this run shipped.
-        let oldest = if enabled { decide(&found) } else { Err(found.first().map(|r| (r.route, Unusable::Disabled))) };
+        let mut resumed = if enabled { decide(&found) } else { Err(found.first().map(|r| (r.route, Unusable::Disabled))) };
         // What consumers received after the checkpoint resumed from, read from its log.
-        let (mut learned, mut reach, mut hold) = (Learned::default(), None, None);
-        if let Ok(i) = oldest
+        let (mut learned, mut reach, mut hold, mut refused) = (Learned::default(), None, None, None);
+        if let Ok(i) = resumed
             && let RouteReading { route, held: CheckpointRead::Usable(loaded), .. } = &mut found[i]
         {
             let route = &routes[*route];
@@ -160,6 +162,7 @@ pub async fn load(
                 cluster: &config.cluster,
                 resource: &format!("{}/{}", scope.resource.api_version(), scope.resource.kind),
                 namespace: scope.namespace.as_deref(),
+                current: now.version.as_deref().and_then(|v| v.parse().ok()),
             };
             let read_from = loaded.watch.tail.as_ref().map(|t| t.next.clone());
             if let Some((l, ends)) = read_tail(route, &scope.outputs[i], loaded, watched, &label).await {
@@ -168,6 +171,15 @@ pub async fn load(
                 hold = read_from.zip(until).map(|(next, until)| Hold { next, until });
                 (learned, reach) = (l, Some(ends));
             }
+            // The checkpoint, with what its tail taught, must show it belongs to the API
+            // server's history before the watch continues from it.
+            refused = timeline(client, scope, loaded).await.and_then(|t| t.refusal());
+        }
+        if let (Ok(i), Some(why)) = (resumed, refused) {
+            let keys = clearing(&found[i].held, &found[i].prefix);
+            (learned, reach, hold) = (Learned::default(), None, None);
+            found[i].held = CheckpointRead::Unusable(why, keys);
+            resumed = Err(Some((found[i].route, why)));
         }
         // Where each route's checkpoint of the watch starts: as read when the watch
         // resumes, else cleared (the initial sync records what exists now); what it learned
@@ -176,12 +188,12 @@ pub async fn load(
             let Some(CheckpointedRoute { progress, .. }) = &starts.routes[*route] else { continue };
             let log = tail::log_of(&routes[*route].sink, &scope.outputs[i]);
             // The route resumed from: where its tail ended; every other: where its log ends now.
-            let reach = match (oldest == Ok(i), &log) {
+            let reach = match (resumed == Ok(i), &log) {
                 (true, _) if reach.is_some() => reach.take().unwrap_or_default(),
                 (_, Some(log)) => log_ends(&routes[*route], log).await,
                 (_, None) => BTreeMap::new(),
             };
-            let start = match (&oldest, held) {
+            let start = match (&resumed, held) {
                 (Ok(_), CheckpointRead::Usable(loaded)) => Start {
                     prefix: prefix.clone(),
                     digest: digest.clone(),
@@ -191,8 +203,8 @@ pub async fn load(
                     cluster_uid: cluster_uid.clone(),
                     log,
                     reach,
-                    dirty: if oldest == Ok(i) { std::mem::take(&mut learned.records).into_iter().collect() } else { Vec::new() },
-                    hold: if oldest == Ok(i) { hold.take() } else { None },
+                    dirty: if resumed == Ok(i) { std::mem::take(&mut learned.records).into_iter().collect() } else { Vec::new() },
+                    hold: if resumed == Ok(i) { hold.take() } else { None },
                 },
                 _ => Start {
                     prefix: prefix.clone(),
@@ -206,7 +218,7 @@ pub async fn load(
             };
             progress.track(slot, start);
         }
-        let start = oldest.and_then(|i| resume_from(&mut found[i].held, std::mem::take(&mut learned.delivered)).ok_or(None));
+        let start = resumed.and_then(|i| resume_from(&mut found[i].held, std::mem::take(&mut learned.delivered)).ok_or(None));
         starts.watches.push(match start {
             Ok(resume) => {
                 // Without a position (a first sync cut short), or keeping content the
@@ -264,10 +276,13 @@ fn clearing(found: &CheckpointRead, prefix: &str) -> Vec<String> {
     }
 }
 
-/// Which route's checkpoint the watch resumes from (its place in `found`): when every
-/// route has a usable one, the oldest (routes ahead of it receive the changes between
-/// again, with the same ids); otherwise the first route's reason not to (`None` when no
-/// route keeps a checkpoint at all).
+/// Which route's checkpoint the watch resumes from (its place in `found`): its only
+/// route's, when usable; otherwise the first route's reason not to (`None` when no route
+/// keeps a checkpoint at all). A watch of several routes starts with a full sync: each
+/// route acknowledges on its own, so after a crash their consumers hold different states
+/// (one route's log has an update the other's lacks), and one index and one resume diff
+/// cannot describe them all (skipping what one route delivered lost it on the other, and
+/// the resume marker's state was the first route's).
 fn decide(found: &[RouteReading]) -> Result<usize, Option<(usize, Unusable)>> {
     if let Some((route, why)) = found.iter().find_map(|r| match &r.held {
         CheckpointRead::Untracked(why) | CheckpointRead::Unusable(why, _) => Some((r.route, *why)),
@@ -275,16 +290,11 @@ fn decide(found: &[RouteReading]) -> Result<usize, Option<(usize, Unusable)>> {
     }) {
         return Err(Some((route, why)));
     }
-    found
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| match &r.held {
-            CheckpointRead::Usable(l) => Some((i, l.watch.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0))),
-            _ => None,
-        })
-        .min_by_key(|(_, version)| *version)
-        .map(|(i, _)| i)
-        .ok_or(None)
+    match found {
+        [] => Err(None),
+        [_] => Ok(0),
+        [first, ..] => Err(Some((first.route, Unusable::SeveralRoutes))),
+    }
 }
 
 /// The watch's start from a usable checkpoint, its objects moved out (not copied: at 100k
@@ -298,6 +308,27 @@ fn resume_from(found: &mut CheckpointRead, delivered: HashMap<String, String>) -
         })
         .collect();
     Some(Resume { entries, resource_version: loaded.watch.resource_version.clone().unwrap_or_default(), delivered })
+}
+
+/// Whether `loaded` belongs to the API server's history, judged by its newest objects as
+/// the API server holds them now; `None` when they cannot be looked up (the checkpoint is
+/// then not checked this way, as the cluster's identity is not without access to it).
+async fn timeline(client: &Client, scope: &Scope, loaded: &Loaded) -> Option<Timeline> {
+    let mut samples = Vec::new();
+    for key in checkpoint::newest(&loaded.objects) {
+        match position::object_now(client, scope, &key).await {
+            Ok(current) => samples.push(Sample { saved: loaded.objects[&key].clone(), key, current }),
+            Err(e) => {
+                tracing::warn!(watch = %scope.describe(), error = %e, "Cannot look up the checkpoint's objects at the API server (allow `get` on the resource) to check that it belongs to the API server's history; resuming without that check");
+                return None;
+            }
+        }
+    }
+    let judged = checkpoint::judge(&samples);
+    if let Timeline::Diverged { key, recorded, current } = &judged {
+        tracing::warn!(watch = %scope.describe(), key, recorded, current, "An object is older at the API server than the checkpoint recorded: the API server's history was replaced (etcd restored from a backup?)");
+    }
+    Some(judged)
 }
 
 /// How long start-up reads a log's tail (or asks where it ends) before it gives up on it.
@@ -321,6 +352,10 @@ async fn read_tail(route: &RouteConfig, output: &Output, loaded: &mut Loaded, wa
         Ok(Ok(read)) => {
             let records = read.events.len();
             let learned = checkpoint::learn(&mut loaded.objects, watched, read.events);
+            if let Some(first) = &learned.first_ahead {
+                meters.ignored_ahead(learned.ahead);
+                tracing::warn!(route = %route.name, resource = label, log, ignored = learned.ahead, key = %first.key, resource_version = %first.resource_version, current = ?watched.current, "Ignored records of the log ahead of the API server's current resourceVersion: this cluster's bridge never wrote them (copied or forged into the log?); their objects are shipped as the API server has them");
+            }
             let took_ms = started.elapsed().as_millis();
             tracing::info!(route = %route.name, resource = label, log, records, events = learned.events, changed = learned.records.len(), took_ms, "Read what was delivered after the checkpoint");
             meters.tail("read");
@@ -462,13 +497,14 @@ mod tests {
     }
 
     #[test]
-    fn a_watch_resumes_from_its_oldest_route_and_only_when_every_route_can() {
+    fn a_watch_resumes_only_from_its_one_route_and_several_routes_sync_in_full() {
+        let mut one = [found(0, CheckpointRead::Usable(loaded("d", Some("9"), &["ns/a"])))];
+        let i = decide(&one).unwrap();
+        let resume = resume_from(&mut one[i].held, HashMap::new()).unwrap();
+        assert_eq!((resume.resource_version.as_str(), resume.entries.len()), ("9", 1));
         let both =
             [found(0, CheckpointRead::Usable(loaded("d", Some("90"), &["ns/a", "ns/b"]))), found(1, CheckpointRead::Usable(loaded("d", Some("9"), &["ns/a"])))];
-        let mut both = both;
-        let oldest = decide(&both).unwrap();
-        let resume = resume_from(&mut both[oldest].held, HashMap::new()).unwrap();
-        assert_eq!((resume.resource_version.as_str(), resume.entries.len()), ("9", 1), "the oldest checkpoint (9 < 90, as numbers)");
+        assert!(matches!(decide(&both), Err(Some((0, Unusable::SeveralRoutes)))), "two routes' consumers may hold different states");
         let one_missing = [found(0, CheckpointRead::Usable(loaded("d", Some("9"), &[]))), found(1, CheckpointRead::Unusable(Unusable::Missing, Vec::new()))];
         assert!(matches!(decide(&one_missing), Err(Some((1, Unusable::Missing)))));
         assert!(matches!(decide(&[found(0, CheckpointRead::Untracked(Unusable::NoStore))]), Err(Some((0, Unusable::NoStore)))));

@@ -12,6 +12,7 @@ pub const STALE_EVENTS: &str = "deltaship_stale_events_total";
 pub const FILTERED: &str = "deltaship_filtered_events_total";
 pub const SYNCS: &str = "deltaship_syncs_total";
 pub const RELISTS: &str = "deltaship_relists_total";
+pub const RESYNCS_DEFERRED: &str = "deltaship_resyncs_deferred_total";
 pub const WATCH_ERRORS: &str = "deltaship_watch_errors_total";
 pub const WATCH_STALLS: &str = "deltaship_watch_stalls_total";
 pub const BAD_OBJECTS: &str = "deltaship_bad_objects_total";
@@ -33,6 +34,7 @@ pub const LEADER: &str = "deltaship_leader";
 pub const LEASE_ERRORS: &str = "deltaship_lease_errors_total";
 pub const RESUME_FALLBACKS: &str = "deltaship_resume_fallbacks_total";
 pub const RESUME_TAILS: &str = "deltaship_resume_tail_reads_total";
+pub const RESUME_TAIL_IGNORED: &str = "deltaship_resume_tail_records_ignored_total";
 pub const CHECKPOINT_WRITES: &str = "deltaship_checkpoint_writes_total";
 pub const CHECKPOINT_RECORDS: &str = "deltaship_checkpoint_records_total";
 pub const CHECKPOINT_PENDING: &str = "deltaship_checkpoint_pending_events";
@@ -98,11 +100,19 @@ pub fn describe() {
         STALE_EVENTS,
         "Object events not shipped because they are older than the object's state already shipped (a lagging API server), by resource."
     );
+    describe_counter!(
+        RESYNCS_DEFERRED,
+        "Periodic resyncs not run because the index held objects whose shipped content it had not seen since a checkpoint (a list supplies it), by resource."
+    );
     describe_counter!(FILTERED, "Object events not shipped because of a filter (the resource's or the route's), by resource, type and route.");
     describe_counter!(SYNCS, "Completed syncs, by resource and reason (initial, relist, resync, resume), and state markers (state).");
     describe_counter!(
         RESUME_FALLBACKS,
-        "Watches that started with a full initial sync instead of resuming from their routes' checkpoints, by resource and reason (missing, corrupt, foreign, incomplete, unreadable, no_store, bad_version, ahead, other_cluster, unverified, disabled)."
+        "Watches that started with a full initial sync instead of resuming from their routes' checkpoints, by resource and reason (missing, corrupt, foreign, incomplete, unreadable, no_store, bad_version, ahead, other_cluster, unverified, disabled, several_routes, rewound, unproven)."
+    );
+    describe_counter!(
+        RESUME_TAIL_IGNORED,
+        "Records of a log's tail not taken as delivered at start-up, by resource and reason (ahead: a resourceVersion past the API server's current one, never written by this cluster's bridge)."
     );
     describe_counter!(
         RESUME_TAILS,

@@ -27,8 +27,7 @@ pub async fn current_version(client: &Client, scope: &Scope) -> kube::Result<Str
 
 /// The API of the scope's resource within its namespace (or all).
 pub(super) fn api(client: Client, scope: &Scope) -> Api<DynamicObject> {
-    let r = &scope.resource;
-    let ar = ApiResource { group: r.group.clone(), version: r.version.clone(), api_version: r.api_version(), kind: r.kind.clone(), plural: r.plural.clone() };
+    let ar = api_resource(scope);
     match &scope.namespace {
         Some(ns) => Api::namespaced_with(client, ns, &ar),
         None => Api::all_with(client, &ar),
@@ -57,4 +56,22 @@ pub async fn cluster_uid(client: &Client) -> kube::Result<Option<String>> {
         Err(kube::Error::Api(e)) if e.code == 403 => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// The uid and resourceVersion of the object under `key` (`namespace/name`, or `name` for a
+/// cluster-scoped kind) of the scope's resource now; `None` when there is none.
+pub async fn object_now(client: &Client, scope: &Scope, key: &str) -> kube::Result<Option<(String, String)>> {
+    let ar = api_resource(scope);
+    let (api, name): (Api<DynamicObject>, &str) = match key.split_once('/') {
+        Some((ns, name)) => (Api::namespaced_with(client.clone(), ns, &ar), name),
+        None => (Api::all_with(client.clone(), &ar), key),
+    };
+    let found = api.get_metadata_opt(name).await?;
+    Ok(found.and_then(|o| Some((o.metadata.uid?, o.metadata.resource_version?))))
+}
+
+/// The scope's resource as kube's dynamic API names it.
+fn api_resource(scope: &Scope) -> ApiResource {
+    let r = &scope.resource;
+    ApiResource { group: r.group.clone(), version: r.version.clone(), api_version: r.api_version(), kind: r.kind.clone(), plural: r.plural.clone() }
 }

@@ -11,8 +11,12 @@ pub struct History {
     /// Object events read (markers left out).
     pub events: usize,
     pub steps_back: usize,
-    /// Events of the type and version last delivered for their uid (not counted by `clean`).
+    /// Events of the type and version last delivered for their uid (not counted by `clean`),
+    /// `synced` after `synced` left out: those are `resyncs`.
     pub repeats: usize,
+    /// `synced` events at the version last delivered as `synced`: a periodic resync ships
+    /// the index again, with new ids (a repeat where resyncs are off).
+    pub resyncs: usize,
     pub resurrections: usize,
     pub spurious_deletes: usize,
     /// The first problems, for the failure message.
@@ -68,7 +72,9 @@ pub fn history_of<'a>(events: impl IntoIterator<Item = Event<'a>>, existing: &Ha
         }
         // The same change again. A `deleted` at the version last shipped is not one: a delete
         // inferred by a relist carries the version consumers hold.
-        if rv == s.max && s.last_type == ty {
+        if rv == s.max && s.last_type == ty && ty.ends_with(".synced") {
+            h.resyncs += 1;
+        } else if rv == s.max && s.last_type == ty {
             h.repeats += 1;
             note(&mut h, format!("{subject} ({uid}): {ty} at {rv} again"));
         }

@@ -15,12 +15,20 @@ pub struct ClassifierMeters {
     relists: Counters<()>,
     skips: Counters<&'static str>,
     stale: Counters<()>,
+    deferred: Counters<()>,
 }
 
 impl ClassifierMeters {
     /// The handles of a watch of `resource` (its metric label).
     pub fn new(resource: Arc<str>) -> ClassifierMeters {
-        ClassifierMeters { resource, syncs: Counters::default(), relists: Counters::default(), skips: Counters::default(), stale: Counters::default() }
+        ClassifierMeters {
+            resource,
+            syncs: Counters::default(),
+            relists: Counters::default(),
+            skips: Counters::default(),
+            stale: Counters::default(),
+            deferred: Counters::default(),
+        }
     }
 
     /// A completed sync (or state marker) of `reason`.
@@ -45,5 +53,11 @@ impl ClassifierMeters {
     pub fn stale(&mut self) {
         let resource = &self.resource;
         self.stale.increment((), 1, |()| metrics::counter!(m::STALE_EVENTS, label::RESOURCE => resource.clone()));
+    }
+
+    /// A periodic resync not run: the index lacked shipped content.
+    pub fn resync_deferred(&mut self) {
+        let resource = &self.resource;
+        self.deferred.increment((), 1, |()| metrics::counter!(m::RESYNCS_DEFERRED, label::RESOURCE => resource.clone()));
     }
 }

@@ -24,4 +24,9 @@ impl<'a> ResumeMeters<'a> {
     pub fn tail(&self, outcome: &'static str) {
         metrics::counter!(m::RESUME_TAILS, label::RESOURCE => self.resource.to_string(), label::OUTCOME => outcome).increment(1);
     }
+
+    /// `n` records of the log's tail ahead of the API server's current version, ignored.
+    pub fn ignored_ahead(&self, n: u64) {
+        metrics::counter!(m::RESUME_TAIL_IGNORED, label::RESOURCE => self.resource.to_string(), label::REASON => "ahead").increment(n);
+    }
 }
