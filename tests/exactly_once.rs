@@ -7,11 +7,13 @@
 //! it equals the API server's; and every marker's count and digest match the state held at
 //! it (`rebuild --verify`).
 //!
-//! The same where resyncs meet crashes: ConfigMaps and Secrets of three namespaces, resyncs
-//! every few seconds, keyed digests, three SIGKILLs under churn. A resync after a resumed start
-//! shipped only the objects whose content the index had seen (those received after the
-//! checkpoint were skipped as delivered without it) while its marker counted them all, so
-//! consumers removed live objects; and its events moved the checkpoint back.
+//! The same where features meet crashes: ConfigMaps and Secrets of three namespaces, keyed
+//! digests, three SIGKILLs under churn, with resyncs every few seconds, or shipped by two
+//! routes. A resync after a resumed start shipped only the objects whose content the index
+//! had seen (those received after the checkpoint were skipped as delivered without it) while
+//! its marker counted them all, so consumers removed live objects; and its events moved the
+//! checkpoint back. Two routes resumed from the oldest route's checkpoint, whose markers then
+//! failed on both.
 //!
 //! The tests take SERIAL: each burns a core, and the kills are timed against the churn.
 
@@ -22,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use deltaship::config::ResumeConfig;
+use deltaship::config::{ResumeConfig, RouteConfig, SinkConfig};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -166,42 +168,65 @@ async fn fifty_sigkills_in_a_row_under_churn_deliver_every_change_once_on_nats()
 /// Resyncs every `RESYNC_SECS` (client-go's `defaultResync` is what users set; a few seconds
 /// here, so that each run of the bridge resyncs twice or more before it is killed).
 const RESYNC_SECS: u64 = 4;
-const RESYNC_KILLS: usize = 3;
+const SEAM_KILLS: usize = 3;
+/// How long each run of the bridge ships before it is killed: two resyncs and more.
+const SEAM_RUN: Duration = Duration::from_secs(10);
 
-/// ConfigMaps and Secrets of three namespaces, resyncs on, keyed digests: killed three times
-/// under churn, each run resyncing a few times first; the run after the last kill resyncs
-/// too. The rebuilt state equals the API server's, every marker verifies (the resyncs'
-/// included), and nothing but the resyncs repeats.
-async fn resyncs_through_sigkills(on_nats: bool) {
+/// Where a seam scenario ships.
+#[derive(Clone, Copy, PartialEq)]
+enum Routes {
+    Kafka,
+    Nats,
+    /// One Kafka route and one NATS route, fed by the same watches.
+    Both,
+}
+
+/// ConfigMaps and Secrets of three namespaces, keyed digests, resyncs every `resync_secs` (0:
+/// off), shipped to `routes`: killed three times under churn, each run shipping (and
+/// resyncing) a while first. On every route the rebuilt state equals the API server's, every
+/// marker verifies (the resyncs' included), and nothing but the resyncs repeats.
+async fn crashes_where_features_meet(routes: Routes, resync_secs: u64) {
     let _serial = SERIAL.lock().await;
     let _busy = support::CpuBurner::start();
     let env = support::env();
     let kube = client().await;
     let mut namespaces = Vec::new();
     for _ in 0..3 {
-        namespaces.push(namespace(&kube, "it-resync").await);
+        namespaces.push(namespace(&kube, "it-seam").await);
     }
     let names: Vec<&str> = namespaces.iter().map(String::as_str).collect();
-    let cluster = support::unique("resync");
-    let dir = std::env::temp_dir().join(support::unique("resync-key"));
+    let cluster = support::unique("seam");
+    let dir = std::env::temp_dir().join(support::unique("seam-key"));
     std::fs::create_dir_all(&dir).unwrap();
     let key_file = dir.join("digest-key");
     std::fs::write(&key_file, "5f0c3b1d9e2a4c6b8d7e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e\n").unwrap();
-    let resume = ResumeConfig { kafka_topic: support::unique("it-checkpoints"), ..ResumeConfig::default() };
+    let resume = ResumeConfig { kafka_topic: support::unique("it-checkpoints"), nats_bucket: support::unique("it-checkpoints"), ..ResumeConfig::default() };
     let config = TestConfig::new().cluster(&cluster).resource(resource("", "ConfigMap", &names)).resource(resource("", "Secret", &names)).with(|c| {
         c.resume = resume;
-        c.kubernetes.resync_secs = RESYNC_SECS;
+        c.kubernetes.resync_secs = resync_secs;
         c.redaction.digest_key_file = Some(key_file.clone());
     });
-    let (log, config) = if on_nats {
-        let stream = support::unique("RESYNC").to_uppercase().replace('-', "_");
-        (Log::Nats { stream: stream.clone() }, config.nats(nats_stream(&env.nats, &cluster, &stream)).toml())
-    } else {
-        let prefix = support::unique("it-resync");
-        // One topic for both kinds: the rebuild verifies every marker of both.
-        let config = config.kafka(kafka(&env.kafka, &format!("{prefix}.objects"))).toml();
-        (Log::Kafka { brokers: env.kafka.clone(), topic: format!("{prefix}.objects") }, config)
+    // One topic for both kinds: the rebuild verifies every marker of both.
+    let topic = format!("{}.objects", support::unique("it-seam"));
+    let stream = support::unique("SEAM").to_uppercase().replace('-', "_");
+    let (kafka_log, nats_log) = (Log::Kafka { brokers: env.kafka.clone(), topic: topic.clone() }, Log::Nats { stream: stream.clone() });
+    let (kafka_sink, nats_sink) = (kafka(&env.kafka, &topic), nats_stream(&env.nats, &cluster, &stream));
+    let (logs, config) = match routes {
+        Routes::Kafka => (vec![kafka_log], config.kafka(kafka_sink)),
+        Routes::Nats => (vec![nats_log], config.nats(nats_sink)),
+        Routes::Both => {
+            // The Kafka route lingers, so that at each kill the NATS route's consumers hold
+            // changes the Kafka route's do not have yet: their states differ, as they do
+            // wherever two sinks answer at different speeds.
+            let mut kafka_sink = kafka_sink;
+            kafka_sink.librdkafka.insert("linger.ms".into(), "400".into());
+            let route =
+                |name: &str, sink| RouteConfig { name: name.into(), sink, resources: Vec::new(), payload: None, format: None, filter: Default::default() };
+            let both = vec![route("analytics", SinkConfig::Kafka(Box::new(kafka_sink))), route("functions", SinkConfig::Nats(Box::new(nats_sink)))];
+            (vec![kafka_log, nats_log], config.with(|c| c.routes = both))
+        }
     };
+    let config = config.toml();
     let cms: Vec<Api<ConfigMap>> = namespaces.iter().map(|ns| Api::namespaced(kube.clone(), ns)).collect();
     let secrets: Vec<Api<Secret>> = namespaces.iter().map(|ns| Api::namespaced(kube.clone(), ns)).collect();
     for i in 0..NAMES {
@@ -214,42 +239,51 @@ async fn resyncs_through_sigkills(on_nats: bool) {
         }
     }
     let churn = Churn::start(cms.clone(), secrets.clone());
-    let runs = Duration::from_secs(RESYNC_SECS * 5 / 2);
-    let mut resumed = 0;
-    for _ in 0..RESYNC_KILLS {
+    for _ in 0..SEAM_KILLS {
         let mut bridge = Bridge::start(&config);
         bridge.wait_ready(Duration::from_secs(120));
-        tokio::time::sleep(runs).await;
-        resumed += bridge.log_text().matches("Resuming from the checkpoint").count();
+        tokio::time::sleep(SEAM_RUN).await;
         bridge.signal("KILL");
         bridge.wait_exit(Duration::from_secs(10));
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let mut last = Bridge::start(&config);
     last.wait_ready(Duration::from_secs(120));
-    tokio::time::sleep(runs).await;
+    tokio::time::sleep(SEAM_RUN).await;
     let writes = churn.finish().await;
     let text = last.log_text();
-    resumed += text.matches("Resuming from the checkpoint").count();
-    assert!(resumed >= 2 * RESYNC_KILLS, "each restart resumes both watches (the path under test); {resumed} resumed:\n{text}");
-    assert_rebuild_matches(&kube, log.rebuild_args(), &namespaces, Duration::from_secs(120)).await;
     let mut existing = HashSet::new();
     for api in &cms {
         existing.extend(api.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|c| c.metadata.uid));
     }
-    let h = log.audited(&existing).await;
-    let sink = if on_nats { "nats" } else { "kafka" };
-    eprintln!(
-        "RESYNC-FIGURES sink={sink} kills={RESYNC_KILLS} writes={writes} events={} resynced={} repeats={} steps_back={} resurrections={} spurious_deletes={} state=exact markers=verified",
-        h.events, h.resyncs, h.repeats, h.steps_back, h.resurrections, h.spurious_deletes
-    );
-    assert!(h.resyncs > 0, "resyncs ran");
-    assert_eq!(
-        (h.repeats, h.steps_back, h.resurrections, h.spurious_deletes),
-        (0, 0, 0, 0),
-        "after {RESYNC_KILLS} SIGKILLs:\n{}\n{text}",
-        h.problems.join("\n")
-    );
+    for log in &logs {
+        assert_rebuild_matches(&kube, log.rebuild_args(), &namespaces, Duration::from_secs(120)).await;
+        let h = log.audited(&existing).await;
+        let sink = if matches!(log, Log::Nats { .. }) { "nats" } else { "kafka" };
+        eprintln!(
+            "SEAM-FIGURES routes={} sink={sink} resync_secs={resync_secs} kills={SEAM_KILLS} writes={writes} events={} resynced={} repeats={} steps_back={} resurrections={} spurious_deletes={} state=exact markers=verified",
+            logs.len(),
+            h.events,
+            h.resyncs,
+            h.repeats,
+            h.steps_back,
+            h.resurrections,
+            h.spurious_deletes
+        );
+        assert!(resync_secs == 0 || h.resyncs > 0, "resyncs ran");
+        // A full sync after a restart (two routes) ships every object again as `synced`,
+        // with new ids: a resync of a kind, not a repeat of a change.
+        assert_eq!(
+            (h.repeats, h.steps_back, h.resurrections, h.spurious_deletes),
+            (0, 0, 0, 0),
+            "after {SEAM_KILLS} SIGKILLs:\n{}\n{text}",
+            h.problems.join("\n")
+        );
+    }
+    // The start under test: a resume of every watch from one route, a full sync (reason
+    // several_routes) from two.
+    let (start, starts) = if routes == Routes::Both { ("reason=\"several_routes\"", 6) } else { ("Resuming from the checkpoint", 6) };
+    assert_eq!(text.matches(start).count(), starts, "each of the six watches' start: {start}\n{text}");
     drop(last);
     for ns in &namespaces {
         delete_namespace(&kube, ns).await;
@@ -258,10 +292,19 @@ async fn resyncs_through_sigkills(on_nats: bool) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn resyncs_through_three_sigkills_ship_what_their_markers_count_on_kafka() {
-    resyncs_through_sigkills(false).await;
+    crashes_where_features_meet(Routes::Kafka, RESYNC_SECS).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn resyncs_through_three_sigkills_ship_what_their_markers_count_on_nats() {
-    resyncs_through_sigkills(true).await;
+    crashes_where_features_meet(Routes::Nats, RESYNC_SECS).await;
+}
+
+/// Two routes of the same watches, each acknowledging on its own: after a crash their
+/// consumers hold different states. Resumed from the oldest route's checkpoint, the other
+/// route missed what the first had received (skipped as delivered) and both got a resume
+/// marker describing the first's state; markers failed on both.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_routes_through_three_sigkills_verify_every_marker_on_both() {
+    crashes_where_features_meet(Routes::Both, 0).await;
 }

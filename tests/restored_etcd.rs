@@ -4,8 +4,15 @@
 //! in full, the state rebuilt from the stream equals the API server's, and a restart resumes
 //! from the restored history, not the lost one.
 //!
-//! It restores the shared etcd (every object made after the snapshot is lost), so it lives
-//! in a test binary of its own; run it alone (`cargo test --test restored_etcd`).
+//! Restored while the bridge was down, and written past the checkpoint's version before it
+//! starts again (a real cluster does that within seconds): the checkpoint is not ahead of
+//! the API server, yet its newest objects are older at the API server than it recorded, so
+//! it is not resumed from (reason `rewound`) and a full sync replaces what was shipped.
+//! Before, the bridge continued from it and shipped only the later writes, every marker
+//! verifying a state the API server no longer had.
+//!
+//! They restore the shared etcd (every object made after the snapshot is lost), so they live
+//! in a test binary of their own, one at a time; run it alone (`cargo test --test restored_etcd`).
 
 mod support;
 
@@ -33,6 +40,9 @@ const LOST_WRITES: usize = 60;
 /// within its backoff (at most 30 s) and asks at once; the check every 75 s of silence is
 /// the fallback. Generous: the machine is busy.
 const DETECTION_BOUND: Duration = Duration::from_secs(150);
+
+/// One restore at a time: each replaces the shared etcd.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn cm(name: &str, v: &str) -> ConfigMap {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": v}})).unwrap()
@@ -106,6 +116,7 @@ fn wait_checkpointed(bridge: &Bridge) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn etcd_restored_under_a_running_bridge_is_detected_relisted_in_full_and_not_resumed_from() {
+    let _serial = SERIAL.lock().await;
     let env = support::env();
     let kube = client().await;
     let ns = namespace(&kube, "it-restore").await;
@@ -220,6 +231,72 @@ async fn etcd_restored_under_a_running_bridge_is_detected_relisted_in_full_and_n
         (format!("added {ns}/made-while-down"), 1),
     ]);
     assert_eq!(shipped, want, "the restart ships only the change made while it was down");
+    bridge.stop(Duration::from_secs(30));
+    delete_namespace(&kube, &ns).await;
+}
+
+/// The API server's current resourceVersion (a list of at most one object).
+async fn current_version(cms: &Api<ConfigMap>) -> u64 {
+    let params = kube::api::ListParams::default().limit(1);
+    let list = until_done("listing ConfigMaps", 0, || cms.list_metadata(&params)).await.expect("a list");
+    list.metadata.resource_version.and_then(|v| v.parse().ok()).expect("a numeric resourceVersion")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etcd_restored_while_the_bridge_was_down_and_written_past_its_checkpoint_is_not_resumed_from() {
+    let _serial = SERIAL.lock().await;
+    let env = support::env();
+    let kube = client().await;
+    let ns = namespace(&kube, "it-restore-down").await;
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+    for i in 0..10 {
+        cms.create(&PostParams::default(), &cm(&format!("cm-{i}"), "0")).await.unwrap();
+    }
+    let prefix = support::unique("it-restore-down");
+    let topic = format!("{prefix}.configmaps");
+    let resume = ResumeConfig { interval_ms: 200, kafka_topic: support::unique("it-restore-checkpoints"), ..ResumeConfig::default() };
+    let config = TestConfig::new()
+        .cluster(&support::unique("restore-down"))
+        .configmaps(&ns)
+        .kafka(kafka(&env.kafka, &format!("{prefix}.{{plural}}")))
+        .with(|c| c.resume = resume)
+        .toml();
+    let rebuild = vec!["--kafka".to_string(), env.kafka.clone(), "--topic".to_string(), topic.clone()];
+    let namespaces = std::slice::from_ref(&ns);
+    let mut bridge = Bridge::start(&config);
+    bridge.wait_ready(Duration::from_secs(90));
+    assert_rebuild_matches(&kube, rebuild.clone(), namespaces, Duration::from_secs(60)).await;
+    ctl("kube", "snapshot");
+
+    // After the snapshot: updates (older again once restored) and a create (gone once
+    // restored), shipped and checkpointed; then the bridge stops.
+    for i in 0..4 {
+        put(&cms, &format!("cm-{i}"), "lost").await;
+    }
+    put(&cms, "lost-0", "0").await;
+    assert_rebuild_matches(&kube, rebuild.clone(), namespaces, Duration::from_secs(60)).await;
+    wait_checkpointed(&bridge);
+    bridge.stop(Duration::from_secs(30));
+    let checkpointed = current_version(&cms).await;
+
+    ctl("kube", "restore");
+    // The restored history, written past the checkpoint's version.
+    let mut n = 0;
+    while current_version(&cms).await <= checkpointed + 5 {
+        put(&cms, "cm-9", &format!("after-{n}")).await;
+        n += 1;
+    }
+
+    let mut bridge = Bridge::start(&config);
+    bridge.wait_ready(Duration::from_secs(90));
+    assert_rebuild_matches(&kube, rebuild.clone(), namespaces, Duration::from_secs(90)).await;
+    let metrics = bridge.get("/metrics").unwrap().1;
+    assert_eq!(
+        metric(&metrics, "deltaship_resume_fallbacks_total{resource=\"configmaps\",reason=\"rewound\"}"),
+        1.0,
+        "refused as rewound ({n} writes took the restored history past {checkpointed}):\n{metrics}\n{}",
+        bridge.log_text()
+    );
     bridge.stop(Duration::from_secs(30));
     delete_namespace(&kube, &ns).await;
 }
