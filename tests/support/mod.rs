@@ -23,6 +23,7 @@ pub mod nats_server;
 pub mod node;
 pub mod postgres;
 pub mod receiver;
+pub mod scenario;
 pub mod secured_kafka;
 pub mod state;
 

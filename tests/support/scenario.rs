@@ -1,0 +1,322 @@
+//! Scenarios where features meet: a configuration (routes, resyncs, payload, relist, digest
+//! key, leader election, resume) and a schedule of faults (SIGKILL, SIGTERM, broker restarts,
+//! expired watches, compaction) under churn, drawn from a seed or written out by a named test,
+//! run against the real servers and judged by oracles that share no code path with the
+//! bridge: the API server's lists against `deltaship rebuild --verify` (every marker's count
+//! and digest) and the audit of every object event on every route (no repeat, no step back).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use deltaship::config::{PayloadMode, ResourceConfig, ResumeConfig, RouteConfig, SinkConfig};
+use deltaship::model::SyncMode;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::bridge::Bridge;
+use super::churn::try_ctl;
+use super::config::{TestConfig, election, kafka, nats_stream, resource};
+use super::kube::{client, delete_namespace, namespace};
+use super::log::Log;
+use super::state::rebuild_matches;
+
+/// Names the churn uses in each namespace and kind.
+pub const NAMES: u64 = 30;
+
+/// A small seeded generator (SplitMix64): the same seed draws the same scenario.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// True with probability `percent` %.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Where a scenario ships.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routes {
+    Kafka,
+    Nats,
+    /// One Kafka route and one NATS route, fed by the same watches; the Kafka route lingers
+    /// 400 ms, so that at a kill the two routes' consumers hold different states.
+    Both,
+}
+
+/// A fault, applied while a bridge runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGKILL, then a new bridge a second later.
+    Kill,
+    /// SIGTERM (a graceful stop), then a new bridge.
+    Term,
+    /// The Kafka broker restarted.
+    KafkaRestart,
+    /// The NATS server restarted.
+    NatsRestart,
+    /// Every watch of the API server ended (the watch cache's timeouts).
+    ExpireWatches,
+    /// etcd compacted: a watch resumed from an older version gets 410 Gone.
+    Compact,
+}
+
+/// One scenario: the configuration, and each fault with how long the bridge ran before it.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub seed: Option<u64>,
+    pub routes: Routes,
+    /// 0: off.
+    pub resync_secs: u64,
+    pub payload: PayloadMode,
+    pub relist: SyncMode,
+    /// ConfigMaps and Secrets, or ConfigMaps alone.
+    pub secrets: bool,
+    pub namespaces: usize,
+    pub digest_key: bool,
+    /// Leader election with fencing (one replica).
+    pub election: bool,
+    pub resume: bool,
+    pub faults: Vec<(Duration, Fault)>,
+}
+
+impl Plan {
+    /// The scenario of `seed`.
+    pub fn draw(seed: u64) -> Plan {
+        let mut r = Rng::new(seed);
+        let routes = [Routes::Kafka, Routes::Nats, Routes::Both][r.below(3) as usize];
+        let resync_secs = [0, 0, 3, 7][r.below(4) as usize];
+        let payload = if r.chance(25) { PayloadMode::Patch } else { PayloadMode::Object };
+        let relist = if r.chance(25) { SyncMode::Full } else { SyncMode::Diff };
+        let (secrets, namespaces, digest_key) = (r.chance(50), 1 + r.below(3) as usize, r.chance(50));
+        let (election, resume) = (r.chance(30), r.chance(90));
+        let mut kinds = vec![Fault::Kill, Fault::Kill, Fault::Term, Fault::ExpireWatches, Fault::Compact];
+        if routes != Routes::Nats {
+            kinds.push(Fault::KafkaRestart);
+        }
+        if routes != Routes::Kafka {
+            kinds.push(Fault::NatsRestart);
+        }
+        let faults = (0..2 + r.below(3)).map(|_| (Duration::from_millis(1500 + r.below(8000)), kinds[r.below(kinds.len() as u64) as usize])).collect();
+        Plan { seed: Some(seed), routes, resync_secs, payload, relist, secrets, namespaces, digest_key, election, resume, faults }
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let faults: Vec<String> = self.faults.iter().map(|(after, fault)| format!("{fault:?}@{}ms", after.as_millis())).collect();
+        write!(
+            f,
+            "routes={:?} resync_secs={} payload={:?} relist={:?} secrets={} namespaces={} digest_key={} election={} resume={} faults=[{}]",
+            self.routes,
+            self.resync_secs,
+            self.payload,
+            self.relist,
+            self.secrets,
+            self.namespaces,
+            self.digest_key,
+            self.election,
+            self.resume,
+            faults.join(", ")
+        )
+    }
+}
+
+/// The churn: every 50 ms one object is created, updated or deleted (about 20 writes a
+/// second), taking the ConfigMaps and Secrets given in turn, and within each every one of
+/// `NAMES` names in a fixed walk: an object written is not written again for `NAMES` writes of
+/// its kind and namespace.
+pub struct Walk {
+    stop: Arc<AtomicBool>,
+    writes: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Walk {
+    pub fn start(configmaps: Vec<Api<ConfigMap>>, secrets: Vec<Api<Secret>>) -> Walk {
+        let (stop, writes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let (flag, count) = (stop.clone(), writes.clone());
+        let task = tokio::spawn(async move {
+            let mut n: u64 = 0;
+            let targets = (configmaps.len() + secrets.len()) as u64;
+            while !flag.load(Ordering::Acquire) {
+                n += 1;
+                let (target, k) = ((n % targets) as usize, n / targets);
+                let name = format!("cm-{}", (k * 7) % NAMES);
+                let delete = k.is_multiple_of(5);
+                let done = match (configmaps.get(target), target.checked_sub(configmaps.len()).and_then(|i| secrets.get(i))) {
+                    (Some(cms), _) if delete => cms.delete(&name, &DeleteParams::default()).await.map(|_| ()),
+                    (Some(cms), _) => cms.patch(&name, &PatchParams::apply("it").force(), &Patch::Apply(&configmap(&name, n))).await.map(|_| ()),
+                    (None, Some(s)) if delete => s.delete(&name, &DeleteParams::default()).await.map(|_| ()),
+                    (None, Some(s)) => s.patch(&name, &PatchParams::apply("it").force(), &Patch::Apply(&secret(&name, n))).await.map(|_| ()),
+                    (None, None) => unreachable!("target {target} of {targets}"),
+                };
+                if done.is_ok() {
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        Walk { stop, writes, task }
+    }
+
+    /// Stops the churn; the writes that went through.
+    pub async fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Release);
+        self.task.await.unwrap();
+        self.writes.load(Ordering::Relaxed)
+    }
+}
+
+pub fn configmap(name: &str, n: u64) -> ConfigMap {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"n": n.to_string()}})).unwrap()
+}
+
+pub fn secret(name: &str, n: u64) -> Secret {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"n": n.to_string()}})).unwrap()
+}
+
+/// What a scenario that kept every promise measured, one line.
+pub struct Figures(pub String);
+
+/// Runs `plan` against the real servers: `Err` names the broken promise (with the last
+/// bridge's log).
+pub async fn run(plan: &Plan) -> Result<Figures, String> {
+    let env = super::env();
+    let kube = client().await;
+    let mut namespaces = Vec::new();
+    for _ in 0..plan.namespaces {
+        namespaces.push(namespace(&kube, "it-seam").await);
+    }
+    let names: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+    let cluster = super::unique("seam");
+    let dir = std::env::temp_dir().join(super::unique("seam-key"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("digest-key");
+    std::fs::write(&key_file, "5f0c3b1d9e2a4c6b8d7e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e\n").unwrap();
+    let shaped = |kind: &str| ResourceConfig { payload: plan.payload, relist: plan.relist, ..resource("", kind, &names) };
+    let mut config = TestConfig::new().cluster(&cluster).resource(shaped("ConfigMap"));
+    if plan.secrets {
+        config = config.resource(shaped("Secret"));
+    }
+    let resume = ResumeConfig {
+        enabled: plan.resume,
+        kafka_topic: super::unique("it-checkpoints"),
+        nats_bucket: super::unique("it-checkpoints"),
+        ..ResumeConfig::default()
+    };
+    let lease = super::unique("seam");
+    let config = config.with(|c| {
+        c.resume = resume;
+        c.kubernetes.resync_secs = plan.resync_secs;
+        if plan.digest_key {
+            c.redaction.digest_key_file = Some(key_file.clone());
+        }
+        if plan.election {
+            c.leader_election = election(&namespaces[0], &lease);
+        }
+    });
+    // One topic for every kind: the rebuild verifies every marker of them all.
+    let topic = format!("{}.objects", super::unique("it-seam"));
+    let stream = super::unique("SEAM").to_uppercase().replace('-', "_");
+    let (kafka_log, nats_log) = (Log::Kafka { brokers: env.kafka.clone(), topic: topic.clone() }, Log::Nats { stream: stream.clone() });
+    let (mut kafka_sink, nats_sink) = (kafka(&env.kafka, &topic), nats_stream(&env.nats, &cluster, &stream));
+    let (logs, config) = match plan.routes {
+        Routes::Kafka => (vec![kafka_log], config.kafka(kafka_sink)),
+        Routes::Nats => (vec![nats_log], config.nats(nats_sink)),
+        Routes::Both => {
+            kafka_sink.librdkafka.insert("linger.ms".into(), "400".into());
+            let route =
+                |name: &str, sink| RouteConfig { name: name.into(), sink, resources: Vec::new(), payload: None, format: None, filter: Default::default() };
+            let both = vec![route("analytics", SinkConfig::Kafka(Box::new(kafka_sink))), route("functions", SinkConfig::Nats(Box::new(nats_sink)))];
+            (vec![kafka_log, nats_log], config.with(|c| c.routes = both))
+        }
+    };
+    let config = config.toml();
+    let cms: Vec<Api<ConfigMap>> = namespaces.iter().map(|ns| Api::namespaced(kube.clone(), ns)).collect();
+    let secrets: Vec<Api<Secret>> = if plan.secrets { namespaces.iter().map(|ns| Api::namespaced(kube.clone(), ns)).collect() } else { Vec::new() };
+    for i in 0..NAMES {
+        let name = format!("cm-{i}");
+        for api in &cms {
+            api.create(&PostParams::default(), &configmap(&name, 0)).await.unwrap();
+        }
+        for api in &secrets {
+            api.create(&PostParams::default(), &secret(&name, 0)).await.unwrap();
+        }
+    }
+    let walk = Walk::start(cms.clone(), secrets.clone());
+    let start = |plan: &Plan| {
+        let mut b = Bridge::start(&config);
+        if plan.election {
+            b.wait_leading(Duration::from_secs(120))
+        } else {
+            b.wait_ready(Duration::from_secs(120))
+        }
+        b
+    };
+    let mut bridge = start(plan);
+    for (after, fault) in &plan.faults {
+        tokio::time::sleep(*after).await;
+        match fault {
+            Fault::Kill | Fault::Term => {
+                bridge.signal(if *fault == Fault::Kill { "KILL" } else { "TERM" });
+                bridge.wait_exit(Duration::from_secs(60));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                bridge = start(plan);
+            }
+            Fault::KafkaRestart => try_ctl("kafka", "restart")?,
+            Fault::NatsRestart => try_ctl("nats", "restart")?,
+            Fault::ExpireWatches => try_ctl("kube", "expire-watches")?,
+            Fault::Compact => try_ctl("kube", "compact")?,
+        }
+    }
+    // Long enough for two resyncs (or a few seconds) after the last fault, then quiet.
+    tokio::time::sleep(Duration::from_secs((2 * plan.resync_secs).max(5))).await;
+    let writes = walk.finish().await;
+    let mut existing = HashSet::new();
+    for api in &cms {
+        existing.extend(api.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|c| c.metadata.uid));
+    }
+    for api in &secrets {
+        existing.extend(api.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|s| s.metadata.uid));
+    }
+    let mut figures = Vec::new();
+    let text = bridge.log_text();
+    for log in &logs {
+        let sink = if matches!(log, Log::Nats { .. }) { "nats" } else { "kafka" };
+        rebuild_matches(&kube, log.rebuild_args(), &namespaces, Duration::from_secs(120)).await.map_err(|e| format!("{sink}: {e}\n{text}"))?;
+        let h = log.audited(&existing).await;
+        figures.push(format!(
+            "{sink}: writes={writes} events={} resynced={} repeats={} steps_back={} resurrections={} spurious_deletes={}",
+            h.events, h.resyncs, h.repeats, h.steps_back, h.resurrections, h.spurious_deletes
+        ));
+        if (h.repeats, h.steps_back, h.resurrections, h.spurious_deletes) != (0, 0, 0, 0) {
+            return Err(format!("{sink}: {}\n{}\n{text}", figures.join("; "), h.problems.join("\n")));
+        }
+    }
+    drop(bridge);
+    for ns in &namespaces {
+        delete_namespace(&kube, ns).await;
+    }
+    Ok(Figures(figures.join("; ")))
+}
