@@ -107,7 +107,7 @@ async fn fifty_sigkills_in_a_row_under_churn_deliver_every_change_once_on_nats()
     killed_again_and_again(true).await;
 }
 
-/// The seams found where features meet, as named scenarios (`support::scenario`): three
+/// The seams found where features meet, as named scenarios (`tests/support/scenario.rs`): three
 /// SIGKILLs, each after the bridge shipped (and resynced) a while, under churn of ConfigMaps
 /// and Secrets in three namespaces with keyed digests.
 fn three_kills(routes: Routes, resync_secs: u64) -> Plan {

@@ -1,4 +1,4 @@
-//! The scenario explorer: scenarios drawn from seeds (`support::scenario::Plan::draw`), each a
+//! The scenario explorer: scenarios drawn from seeds (`Plan::draw` of `tests/support/scenario.rs`), each a
 //! configuration (one or two routes on Kafka and JetStream, resyncs off, short or long,
 //! object or patch payloads, diff or full relists, Secrets beside ConfigMaps, keyed digests,
 //! leader election with fencing, resume on or off) and a schedule of faults (SIGKILL,

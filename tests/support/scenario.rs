@@ -275,8 +275,18 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
         b
     };
     let mut bridge = start(plan);
+    // As the kubelet restarts a pod's container: a bridge that stopped by itself (a leader
+    // that could not renew its lease in time stops publishing and exits) is started again.
+    let mut restarted = 0;
+    let mut supervise = |bridge: &mut Bridge| {
+        if !bridge.running() {
+            restarted += 1;
+            *bridge = start(plan);
+        }
+    };
     for (after, fault) in &plan.faults {
         tokio::time::sleep(*after).await;
+        supervise(&mut bridge);
         match fault {
             Fault::Kill | Fault::Term => {
                 bridge.signal(if *fault == Fault::Kill { "KILL" } else { "TERM" });
@@ -292,6 +302,7 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
     }
     // Long enough for two resyncs (or a few seconds) after the last fault, then quiet.
     tokio::time::sleep(Duration::from_secs((2 * plan.resync_secs).max(5))).await;
+    supervise(&mut bridge);
     let writes = walk.finish().await;
     let mut existing = HashSet::new();
     for api in &cms {
@@ -307,7 +318,7 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
         rebuild_matches(&kube, log.rebuild_args(), &namespaces, Duration::from_secs(120)).await.map_err(|e| format!("{sink}: {e}\n{text}"))?;
         let h = log.audited(&existing).await;
         figures.push(format!(
-            "{sink}: writes={writes} events={} resynced={} repeats={} steps_back={} resurrections={} spurious_deletes={}",
+            "{sink}: writes={writes} restarted={restarted} events={} resynced={} repeats={} steps_back={} resurrections={} spurious_deletes={}",
             h.events, h.resyncs, h.repeats, h.steps_back, h.resurrections, h.spurious_deletes
         ));
         if (h.repeats, h.steps_back, h.resurrections, h.spurious_deletes) != (0, 0, 0, 0) {
