@@ -240,7 +240,10 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
     let topic = format!("{}.objects", super::unique("it-seam"));
     let stream = super::unique("SEAM").to_uppercase().replace('-', "_");
     let (kafka_log, nats_log) = (Log::Kafka { brokers: env.kafka.clone(), topic: topic.clone() }, Log::Nats { stream: stream.clone() });
-    let (mut kafka_sink, nats_sink) = (kafka(&env.kafka, &topic), nats_stream(&env.nats, &cluster, &stream));
+    let (mut kafka_sink, mut nats_sink) = (kafka(&env.kafka, &topic), nats_stream(&env.nats, &cluster, &stream));
+    // The leader's fence record inside the test's stream (the default subject is outside it,
+    // and the configuration is refused as it should be).
+    nats_sink.jetstream.fence_subject = Some(format!("{cluster}._fence"));
     let (logs, config) = match plan.routes {
         Routes::Kafka => (vec![kafka_log], config.kafka(kafka_sink)),
         Routes::Nats => (vec![nats_log], config.nats(nats_sink)),
