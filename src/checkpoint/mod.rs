@@ -20,7 +20,7 @@ pub use record::{Loaded, Now, Parsed, Refused, Saved, Tail, Unusable, WatchRecor
 pub use seal::Seal;
 pub use store::{Store, StoreError};
 pub use tail::{Learned, Logged, Watched, learn};
-pub use timeline::{SAMPLES, Sample, Timeline, judge, newest};
+pub use timeline::{Sample, Timeline, judge, newest};
 pub use writer::{Checkpointer, Destination};
 
 use crate::change::Entry;

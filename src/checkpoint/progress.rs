@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::record::{self, Saved, Tail, WatchRecord};
+use super::tail::is_newer;
 use crate::change::{Change, ObjectChange};
 use crate::model::{ChangeType, MarkerPhase, Placement, SyncReason, WatchSeq};
 
@@ -281,7 +282,7 @@ impl Watch {
                 // moves on only when the sync completes. Outside one, an object event never
                 // moves it back: a resync ships each indexed object at its own (older)
                 // version, and a recreated object's delete carries the old one's.
-                if !self.in_sync && !is_older(&resource_version, self.resource_version.as_deref()) {
+                if !self.in_sync && !self.resource_version.as_deref().is_some_and(|at| is_newer(at, &resource_version)) {
                     self.resource_version = Some(resource_version);
                 }
             }
@@ -302,12 +303,6 @@ impl Watch {
         }
         self.watch_dirty = true;
     }
-}
-
-/// Whether `version` is older than `position` (both numbers, as the API server issues them;
-/// anything else is never older).
-fn is_older(version: &str, position: Option<&str>) -> bool {
-    matches!((version.parse::<u64>(), position.map(str::parse::<u64>)), (Ok(v), Some(Ok(p))) if v < p)
 }
 
 #[cfg(test)]

@@ -102,7 +102,7 @@ pub fn learn(objects: &mut HashMap<String, Saved>, watched: Watched<'_>, events:
 
 /// Whether `a` is a later resourceVersion than `b` (both numbers, as the API server issues
 /// them; anything else is never later).
-fn is_newer(a: &str, b: &str) -> bool {
+pub(super) fn is_newer(a: &str, b: &str) -> bool {
     matches!((a.parse::<u64>(), b.parse::<u64>()), (Ok(a), Ok(b)) if a > b)
 }
 
