@@ -3,6 +3,7 @@
 //! A start loads it into the watch's index and continues the watch from that position,
 //! or lists and ships only the differences when the API server no longer has it.
 
+pub mod decision;
 mod progress;
 mod record;
 mod seal;

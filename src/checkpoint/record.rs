@@ -180,7 +180,8 @@ pub enum Unusable {
     Ahead,
     /// Written for another cluster (another `kube-system` namespace uid).
     OtherCluster,
-    /// The API server's current version could not be read to check the checkpoint against.
+    /// The API server's current version, or the checkpoint's newest objects there, could not
+    /// be read to check the checkpoint against.
     Unverified,
     /// Resume is off for the watch (`resume.enabled` or `resources[].resume`): its
     /// checkpoint is replaced by what this start ships.
@@ -236,7 +237,9 @@ impl Unusable {
                 "the checkpoint is ahead of the API server (etcd restored from a backup, or a cluster re-created under the same name); continuing from it would ship nothing until the API server caught up"
             }
             Unusable::OtherCluster => "the checkpoint was written for another cluster (its kube-system namespace has another uid)",
-            Unusable::Unverified => "the API server's current resourceVersion could not be read to check the checkpoint against",
+            Unusable::Unverified => {
+                "the checkpoint could not be checked against the API server (its current resourceVersion, or the checkpoint's newest objects there, could not be read)"
+            }
             Unusable::Disabled => "resume is off for this watch; the checkpoint is replaced by what this start ships",
             Unusable::SeveralRoutes => {
                 "the watch is shipped by several routes, whose consumers may hold different states after a stop; a full sync makes each of them exact"

@@ -13,6 +13,7 @@ use super::tail;
 use crate::change::Entry;
 use kube::Client;
 
+use crate::checkpoint::decision::{self, Decision, Facts, Held, Proof, RouteFacts};
 use crate::checkpoint::{
     self, Destination, Hold, Learned, Loaded, Now, Parsed, Progress, Refused, Resume, Sample, Seal, Start, Store, StoreError, Timeline, Unusable, Watched,
 };
@@ -59,17 +60,7 @@ impl Starts {
     }
 }
 
-/// One route's checkpoint of one watch, as read.
-enum CheckpointRead {
-    /// The route keeps no checkpoint (stdout without `resume.directory`, or its store
-    /// could not be read).
-    Untracked(Unusable),
-    Unusable(Unusable, Vec<String>),
-    Usable(Loaded),
-}
-
-/// A route of a watch and its checkpoint of the watch, as read: what the watch may resume
-/// from.
+/// A route of a watch and its checkpoint of the watch, as read.
 struct RouteReading {
     /// The route's position.
     route: usize,
@@ -77,12 +68,25 @@ struct RouteReading {
     prefix: String,
     /// The watch's configuration digest (`checkpoint::digest`).
     digest: String,
-    /// What the route's checkpoint holds of the watch.
-    held: CheckpointRead,
+    /// The checkpoint as read, when it parsed.
+    loaded: Option<Loaded>,
+    /// The records of a checkpoint refused as read, which a fresh start deletes.
+    refused: Vec<String>,
 }
 
-/// Reads the checkpoints of every route and decides each watch's start: a checkpoint is
-/// resumed from only once it is shown to belong to this cluster's timeline (`WatchRecord::belongs_to`).
+impl RouteReading {
+    /// The records a fresh start of the watch deletes: the old checkpoint's objects (the
+    /// new initial sync records what exists now).
+    fn clearing(&self) -> Vec<String> {
+        match &self.loaded {
+            Some(loaded) => loaded.objects.keys().map(|k| checkpoint::object_key(&self.prefix, k)).collect(),
+            None => self.refused.clone(),
+        }
+    }
+}
+
+/// Reads the checkpoints of every route and decides each watch's start: the facts are
+/// gathered here, and `checkpoint::decision` decides on them.
 pub async fn load(
     config: &Config,
     seal: &Seal,
@@ -135,34 +139,40 @@ pub async fn load(
     let cluster_uid = if starts.routes.iter().any(Option::is_some) { identity(client, retry).await } else { None };
     for (slot, scope) in scopes.iter().enumerate() {
         let label = scope.resource.label();
+        // Resume off: the checkpoint is read all the same, and replaced by this start's
+        // full sync, so that a later start with resume on never continues from knowledge
+        // older than what this run shipped.
         let enabled = config.resume.enabled && config.resources[scope.index].resume;
         let now = if enabled { Now { version: current_version(client, scope, retry).await, cluster_uid: cluster_uid.clone() } } else { Now::default() };
         // Each route of the watch: what its checkpoint holds.
         let mut found = Vec::new();
+        let mut facts = Facts { enabled, now, routes: Vec::new(), keeps_content: scope.keeps_content(), proof: Proof::NotGathered };
         for output in &scope.outputs {
             let prefix = checkpoint::watch_prefix(&checkpoint::route_prefix(&config.cluster, &output.route_name), &label, scope.namespace.as_deref());
             let digest = checkpoint::digest(&config.cluster, scope, output);
-            let held = match &mut read[output.route] {
-                Ok(records) => classify(records.remove(&prefix), &prefix, &digest, &now),
-                Err(why) => CheckpointRead::Untracked(*why),
+            let (held, loaded, refused) = match &mut read[output.route] {
+                Ok(records) => match records.remove(&prefix) {
+                    None => (Held::Refused(Unusable::Missing), None, Vec::new()),
+                    Some(Err(Refused { why, keys })) => (Held::Refused(why), None, keys),
+                    Some(Ok(loaded)) => (Held::Found(loaded.watch.clone()), Some(loaded), Vec::new()),
+                },
+                Err(why) => (Held::Untracked(*why), None, Vec::new()),
             };
-            found.push(RouteReading { route: output.route, prefix, digest, held });
+            facts.routes.push(RouteFacts { digest: digest.clone(), held });
+            found.push(RouteReading { route: output.route, prefix, digest, loaded, refused });
         }
-        // Resume off: the checkpoint is read all the same, and replaced by this start's
-        // full sync, so that a later start with resume on never continues from knowledge
-        // older than what this run shipped.
-        let mut resumed = if enabled { decide(&found) } else { Err(found.first().map(|r| (r.route, Unusable::Disabled))) };
-        // What consumers received after the checkpoint resumed from, read from its log.
-        let (mut learned, mut reach, mut hold, mut refused) = (Learned::default(), None, None, None);
-        if let Ok(i) = resumed
-            && let RouteReading { route, held: CheckpointRead::Usable(loaded), .. } = &mut found[i]
+        // The candidate's proof: what consumers received after its checkpoint, read from
+        // its log, applied, and its newest objects compared with the API server's.
+        let (mut learned, mut reach, mut hold) = (Learned::default(), None, None);
+        if let Ok(i) = decision::candidate(&facts)
+            && let RouteReading { route, loaded: Some(loaded), .. } = &mut found[i]
         {
             let route = &routes[*route];
             let watched = Watched {
                 cluster: &config.cluster,
                 resource: &format!("{}/{}", scope.resource.api_version(), scope.resource.kind),
                 namespace: scope.namespace.as_deref(),
-                current: now.version.as_deref().and_then(|v| v.parse().ok()),
+                current: facts.now.version.as_deref().and_then(|v| v.parse().ok()),
             };
             let read_from = loaded.watch.tail.as_ref().map(|t| t.next.clone());
             if let Some((l, ends)) = read_tail(route, &scope.outputs[i], loaded, watched, &label).await {
@@ -171,68 +181,56 @@ pub async fn load(
                 hold = read_from.zip(until).map(|(next, until)| Hold { next, until });
                 (learned, reach) = (l, Some(ends));
             }
-            // The checkpoint, with what its tail taught, must show it belongs to the API
-            // server's history before the watch continues from it.
-            refused = timeline(client, scope, loaded).await.and_then(|t| t.refusal());
+            facts.proof = Proof::Judged(timeline(client, scope, loaded).await);
         }
-        if let (Ok(i), Some(why)) = (resumed, refused) {
-            let keys = clearing(&found[i].held, &found[i].prefix);
-            (learned, reach, hold) = (Learned::default(), None, None);
-            found[i].held = CheckpointRead::Unusable(why, keys);
-            resumed = Err(Some((found[i].route, why)));
-        }
+        let decided = decision::decide(&facts);
+        let resumed = match &decided {
+            Decision::Resume { route, .. } => Some(*route),
+            Decision::FullSync(_) => None,
+        };
         // Where each route's checkpoint of the watch starts: as read when the watch
-        // resumes, else cleared (the initial sync records what exists now); what it learned
-        // from the log's tail, and where its log ends.
-        for (i, RouteReading { route, prefix, digest, held }) in found.iter().enumerate() {
-            let Some(CheckpointedRoute { progress, .. }) = &starts.routes[*route] else { continue };
-            let log = tail::log_of(&routes[*route].sink, &scope.outputs[i]);
+        // resumes from it, else cleared (the initial sync records what exists now); what it
+        // learned from the log's tail, and where its log ends.
+        for (i, reading) in found.iter().enumerate() {
+            let Some(CheckpointedRoute { progress, .. }) = &starts.routes[reading.route] else { continue };
+            let log = tail::log_of(&routes[reading.route].sink, &scope.outputs[i]);
             // The route resumed from: where its tail ended; every other: where its log ends now.
-            let reach = match (resumed == Ok(i), &log) {
+            let reach = match (resumed == Some(i), &log) {
                 (true, _) if reach.is_some() => reach.take().unwrap_or_default(),
-                (_, Some(log)) => log_ends(&routes[*route], log).await,
+                (_, Some(log)) => log_ends(&routes[reading.route], log).await,
                 (_, None) => BTreeMap::new(),
             };
-            let start = match (&resumed, held) {
-                (Ok(_), CheckpointRead::Usable(loaded)) => Start {
-                    prefix: prefix.clone(),
-                    digest: digest.clone(),
+            let base =
+                Start { prefix: reading.prefix.clone(), digest: reading.digest.clone(), cluster_uid: cluster_uid.clone(), log, reach, ..Start::default() };
+            let start = match (&reading.loaded, resumed == Some(i)) {
+                (Some(loaded), true) => Start {
                     objects: loaded.objects.keys().map(|k| checkpoint::key_hash(k)).collect(),
                     resource_version: loaded.watch.resource_version.clone(),
-                    clear: Vec::new(),
-                    cluster_uid: cluster_uid.clone(),
-                    log,
-                    reach,
-                    dirty: if resumed == Ok(i) { std::mem::take(&mut learned.records).into_iter().collect() } else { Vec::new() },
-                    hold: if resumed == Ok(i) { hold.take() } else { None },
+                    dirty: std::mem::take(&mut learned.records).into_iter().collect(),
+                    hold: hold.take(),
+                    ..base
                 },
-                _ => Start {
-                    prefix: prefix.clone(),
-                    digest: digest.clone(),
-                    clear: clearing(held, prefix),
-                    cluster_uid: cluster_uid.clone(),
-                    log,
-                    reach,
-                    ..Start::default()
-                },
+                _ => Start { clear: reading.clearing(), ..base },
             };
             progress.track(slot, start);
         }
-        let start = resumed.and_then(|i| resume_from(&mut found[i].held, std::mem::take(&mut learned.delivered)).ok_or(None));
-        starts.watches.push(match start {
-            Ok(resume) => {
-                // Without a position (a first sync cut short), or keeping content the
-                // checkpoint has not, the watch lists and ships the list as a diff.
-                let continue_from = (!scope.keeps_content() && !resume.resource_version.is_empty()).then(|| resume.resource_version.clone());
+        let resumed_from = resumed.and_then(|i| found[i].loaded.take());
+        starts.watches.push(match (decided, resumed_from) {
+            (Decision::Resume { continue_from, .. }, Some(loaded)) => {
+                let resume = resume_from(loaded, std::mem::take(&mut learned.delivered));
                 tracing::info!(watch = %scope.describe(), objects = resume.entries.len(), resource_version = %resume.resource_version, listing = continue_from.is_none(), "Resuming from the checkpoint");
                 WatchStart { resume: Some(resume), continue_from }
             }
-            Err(why) => {
-                if let Some((route, why)) = why {
+            (decided, _) => {
+                let why = match decided {
+                    Decision::FullSync(why) => why,
+                    Decision::Resume { route, .. } => Some((route, Unusable::Missing)),
+                };
+                if let Some((i, why)) = why {
                     ResumeMeters::new(&label).fell_back(why.as_str());
-                    let (watch, route, reason) = (scope.describe(), &routes[route].name, why.as_str());
+                    let (watch, route, reason) = (scope.describe(), &routes[found[i].route].name, why.as_str());
                     if why.is_alarming() {
-                        tracing::warn!(%watch, %route, reason, version = ?now.version, "Starting with a full initial sync: {}", why.describe());
+                        tracing::warn!(%watch, %route, reason, version = ?facts.now.version, "Starting with a full initial sync: {}", why.describe());
                     } else {
                         tracing::info!(%watch, %route, reason, "Starting with a full initial sync: {}", why.describe());
                     }
@@ -244,82 +242,29 @@ pub async fn load(
     starts
 }
 
-/// The route's checkpoint of a watch: usable when its digest is the watch's, and it belongs
-/// to the cluster's timeline as it stands `now` with its first sync acknowledged whole, or
-/// names where its log's tail begins.
-fn classify(records: Option<Result<Loaded, Refused>>, prefix: &str, digest: &str, now: &Now) -> CheckpointRead {
-    match records {
-        None => CheckpointRead::Unusable(Unusable::Missing, Vec::new()),
-        Some(Err(Refused { why, keys })) => CheckpointRead::Unusable(why, keys),
-        Some(Ok(loaded)) => {
-            let why = match loaded.watch.belongs_to(now) {
-                _ if loaded.watch.digest != digest => Unusable::Foreign,
-                // A first sync cut short, whose events the log holds: what consumers
-                // received of it is read back, and a list is shipped as a diff against it.
-                Err(Unusable::Incomplete) if loaded.watch.tail.is_some() => return CheckpointRead::Usable(loaded),
-                Err(why) => why,
-                Ok(()) => return CheckpointRead::Usable(loaded),
-            };
-            let keys = loaded.objects.keys().map(|k| checkpoint::object_key(prefix, k)).collect();
-            CheckpointRead::Unusable(why, keys)
-        }
-    }
-}
-
-/// The records a fresh start of the watch deletes: the old checkpoint's objects (the new
-/// initial sync records what exists now).
-fn clearing(found: &CheckpointRead, prefix: &str) -> Vec<String> {
-    match found {
-        CheckpointRead::Untracked(_) => Vec::new(),
-        CheckpointRead::Unusable(_, keys) => keys.clone(),
-        CheckpointRead::Usable(loaded) => loaded.objects.keys().map(|k| checkpoint::object_key(prefix, k)).collect(),
-    }
-}
-
-/// Which route's checkpoint the watch resumes from (its place in `found`): its only
-/// route's, when usable; otherwise the first route's reason not to (`None` when no route
-/// keeps a checkpoint at all). A watch of several routes starts with a full sync: each
-/// route acknowledges on its own, so after a crash their consumers hold different states
-/// (one route's log has an update the other's lacks), and one index and one resume diff
-/// cannot describe them all (skipping what one route delivered lost it on the other, and
-/// the resume marker's state was the first route's).
-fn decide(found: &[RouteReading]) -> Result<usize, Option<(usize, Unusable)>> {
-    if let Some((route, why)) = found.iter().find_map(|r| match &r.held {
-        CheckpointRead::Untracked(why) | CheckpointRead::Unusable(why, _) => Some((r.route, *why)),
-        CheckpointRead::Usable(_) => None,
-    }) {
-        return Err(Some((route, why)));
-    }
-    match found {
-        [] => Err(None),
-        [_] => Ok(0),
-        [first, ..] => Err(Some((first.route, Unusable::SeveralRoutes))),
-    }
-}
-
-/// The watch's start from a usable checkpoint, its objects moved out (not copied: at 100k
-/// objects a copy is tens of MB at the peak of start-up).
-fn resume_from(found: &mut CheckpointRead, delivered: HashMap<String, String>) -> Option<Resume> {
-    let CheckpointRead::Usable(loaded) = found else { return None };
-    let entries = std::mem::take(&mut loaded.objects)
+/// The watch's start from the checkpoint resumed from, its objects moved (not copied: at
+/// 100k objects a copy is tens of MB at the peak of start-up).
+fn resume_from(loaded: Loaded, delivered: HashMap<String, String>) -> Resume {
+    let entries = loaded
+        .objects
         .into_iter()
         .map(|(key, s)| {
             (key, Entry { uid: s.uid.as_str().into(), resource_version: s.resource_version.as_str().into(), fingerprint: s.fingerprint, content: None })
         })
         .collect();
-    Some(Resume { entries, resource_version: loaded.watch.resource_version.clone().unwrap_or_default(), delivered })
+    Resume { entries, resource_version: loaded.watch.resource_version.unwrap_or_default(), delivered }
 }
 
 /// Whether `loaded` belongs to the API server's history, judged by its newest objects as
-/// the API server holds them now; `None` when they cannot be looked up (the checkpoint is
-/// then not checked this way, as the cluster's identity is not without access to it).
+/// the API server holds them now; `None` when they cannot be looked up (not proven: a full
+/// sync, `unverified`).
 async fn timeline(client: &Client, scope: &Scope, loaded: &Loaded) -> Option<Timeline> {
     let mut samples = Vec::new();
     for key in checkpoint::newest(&loaded.objects) {
         match position::object_now(client, scope, &key).await {
             Ok(current) => samples.push(Sample { saved: loaded.objects[&key].clone(), key, current }),
             Err(e) => {
-                tracing::warn!(watch = %scope.describe(), error = %e, "Cannot look up the checkpoint's objects at the API server (allow `get` on the resource) to check that it belongs to the API server's history; resuming without that check");
+                tracing::warn!(watch = %scope.describe(), error = %e, "Cannot look up the checkpoint's objects at the API server (allow `get` on the resource) to check that it belongs to the API server's history");
                 return None;
             }
         }
@@ -461,52 +406,31 @@ mod tests {
     use super::*;
     use crate::checkpoint::{Saved, WatchRecord};
 
-    fn loaded(digest: &str, rv: Option<&str>, objects: &[&str]) -> Loaded {
+    fn loaded(objects: &[&str]) -> Loaded {
         let objects: HashMap<String, Saved> =
             objects.iter().map(|k| (k.to_string(), Saved { uid: format!("uid-{k}"), resource_version: "1".into(), fingerprint: 1 })).collect();
-        Loaded {
-            watch: WatchRecord {
-                format: 1,
-                digest: digest.into(),
-                resource_version: rv.map(str::to_string),
-                objects: objects.len() as u64,
-                cluster_uid: None,
-                tail: None,
-            },
-            objects,
-        }
-    }
-
-    fn found(route: usize, held: CheckpointRead) -> RouteReading {
-        RouteReading { route, prefix: format!("p{route}"), digest: "d".into(), held }
+        let watch =
+            WatchRecord { format: 1, digest: "d".into(), resource_version: Some("9".into()), objects: objects.len() as u64, cluster_uid: None, tail: None };
+        Loaded { watch, objects }
     }
 
     #[test]
-    fn a_checkpoint_is_usable_only_under_the_same_digest_once_synced_and_not_ahead() {
-        let now = Now { version: Some("7".into()), cluster_uid: None };
-        assert!(matches!(classify(None, "p", "d", &now), CheckpointRead::Unusable(Unusable::Missing, _)));
-        let CheckpointRead::Unusable(why, clear) = classify(Some(Ok(loaded("other", Some("5"), &["ns/a"]))), "p", "d", &now) else { panic!("foreign") };
-        assert_eq!((why, clear), (Unusable::Foreign, vec!["p.o.ns/a".to_string()]), "a foreign checkpoint is cleared");
-        assert!(matches!(classify(Some(Ok(loaded("d", None, &[]))), "p", "d", &now), CheckpointRead::Unusable(Unusable::Incomplete, _)));
-        let mut cut_short = loaded("d", None, &["ns/a"]);
-        cut_short.watch.tail = Some(checkpoint::Tail { log: "t".into(), next: BTreeMap::new() });
-        assert!(matches!(classify(Some(Ok(cut_short)), "p", "d", &now), CheckpointRead::Usable(_)), "a first sync cut short, its log's tail known");
-        assert!(matches!(classify(Some(Ok(loaded("d", Some("5"), &[]))), "p", "d", &now), CheckpointRead::Usable(_)));
-        let CheckpointRead::Unusable(why, clear) = classify(Some(Ok(loaded("d", Some("8"), &["ns/a"]))), "p", "d", &now) else { panic!("ahead") };
-        assert_eq!((why, clear), (Unusable::Ahead, vec!["p.o.ns/a".to_string()]), "a checkpoint ahead of the API server is cleared");
+    fn a_fresh_start_deletes_the_objects_of_the_checkpoint_it_does_not_resume_from() {
+        let reading = |loaded, refused: &[&str]| RouteReading {
+            route: 0,
+            prefix: "p".into(),
+            digest: "d".into(),
+            loaded,
+            refused: refused.iter().map(|k| k.to_string()).collect(),
+        };
+        assert_eq!(reading(Some(loaded(&["ns/a"])), &[]).clearing(), ["p.o.ns/a"]);
+        assert_eq!(reading(None, &["p.o.ns/b"]).clearing(), ["p.o.ns/b"], "a corrupt checkpoint's records");
+        assert!(reading(None, &[]).clearing().is_empty());
     }
 
     #[test]
-    fn a_watch_resumes_only_from_its_one_route_and_several_routes_sync_in_full() {
-        let mut one = [found(0, CheckpointRead::Usable(loaded("d", Some("9"), &["ns/a"])))];
-        let i = decide(&one).unwrap();
-        let resume = resume_from(&mut one[i].held, HashMap::new()).unwrap();
-        assert_eq!((resume.resource_version.as_str(), resume.entries.len()), ("9", 1));
-        let both =
-            [found(0, CheckpointRead::Usable(loaded("d", Some("90"), &["ns/a", "ns/b"]))), found(1, CheckpointRead::Usable(loaded("d", Some("9"), &["ns/a"])))];
-        assert!(matches!(decide(&both), Err(Some((0, Unusable::SeveralRoutes)))), "two routes' consumers may hold different states");
-        let one_missing = [found(0, CheckpointRead::Usable(loaded("d", Some("9"), &[]))), found(1, CheckpointRead::Unusable(Unusable::Missing, Vec::new()))];
-        assert!(matches!(decide(&one_missing), Err(Some((1, Unusable::Missing)))));
-        assert!(matches!(decide(&[found(0, CheckpointRead::Untracked(Unusable::NoStore))]), Err(Some((0, Unusable::NoStore)))));
+    fn a_resume_loads_the_checkpoints_objects_at_its_position() {
+        let resume = resume_from(loaded(&["ns/a", "ns/b"]), HashMap::from([("uid-ns/a".to_string(), "12".to_string())]));
+        assert_eq!((resume.resource_version.as_str(), resume.entries.len(), resume.delivered.len()), ("9", 2, 1));
     }
 }

@@ -1,4 +1,4 @@
-//! What a Kafka route without transactions knows of its events' records between a failed
+//! What a Kafka route knows of its events' records between a failed
 //! send and its retry: which records may be in the log although their delivery report
 //! failed (doubtful), and which of an event's records were delivered when another of its
 //! records failed. The retry of a doubtful record first looks for it in the log

@@ -49,7 +49,9 @@ struct Shared {
     /// Once the route is fenced (sink::fence): the transactional producer's settings and
     /// its transactions.
     transactional: OnceLock<(ClientConfig, Arc<Transactions>)>,
-    /// Until then: what its retries must not send again.
+    /// What retries must not send again: records in doubt (on a fenced route, those of a
+    /// transaction in doubt), and the delivered records of an event another of whose
+    /// records failed.
     resend: Resend,
 }
 
@@ -95,8 +97,9 @@ impl KafkaSink {
 
     /// Puts a new producer in place of the current one, whose records fail with a purge
     /// error and are sent again by the dispatcher through the new one. A transactional
-    /// producer is initialised first (which aborts the old one's open transaction, whose
-    /// records are then sent again too).
+    /// producer is initialised first, which aborts the old one's open transaction (its
+    /// records are then sent again too) and completes one whose commit was in doubt (its
+    /// records are looked for in the log before they are sent again).
     pub(super) async fn replace_producer(&self) -> Result<(), SinkError> {
         let Some((config, txns)) = self.shared.transactional.get() else {
             let fresh = create_producer(&self.shared.config, &self.shared.context)?;
@@ -106,7 +109,7 @@ impl KafkaSink {
         let _exclusive = txns.exclusive().await;
         let fresh = create_producer(config, &self.shared.context)?;
         init_transactions(fresh.clone()).await.map_err(SinkError::Request)?;
-        txns.abandon(Settled::Aborted("the producer was replaced".into()));
+        txns.replaced();
         self.install(fresh);
         Ok(())
     }
@@ -146,7 +149,7 @@ impl KafkaSink {
     /// broker acknowledged every record (acks=all), with where an object event was stored
     /// (a marker, stored once per partition, has no one place).
     pub async fn send(&self, env: &Envelope) -> Result<Option<Placement>, SendError> {
-        let sent = match self.resend().filter(|r| r.has_records()) {
+        let sent = match Some(self.resend()).filter(|r| r.has_records()) {
             // Boxed: rare, and its state would make every send's future larger.
             Some(resend) => Box::pin(self.send_after_doubts(resend, env)).await,
             None => self.send_records(env, None).await,
@@ -176,17 +179,17 @@ impl KafkaSink {
         }
     }
 
-    /// The ledger of what retries must not send again, on a route without transactions.
-    fn resend(&self) -> Option<&Resend> {
-        self.transactions().is_none().then_some(&self.shared.resend)
+    /// The ledger of what retries must not send again.
+    fn resend(&self) -> &Resend {
+        &self.shared.resend
     }
 
     /// Where record `part` of `env` was delivered before, if it was (kafka::resend): the
     /// ledger is read only while it holds anything.
     async fn delivered_before(&self, env: &Envelope, part: Part) -> Result<Option<Placement>, SendError> {
-        match self.resend().filter(|r| r.has_records()) {
-            Some(resend) => resend.before_send(&env.attributes.id, part).await,
-            None => Ok(None),
+        match self.resend() {
+            resend if resend.has_records() => resend.before_send(&env.attributes.id, part).await,
+            _ => Ok(None),
         }
     }
 
@@ -194,8 +197,8 @@ impl KafkaSink {
     /// recorded for the retry.
     fn noted(&self, env: &Envelope, part: Part, since_ms: i64, report: Result<Placement, Failed>) -> Result<Placement, SendError> {
         report.map_err(|Failed { error, doubtful }| {
-            if doubtful && let Some(resend) = self.resend() {
-                resend.record_doubt(&env.attributes.id, part, &env.destination, since_ms);
+            if doubtful {
+                self.resend().record_doubt(&env.attributes.id, part, &env.destination, since_ms);
             }
             error
         })
@@ -220,9 +223,7 @@ impl KafkaSink {
             // Boxed: only a `deleted` with tombstones comes here.
             Box::pin(self.send_tombstone(env, placed)).await?;
         }
-        if let Some(resend) = self.resend() {
-            resend.forget(&env.attributes.id);
-        }
+        self.resend().forget(&env.attributes.id);
         Ok(Some(placed))
     }
 
@@ -234,10 +235,8 @@ impl KafkaSink {
             Ok(d) => await_delivery(d).await.map(|_| ()).map_err(|f| f.error),
             Err(e) => Err(e),
         };
-        if sent.is_err()
-            && let Some(resend) = self.resend()
-        {
-            resend.record_delivered(&env.attributes.id, Part::Object, placed);
+        if sent.is_err() {
+            self.resend().record_delivered(&env.attributes.id, Part::Object, placed);
         }
         sent
     }
@@ -289,20 +288,17 @@ impl KafkaSink {
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
-        match (failed, self.resend()) {
-            (None, resend) => {
-                if let Some(resend) = resend {
-                    resend.forget(&env.attributes.id);
-                }
+        match failed {
+            None => {
+                self.resend().forget(&env.attributes.id);
                 Ok(None)
             }
-            (Some(e), Some(resend)) => {
+            Some(e) => {
                 for (p, at) in delivered {
-                    resend.record_delivered(&env.attributes.id, Part::Marker(p), at);
+                    self.resend().record_delivered(&env.attributes.id, Part::Marker(p), at);
                 }
                 Err(e)
             }
-            (Some(e), None) => Err(e),
         }
     }
 
@@ -440,7 +436,8 @@ impl From<SendError> for Failed {
 /// Where the record was stored, once the broker acknowledged it and, on a fenced route,
 /// its transaction committed. On a fenced route the record counts as waiting (kafka::waiting)
 /// until its transaction settled: a commit that cannot complete, because the producer lost
-/// its brokers, is a stuck producer too (kafka::recover), which is replaced.
+/// its brokers, is a stuck producer too (kafka::recover), which is replaced; the records of
+/// a commit left in doubt by the replacement are doubtful (kafka::resend).
 async fn await_delivery(d: Pending) -> Result<Placement, Failed> {
     let Pending { mut tracked, member } = d;
     let placed = report(&mut tracked.delivery).await?;
@@ -451,6 +448,7 @@ async fn await_delivery(d: Pending) -> Result<Placement, Failed> {
     match settled {
         Settled::Committed => Ok(placed),
         Settled::Aborted(e) => Err(SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Transaction(e) }.into()),
+        Settled::InDoubt(e) => Err(Failed { error: SendError::Retryable { kind: ErrorKind::Broker, source: Failure::Transaction(e) }, doubtful: true }),
         Settled::Failed(e) => Err(SendError::Fatal { kind: ErrorKind::Fenced, source: Failure::Transaction(e) }.into()),
     }
 }

@@ -1,10 +1,11 @@
-//! Sending again without writing twice, on a Kafka route without transactions. A record
-//! whose delivery report leaves open whether the broker wrote it (kafka::delivery's
-//! `Possibly`, `Unconfirmed`, a dropped report) is recorded as doubtful; the dispatcher's
-//! retry of its event first reads the log for it (kafka::lookup) and sends it again only if
-//! it is absent. Records of an event delivered while another of its records failed (a
-//! marker's copies, the event before its tombstone) are not sent again. A fenced route needs
-//! none of this: a record of an aborted transaction is never read.
+//! Sending again without writing twice. A record whose delivery report leaves open whether
+//! the broker wrote it (kafka::delivery's `Possibly`, `Unconfirmed`, a dropped report), or,
+//! on a fenced route, whose transaction's commit was in doubt when its producer was replaced
+//! (kafka::transaction's `InDoubt`), is recorded as doubtful; the dispatcher's retry of its
+//! event first reads the log for it (kafka::lookup, read committed) and sends it again only
+//! if it is absent. Records of an event delivered while another of its records failed (a
+//! marker's copies, the event before its tombstone) are not sent again. A record of an
+//! aborted transaction is never read, so it is simply sent again.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};

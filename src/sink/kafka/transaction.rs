@@ -7,7 +7,10 @@
 //! at once behind a barrier, and without lingering when the dispatcher holds as many events
 //! as it may (nothing more can join until some are acknowledged). A transaction that cannot
 //! commit is aborted and its records are sent again; a producer fenced by a successor fails
-//! every send for good.
+//! every send for good. A commit still unanswered when its producer is replaced may have
+//! reached the coordinator: its records are told only once the new producer's
+//! initialisation completed it (one way or the other), as in doubt, and their retry looks
+//! for them in the log (kafka::resend) before sending them again.
 //!
 //! Consumers must read committed records only (`isolation.level=read_committed`, the
 //! default of librdkafka-based clients): the records of an aborted transaction stay in the
@@ -47,6 +50,9 @@ pub enum Settled {
     Committed,
     /// Aborted: its records are not visible to consumers; send them again.
     Aborted(String),
+    /// Its commit was asked and its producer replaced before the answer came; the
+    /// replacement's initialisation completed it, committed or aborted: the log tells which.
+    InDoubt(String),
     /// The producer can no longer send: a successor fenced it, or another fatal error.
     Failed(String),
 }
@@ -60,6 +66,9 @@ struct State {
     /// The dispatcher was full while no transaction was open (its records had yet to
     /// enrol): the next one does not linger either.
     full_next: bool,
+    /// Transactions whose commit went unanswered when their producer was replaced, with
+    /// why: told `InDoubt` once the replacement is initialised.
+    in_doubt: Vec<(Open, String)>,
 }
 
 struct Open {
@@ -149,10 +158,14 @@ impl Transactions {
         self.wake.notify_one();
     }
 
-    /// Ends the open transaction with `how` without asking the broker (its producer is
-    /// being replaced: the new one's initialisation aborts it).
-    pub fn abandon(&self, how: Settled) {
-        if let Some(open) = self.state().open.take() {
+    /// The producer was replaced, and its successor initialised: that aborted the open
+    /// transaction, never asked to commit, and completed those whose commit was in doubt.
+    pub fn replaced(&self) {
+        let mut state = self.state();
+        let mut ended: Vec<(Open, Settled)> = state.in_doubt.drain(..).map(|(open, why)| (open, Settled::InDoubt(why))).collect();
+        ended.extend(state.open.take().map(|open| (open, Settled::Aborted("the producer was replaced".into()))));
+        drop(state);
+        for (open, how) in ended {
             self.count(&how);
             open.settled.send_replace(Some(how));
         }
@@ -197,8 +210,16 @@ impl Transactions {
             let Some(open) = t.state().open.take() else { continue };
             let epoch = t.epoch.load(Ordering::Acquire);
             let settled = match settle(producer(), t.clone(), epoch).await {
-                // The producer was replaced meanwhile; its successor's start aborted it.
-                Settled::Failed(e) if t.epoch.load(Ordering::Acquire) != epoch => Settled::Aborted(e),
+                // The producer is being replaced: its successor's initialisation completes
+                // the transaction, and `replaced` tells its records.
+                Settled::InDoubt(e) => {
+                    t.state().in_doubt.push((open, e));
+                    continue;
+                }
+                Settled::Failed(e) if t.epoch.load(Ordering::Acquire) != epoch => {
+                    t.state().in_doubt.push((open, e));
+                    continue;
+                }
                 Settled::Failed(e) => {
                     t.state().failed = Some(e.clone());
                     Settled::Failed(e)
@@ -217,6 +238,7 @@ impl Transactions {
         match how {
             Settled::Committed => self.meters.committed(),
             Settled::Aborted(_) => self.meters.aborted(),
+            Settled::InDoubt(_) => self.meters.in_doubt(),
             Settled::Failed(_) => self.meters.failed(),
         }
     }
@@ -267,7 +289,7 @@ async fn settle(producer: Producer, txns: Arc<Transactions>, epoch: u64) -> Sett
             match outcome_of(&e) {
                 Next::Fail => return Settled::Failed(e.to_string()),
                 Next::Abort => return abort(&producer, &e, &replaced),
-                Next::Retry if replaced() => return Settled::Aborted(format!("{e}; the producer was replaced")),
+                Next::Retry if replaced() => return Settled::InDoubt(format!("{e}; the producer was replaced")),
                 Next::Retry => std::thread::sleep(RETRY_AFTER),
             }
         }
@@ -378,6 +400,24 @@ mod tests {
         let full = |unreported| Standing { full: true, ..standing(1, 0, unreported) };
         assert_eq!(commit_due(full(0)), Ok(()));
         assert_eq!(commit_due(full(2)), Err(COMMIT_EVERY - ms(1)));
+    }
+
+    #[test]
+    fn a_replacement_tells_a_commit_in_doubt_as_such_and_aborts_the_transaction_never_asked_to_commit() {
+        let txns = Transactions::new(TransactionMeters::new("r"));
+        let open = || {
+            let now = Instant::now();
+            Open { settled: watch::channel(None).0, unreported: 0, began: now, joined: now, expedited: false, full: false }
+        };
+        let (asked, never_asked) = (open(), open());
+        let (asked_rx, never_asked_rx) = (asked.settled.subscribe(), never_asked.settled.subscribe());
+        txns.state().in_doubt.push((asked, "commit timed out".into()));
+        txns.state().open = Some(never_asked);
+        assert!(asked_rx.borrow().is_none(), "a commit in doubt is told nothing before the replacement is initialised");
+        txns.replaced();
+        assert_eq!(*asked_rx.borrow(), Some(Settled::InDoubt("commit timed out".into())), "its records are looked for in the log");
+        assert_eq!(*never_asked_rx.borrow(), Some(Settled::Aborted("the producer was replaced".into())));
+        assert!(txns.state().open.is_none() && txns.state().in_doubt.is_empty());
     }
 
     #[test]

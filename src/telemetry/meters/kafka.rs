@@ -28,6 +28,7 @@ impl RecoveryMeters {
 pub struct TransactionMeters {
     committed: Counter,
     aborted: Counter,
+    in_doubt: Counter,
     failed: Counter,
 }
 
@@ -35,7 +36,7 @@ impl TransactionMeters {
     pub fn new(route: &str) -> TransactionMeters {
         let ended =
             |outcome: &'static str| metrics::counter!(m::SINK_TRANSACTIONS, label::SINK => KAFKA, label::ROUTE => route.to_string(), label::OUTCOME => outcome);
-        TransactionMeters { committed: ended("committed"), aborted: ended("aborted"), failed: ended("failed") }
+        TransactionMeters { committed: ended("committed"), aborted: ended("aborted"), in_doubt: ended("in_doubt"), failed: ended("failed") }
     }
 
     pub fn committed(&self) {
@@ -44,6 +45,10 @@ impl TransactionMeters {
 
     pub fn aborted(&self) {
         self.aborted.increment(1);
+    }
+
+    pub fn in_doubt(&self) {
+        self.in_doubt.increment(1);
     }
 
     pub fn failed(&self) {
