@@ -177,9 +177,14 @@ fn decide(lease: Option<&LeaseSpec>, observed: &mut Option<LastSeen>, identity: 
     }
 }
 
+/// The lease's namespace: the configured one, else `$POD_NAMESPACE`, else `default`.
+pub fn lease_namespace(cfg: &LeaderElectionConfig) -> String {
+    cfg.namespace.clone().or_else(|| std::env::var("POD_NAMESPACE").ok()).unwrap_or_else(|| "default".into())
+}
+
 impl Elector {
     pub fn new(client: Client, cfg: &LeaderElectionConfig) -> Elector {
-        let namespace = cfg.namespace.clone().or_else(|| std::env::var("POD_NAMESPACE").ok()).unwrap_or_else(|| "default".into());
+        let namespace = lease_namespace(cfg);
         let identity = cfg.identity.clone().unwrap_or_else(|| {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "deltaship".into());
             format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])

@@ -726,3 +726,43 @@ async fn a_record_ahead_of_the_api_server_in_the_log_never_suppresses_a_change()
     bridge.stop(Duration::from_secs(30));
     delete_namespace(&s.kube, &s.ns).await;
 }
+
+/// A second deployment given the same cluster name, sink and checkpoint as a running one,
+/// with another configuration (a label selector) and no shared lease, does not lead the
+/// route while the first runs: it says so at ERROR naming both, stays not ready and ships
+/// nothing; once the first stops (and releases the route), it leads.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_deployment_with_another_configuration_on_a_route_does_not_lead_it_while_the_first_runs() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(false, |_| {}).await;
+    let first = s.start();
+    let initial = s.sink.events(LISTED + 2 * s.sink.markers()).await;
+    s.wait_checkpointed(&first);
+
+    let mut other: toml::Value = toml::from_str(&s.config).unwrap();
+    other["resources"][0]["label_selector"] = toml::Value::String("selected=yes".into());
+    let mut second = Bridge::start(&toml::to_string(&other).unwrap());
+    let refused = "Not leading the route: another deployment with another configuration ships it now";
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !second.log_text().contains(refused) {
+        assert!(std::time::Instant::now() < deadline, "the second deployment never said it does not lead:\n{}", second.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = second.log_text();
+    assert!(log.contains("without leader election (instance"), "both deployments named: {log}");
+    // Ten seconds more: still not ready, and nothing shipped by it.
+    std::thread::sleep(Duration::from_secs(10));
+    assert!(!second.ready(), "a refused deployment is not ready");
+    s.cms.patch("cm-5", &PatchParams::apply("it").force(), &Patch::Apply(&cm("cm-5", "while-both-run"))).await.unwrap();
+    let events = s.sink.events(initial.len() + 1).await;
+    assert_eq!(counted(&after(&events, &initial)), BTreeMap::from([(format!("updated {}/cm-5", s.ns), 1)]), "only the first deployment ships");
+
+    // The first stops and releases the route: the second leads (a full sync of its own
+    // configuration, as a changed configuration does).
+    first.stop(Duration::from_secs(30));
+    second.wait_ready(Duration::from_secs(60));
+    let log = second.log_text();
+    assert!(log.contains("reason=\"foreign\"") || log.contains("reason=foreign"), "{log}");
+    second.stop(Duration::from_secs(30));
+    delete_namespace(&s.kube, &s.ns).await;
+}

@@ -4,6 +4,7 @@
 //! or lists and ships only the differences when the API server no longer has it.
 
 pub mod decision;
+pub mod holder;
 mod progress;
 mod record;
 mod seal;

@@ -4,10 +4,11 @@
 //! could not be read at start-up is opened as soon as it can be.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::holder::{Holder, now_ms};
 use super::store::Refusal;
 use super::{Progress, Records, Seal, Store};
 use crate::config::{ResumeConfig, SinkConfig};
@@ -75,6 +76,9 @@ pub struct Checkpointer {
     pub seal: Seal,
     /// The `route` metric label.
     pub route: String,
+    /// The route's holder record (`checkpoint::holder`) and its key: renewed as it says,
+    /// released when stopping.
+    pub holder: (String, Holder),
     /// Told once the first write was tried, which the writer makes at once: a start's
     /// records (where each watch's log ends, what its log's tail taught) are then stored
     /// before the watches ship anything, so a crash at any moment leaves a checkpoint that
@@ -93,6 +97,7 @@ impl Checkpointer {
             meters.backlog(events, records + unwritten.len());
         };
         let mut wait = Duration::ZERO;
+        let mut renewed: Option<Instant> = None;
         loop {
             let stopping = tokio::select! {
                 _ = stop.cancelled() => true,
@@ -111,6 +116,14 @@ impl Checkpointer {
                 continue;
             };
             unwritten.extend(first);
+            let (key, holder) = &self.holder;
+            if stopping || renewed.is_none_or(|at| at.elapsed().as_millis() as u64 >= holder.renew_ms) {
+                let written = Holder { written_ms: now_ms(), released: stopping, ..holder.clone() };
+                // Only the newest renewal is worth writing.
+                unwritten.retain(|(k, _)| k != key);
+                unwritten.push((key.clone(), Some(self.seal.seal(key, serde_json::to_vec(&written).unwrap_or_default()))));
+                renewed = Some(Instant::now());
+            }
             unwritten.extend(self.progress.take().into_iter().map(|(key, value)| {
                 let value = value.map(|v| self.seal.seal(&key, v));
                 (key, value)

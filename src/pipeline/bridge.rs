@@ -176,6 +176,7 @@ impl Bridge {
                 interval,
                 seal: seal.clone(),
                 route: route.name.clone(),
+                holder: tracked.holder.clone(),
                 first: Some(first),
             };
             self.names.spawn(&mut self.writers, format!("checkpoint writer of route {}", route.name), writer.run(self.checkpoint_stop.clone()));

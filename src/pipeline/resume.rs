@@ -14,6 +14,7 @@ use crate::change::Entry;
 use kube::Client;
 
 use crate::checkpoint::decision::{self, Decision, Facts, Held, Proof, RouteFacts};
+use crate::checkpoint::holder::{self, Holder, Verdict};
 use crate::checkpoint::{
     self, Destination, Hold, Learned, Loaded, Now, Parsed, Progress, Refused, Resume, Sample, Seal, Start, Store, StoreError, Timeline, Unusable, Watched,
 };
@@ -42,6 +43,8 @@ pub struct CheckpointedRoute {
     pub store: Destination,
     /// What its watches' workers register and its dispatcher acknowledges.
     pub progress: Arc<Progress>,
+    /// Its holder record (`checkpoint::holder`) and the record's key.
+    pub holder: (String, Holder),
 }
 
 /// Where a watch starts.
@@ -99,11 +102,12 @@ pub async fn load(
     let mut starts = Starts::default();
     // Each route's checkpoints, or why it keeps none.
     let mut read: Vec<Result<Parsed, Unusable>> = Vec::new();
-    for route in routes {
+    for (r, route) in routes.iter().enumerate() {
         let prefix = checkpoint::route_prefix(&config.cluster, &route.name);
-        match open(config, route, &prefix, retry, stop).await {
+        let holder = (holder::key(&prefix), this_holder(config, scopes, r));
+        match open_led(config, route, &prefix, seal, &holder, retry, stop).await {
             Ok(Some((store, records))) => {
-                starts.routes.push(Some(CheckpointedRoute { store: Destination::Open(Arc::new(store)), progress: Arc::new(Progress::default()) }));
+                starts.routes.push(Some(CheckpointedRoute { store: Destination::Open(Arc::new(store)), progress: Arc::new(Progress::default()), holder }));
                 read.push(Ok(checkpoint::parse(records, seal)));
             }
             Ok(None) => {
@@ -126,7 +130,7 @@ pub async fn load(
                 starts.routes.push(later.then(|| {
                     let store =
                         Destination::Later { sink: Box::new(route.sink.clone()), resume: Box::new(config.resume.clone()), route: route.name.clone(), prefix };
-                    CheckpointedRoute { store, progress: Arc::new(Progress::default()) }
+                    CheckpointedRoute { store, progress: Arc::new(Progress::default()), holder }
                 }));
                 read.push(Err(Unusable::Unreadable));
             }
@@ -363,6 +367,69 @@ async fn identity(client: &Client, retry: RetryPolicy) -> Option<String> {
         }
     }
     None
+}
+
+/// How often a start refused a route (`checkpoint::holder`) reads its holder record again,
+/// and how often it says so.
+const REFUSED_RETRY: Duration = Duration::from_secs(5);
+const REFUSED_SAY_EVERY: Duration = Duration::from_secs(60);
+
+/// This deployment as the holder of route `r`: its configuration (every watch of the
+/// route), its lease and its name.
+fn this_holder(config: &Config, scopes: &[Arc<Scope>], r: usize) -> Holder {
+    let digests: Vec<String> =
+        scopes.iter().flat_map(|s| s.outputs.iter().filter(|o| o.route == r).map(|o| checkpoint::digest(&config.cluster, s, o))).collect();
+    let election = &config.leader_election;
+    let lease = election.enabled.then(|| format!("{}/{}", crate::leader::lease_namespace(election), election.lease_name));
+    let instance = election.identity.clone().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| "deltaship".into());
+    Holder {
+        configuration: holder::configuration(digests.iter().map(String::as_str)),
+        lease,
+        instance,
+        written_ms: 0,
+        renew_ms: (config.resume.interval_ms).max(holder::RENEW_EVERY.as_millis() as u64),
+        released: false,
+    }
+}
+
+/// The route's store and records (`open`), once this deployment may lead the route: while
+/// another deployment holds it (`holder::judge`), read again every REFUSED_RETRY, said at
+/// ERROR every REFUSED_SAY_EVERY, until it is free or `stop`.
+async fn open_led(
+    config: &Config,
+    route: &RouteConfig,
+    prefix: &str,
+    seal: &Seal,
+    (key, mine): &(String, Holder),
+    retry: RetryPolicy,
+    stop: &CancellationToken,
+) -> Result<Option<(Store, HashMap<String, Vec<u8>>)>, StoreError> {
+    let mut said: Option<Instant> = None;
+    loop {
+        let Some((store, mut records)) = open(config, route, prefix, retry, stop).await? else { return Ok(None) };
+        let found = records.remove(key).and_then(|v| seal.open(key, &v).and_then(|v| serde_json::from_slice::<Holder>(v).ok()));
+        let other = match holder::judge(mine, found.as_ref(), holder::now_ms()) {
+            Verdict::Lead => return Ok(Some((store, records))),
+            Verdict::TakeOver { other } => {
+                tracing::warn!(route = %route.name, other = %other.describe(), this = %mine.describe(), "Taking over a route last held by another deployment, which stopped without releasing it");
+                return Ok(Some((store, records)));
+            }
+            Verdict::Refuse { other } => other,
+        };
+        if said.is_none_or(|at| at.elapsed() >= REFUSED_SAY_EVERY) {
+            said = Some(Instant::now());
+            tracing::error!(
+                route = %route.name,
+                other = %other.describe(),
+                this = %mine.describe(),
+                "Not leading the route: another deployment with another configuration ships it now (the same cluster name, sink and checkpoint); both would overwrite each other's checkpoint and consumers would lose what one does not select. Give each deployment its own `cluster` name or topic and checkpoint, or stop one; waiting"
+            );
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(REFUSED_RETRY) => {}
+            _ = stop.cancelled() => return Ok(None),
+        }
+    }
 }
 
 /// The route's store and its records, read with retries for a while; `None` when the
