@@ -1,8 +1,9 @@
 //! The scenario explorer: scenarios drawn from seeds (`Plan::draw` of `tests/support/scenario.rs`), each a
 //! configuration (one or two routes on Kafka and JetStream, resyncs off, short or long,
 //! object or patch payloads, diff or full relists, Secrets beside ConfigMaps, keyed digests,
-//! leader election with fencing, resume on or off) and a schedule of faults (SIGKILL,
-//! SIGTERM, broker restarts, expired watches, compaction) under churn, run against the real
+//! streaming lists, leader election with fencing and one or two replicas, resume on or off)
+//! and a schedule of faults (SIGKILL or SIGTERM of the leader, broker restarts, API server
+//! restarts, expired watches, compaction) under churn, run against the real
 //! servers until a time budget is spent, and judged by the API server's lists against
 //! `deltaship rebuild --verify` and the audit of every route's events. Each scenario prints
 //! its seed and configuration; a failing one is reproduced with `tests/explore --seed N`, and

@@ -740,7 +740,8 @@ async fn a_second_deployment_with_another_configuration_on_a_route_does_not_lead
     s.wait_checkpointed(&first);
 
     let mut other: toml::Value = toml::from_str(&s.config).unwrap();
-    other["resources"][0]["label_selector"] = toml::Value::String("selected=yes".into());
+    let resource = other["resources"][0].as_table_mut().expect("the resource's table");
+    resource.insert("label_selector".into(), toml::Value::String("selected=yes".into()));
     let mut second = Bridge::start(&toml::to_string(&other).unwrap());
     let refused = "Not leading the route: another deployment with another configuration ships it now";
     let deadline = std::time::Instant::now() + Duration::from_secs(60);

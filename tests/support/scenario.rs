@@ -1,6 +1,7 @@
 //! Scenarios where features meet: a configuration (routes, resyncs, payload, relist, digest
-//! key, leader election, resume) and a schedule of faults (SIGKILL, SIGTERM, broker restarts,
-//! expired watches, compaction) under churn, drawn from a seed or written out by a named test,
+//! key, streaming lists, leader election with one or two replicas, resume) and a schedule of
+//! faults (SIGKILL, SIGTERM, broker restarts, API server restarts, expired watches,
+//! compaction) under churn, drawn from a seed or written out by a named test,
 //! run against the real servers and judged by oracles that share no code path with the
 //! bridge: the API server's lists against `deltaship rebuild --verify` (every marker's count
 //! and digest) and the audit of every object event on every route (no repeat, no step back).
@@ -79,6 +80,8 @@ pub enum Fault {
     ExpireWatches,
     /// etcd compacted: a watch resumed from an older version gets 410 Gone.
     Compact,
+    /// The API server restarted (etcd kept).
+    ApiServerRestart,
 }
 
 /// One scenario: the configuration, and each fault with how long the bridge ran before it.
@@ -94,8 +97,13 @@ pub struct Plan {
     pub secrets: bool,
     pub namespaces: usize,
     pub digest_key: bool,
-    /// Leader election with fencing (one replica).
+    /// The initial lists are streamed (`kubernetes.streaming_lists`).
+    pub streaming_lists: bool,
+    /// Leader election with fencing.
     pub election: bool,
+    /// Replicas sharing the lease (2 only with leader election): a SIGKILL or SIGTERM hits
+    /// the leader, and a new replica replaces it, as a Deployment's would.
+    pub replicas: usize,
     pub resume: bool,
     pub faults: Vec<(Duration, Fault)>,
 }
@@ -110,7 +118,9 @@ impl Plan {
         let relist = if r.chance(25) { SyncMode::Full } else { SyncMode::Diff };
         let (secrets, namespaces, digest_key) = (r.chance(50), 1 + r.below(3) as usize, r.chance(50));
         let (election, resume) = (r.chance(30), r.chance(90));
-        let mut kinds = vec![Fault::Kill, Fault::Kill, Fault::Term, Fault::ExpireWatches, Fault::Compact];
+        let streaming_lists = r.chance(30);
+        let replicas = if election && r.chance(50) { 2 } else { 1 };
+        let mut kinds = vec![Fault::Kill, Fault::Kill, Fault::Term, Fault::ExpireWatches, Fault::Compact, Fault::ApiServerRestart];
         if routes != Routes::Nats {
             kinds.push(Fault::KafkaRestart);
         }
@@ -118,7 +128,7 @@ impl Plan {
             kinds.push(Fault::NatsRestart);
         }
         let faults = (0..2 + r.below(3)).map(|_| (Duration::from_millis(1500 + r.below(8000)), kinds[r.below(kinds.len() as u64) as usize])).collect();
-        Plan { seed: Some(seed), routes, resync_secs, payload, relist, secrets, namespaces, digest_key, election, resume, faults }
+        Plan { seed: Some(seed), routes, resync_secs, payload, relist, secrets, namespaces, digest_key, streaming_lists, election, replicas, resume, faults }
     }
 }
 
@@ -127,7 +137,7 @@ impl fmt::Display for Plan {
         let faults: Vec<String> = self.faults.iter().map(|(after, fault)| format!("{fault:?}@{}ms", after.as_millis())).collect();
         write!(
             f,
-            "routes={:?} resync_secs={} payload={:?} relist={:?} secrets={} namespaces={} digest_key={} election={} resume={} faults=[{}]",
+            "routes={:?} resync_secs={} payload={:?} relist={:?} secrets={} namespaces={} digest_key={} streaming_lists={} election={} replicas={} resume={} faults=[{}]",
             self.routes,
             self.resync_secs,
             self.payload,
@@ -135,7 +145,9 @@ impl fmt::Display for Plan {
             self.secrets,
             self.namespaces,
             self.digest_key,
+            self.streaming_lists,
             self.election,
+            self.replicas,
             self.resume,
             faults.join(", ")
         )
@@ -229,6 +241,7 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
     let config = config.with(|c| {
         c.resume = resume;
         c.kubernetes.resync_secs = plan.resync_secs;
+        c.kubernetes.streaming_lists = plan.streaming_lists;
         if plan.digest_key {
             c.redaction.digest_key_file = Some(key_file.clone());
         }
@@ -268,44 +281,66 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
         }
     }
     let walk = Walk::start(cms.clone(), secrets.clone());
-    let start = |plan: &Plan| {
+    // A replica: with leader election, the first one leads before the next starts (a
+    // standby is ready too).
+    let start = |first: bool| {
         let mut b = Bridge::start(&config);
-        if plan.election {
+        if plan.election && first {
             b.wait_leading(Duration::from_secs(120))
         } else {
             b.wait_ready(Duration::from_secs(120))
         }
         b
     };
-    let mut bridge = start(plan);
+    let mut bridges: Vec<Bridge> = (0..plan.replicas).map(|i| start(i == 0)).collect();
     // As the kubelet restarts a pod's container: a bridge that stopped by itself (a leader
     // that could not renew its lease in time stops publishing and exits) is started again.
     let mut restarted = 0;
-    let mut supervise = |bridge: &mut Bridge| {
-        if !bridge.running() {
-            restarted += 1;
-            *bridge = start(plan);
+    let mut supervise = |bridges: &mut Vec<Bridge>| {
+        for b in bridges.iter_mut() {
+            if !b.running() {
+                restarted += 1;
+                *b = start(false);
+            }
         }
     };
     for (after, fault) in &plan.faults {
         tokio::time::sleep(*after).await;
-        supervise(&mut bridge);
+        supervise(&mut bridges);
         match fault {
             Fault::Kill | Fault::Term => {
-                bridge.signal(if *fault == Fault::Kill { "KILL" } else { "TERM" });
-                bridge.wait_exit(Duration::from_secs(60));
+                // The leader (or the only replica) is hit; a new replica replaces it.
+                let hit = bridges.iter().position(Bridge::leads).unwrap_or(0);
+                let mut gone = bridges.swap_remove(hit);
+                gone.signal(if *fault == Fault::Kill { "KILL" } else { "TERM" });
+                gone.wait_exit(Duration::from_secs(60));
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                bridge = start(plan);
+                bridges.push(start(bridges.is_empty()));
             }
             Fault::KafkaRestart => try_ctl("kafka", "restart")?,
             Fault::NatsRestart => try_ctl("nats", "restart")?,
             Fault::ExpireWatches => try_ctl("kube", "expire-watches")?,
             Fault::Compact => try_ctl("kube", "compact")?,
+            Fault::ApiServerRestart => try_ctl("kube", "restart")?,
         }
     }
-    // Long enough for two resyncs (or a few seconds) after the last fault, then quiet.
+    // Long enough for two resyncs (or a few seconds) after the last fault, then quiet; with
+    // leader election, some replica leads by then.
     tokio::time::sleep(Duration::from_secs((2 * plan.resync_secs).max(5))).await;
-    supervise(&mut bridge);
+    supervise(&mut bridges);
+    if plan.election {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !bridges.iter().any(Bridge::leads) {
+            if std::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "no replica leads a minute after the last fault
+{}",
+                    bridges.iter().map(Bridge::log_text).collect::<Vec<_>>().join("\n---\n")
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
     let writes = walk.finish().await;
     let mut existing = HashSet::new();
     for api in &cms {
@@ -315,7 +350,7 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
         existing.extend(api.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|s| s.metadata.uid));
     }
     let mut figures = Vec::new();
-    let text = bridge.log_text();
+    let text = bridges.iter().map(Bridge::log_text).collect::<Vec<_>>().join("\n---\n");
     for log in &logs {
         let sink = if matches!(log, Log::Nats { .. }) { "nats" } else { "kafka" };
         rebuild_matches(&kube, log.rebuild_args(), &namespaces, Duration::from_secs(120)).await.map_err(|e| format!("{sink}: {e}\n{text}"))?;
@@ -328,7 +363,7 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
             return Err(format!("{sink}: {}\n{}\n{text}", figures.join("; "), h.problems.join("\n")));
         }
     }
-    drop(bridge);
+    drop(bridges);
     for ns in &namespaces {
         delete_namespace(&kube, ns).await;
     }
