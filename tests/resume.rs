@@ -729,8 +729,9 @@ async fn a_record_ahead_of_the_api_server_in_the_log_never_suppresses_a_change()
 
 /// A second deployment given the same cluster name, sink and checkpoint as a running one,
 /// with another configuration (a label selector) and no shared lease, does not lead the
-/// route while the first runs: it says so at ERROR naming both, stays not ready and ships
-/// nothing; once the first stops (and releases the route), it leads.
+/// route while the first runs: it says so at ERROR naming both and stands by (ready, as a
+/// standby replica is, so that a rolling update ends) shipping nothing; once the first stops
+/// (and releases the route), it leads.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_deployment_with_another_configuration_on_a_route_does_not_lead_it_while_the_first_runs() {
     let _serial = SERIAL.lock().await;
@@ -751,9 +752,11 @@ async fn a_second_deployment_with_another_configuration_on_a_route_does_not_lead
     }
     let log = second.log_text();
     assert!(log.contains("without leader election (instance"), "both deployments named: {log}");
-    // Ten seconds more: still not ready, and nothing shipped by it.
+    // Ten seconds more: standing by, and nothing shipped by it.
     std::thread::sleep(Duration::from_secs(10));
-    assert!(!second.ready(), "a refused deployment is not ready");
+    let metrics = second.get("/metrics").unwrap().1;
+    assert_eq!(series(&metrics, "deltaship_route_held_elsewhere{route=\"default\"}"), Some(1.0), "{metrics}");
+    assert!(!second.leads(), "{metrics}");
     s.cms.patch("cm-5", &PatchParams::apply("it").force(), &Patch::Apply(&cm("cm-5", "while-both-run"))).await.unwrap();
     let events = s.sink.events(initial.len() + 1).await;
     assert_eq!(counted(&after(&events, &initial)), BTreeMap::from([(format!("updated {}/cm-5", s.ns), 1)]), "only the first deployment ships");
@@ -761,7 +764,14 @@ async fn a_second_deployment_with_another_configuration_on_a_route_does_not_lead
     // The first stops and releases the route: the second leads (a full sync of its own
     // configuration, as a changed configuration does).
     first.stop(Duration::from_secs(30));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !second.leads() {
+        assert!(std::time::Instant::now() < deadline, "the second deployment never led:\n{}", second.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
     second.wait_ready(Duration::from_secs(60));
+    let metrics = second.get("/metrics").unwrap().1;
+    assert_eq!(series(&metrics, "deltaship_route_held_elsewhere{route=\"default\"}"), Some(0.0), "{metrics}");
     let log = second.log_text();
     assert!(log.contains("reason=\"foreign\"") || log.contains("reason=foreign"), "{log}");
     second.stop(Duration::from_secs(30));

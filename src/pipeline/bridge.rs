@@ -163,7 +163,8 @@ impl Bridge {
         // Where each watch starts: the routes' checkpoints, read once leading.
         let key = config.resume.key_file.as_deref().map(crate::config::read_digest_key).transpose().map_err(RunError::CheckpointKey)?;
         let seal = checkpoint::Seal::new(key.as_deref());
-        let starts = resume::load(config, &seal, &client, &self.routes, &scopes, retry, stop).await;
+        let patience = resume::Patience { retry, stop, health: &self.health };
+        let starts = resume::load(config, &seal, &client, &self.routes, &scopes, &patience).await;
         let mut first_writes = Vec::new();
         for (route, tracked) in self.routes.iter().zip(&starts.routes) {
             let Some(tracked) = tracked else { continue };

@@ -20,7 +20,8 @@ use crate::checkpoint::{
 };
 use crate::config::{Config, RouteConfig};
 use crate::plan::{Output, Scope};
-use crate::telemetry::meters::ResumeMeters;
+use crate::telemetry::Health;
+use crate::telemetry::meters::{ResumeMeters, held_elsewhere};
 use crate::watch::position;
 
 /// How long start-up keeps trying to read a route's checkpoint store before starting its
@@ -90,22 +91,15 @@ impl RouteReading {
 
 /// Reads the checkpoints of every route and decides each watch's start: the facts are
 /// gathered here, and `checkpoint::decision` decides on them.
-pub async fn load(
-    config: &Config,
-    seal: &Seal,
-    client: &Client,
-    routes: &[RouteConfig],
-    scopes: &[Arc<Scope>],
-    retry: RetryPolicy,
-    stop: &CancellationToken,
-) -> Starts {
+pub async fn load(config: &Config, seal: &Seal, client: &Client, routes: &[RouteConfig], scopes: &[Arc<Scope>], patience: &Patience<'_>) -> Starts {
+    let Patience { retry, stop, .. } = *patience;
     let mut starts = Starts::default();
     // Each route's checkpoints, or why it keeps none.
     let mut read: Vec<Result<Parsed, Unusable>> = Vec::new();
     for (r, route) in routes.iter().enumerate() {
         let prefix = checkpoint::route_prefix(&config.cluster, &route.name);
         let holder = (holder::key(&prefix), this_holder(config, scopes, r));
-        match open_led(config, route, &prefix, seal, &holder, retry, stop).await {
+        match open_led(config, route, &prefix, seal, &holder, patience).await {
             Ok(Some((store, records))) => {
                 starts.routes.push(Some(CheckpointedRoute { store: Destination::Open(Arc::new(store)), progress: Arc::new(Progress::default()), holder }));
                 read.push(Ok(checkpoint::parse(records, seal)));
@@ -392,30 +386,54 @@ fn this_holder(config: &Config, scopes: &[Arc<Scope>], r: usize) -> Holder {
     }
 }
 
+/// How start-up waits: its retries, when it gives up, and where it says it stands by.
+#[derive(Clone, Copy)]
+pub struct Patience<'a> {
+    pub retry: RetryPolicy,
+    pub stop: &'a CancellationToken,
+    pub health: &'a Health,
+}
+
 /// The route's store and records (`open`), once this deployment may lead the route: while
 /// another deployment holds it (`holder::judge`), read again every REFUSED_RETRY, said at
-/// ERROR every REFUSED_SAY_EVERY, until it is free or `stop`.
+/// ERROR every REFUSED_SAY_EVERY and by `deltaship_route_held_elsewhere`, standing by,
+/// until it is free or `stop`.
 async fn open_led(
     config: &Config,
     route: &RouteConfig,
     prefix: &str,
     seal: &Seal,
     (key, mine): &(String, Holder),
-    retry: RetryPolicy,
-    stop: &CancellationToken,
+    &Patience { retry, stop, health }: &Patience<'_>,
 ) -> Result<Option<(Store, HashMap<String, Vec<u8>>)>, StoreError> {
     let mut said: Option<Instant> = None;
+    // While refused, the start stands by (ready, not leading), as a standby replica does:
+    // a rolling update whose new pod waited for the old one to leave would never end.
+    let leave = |said: Option<Instant>| {
+        if said.is_some() {
+            held_elsewhere(&route.name, false);
+            health.set_standby(false);
+        }
+    };
     loop {
         let Some((store, mut records)) = open(config, route, prefix, retry, stop).await? else { return Ok(None) };
         let found = records.remove(key).and_then(|v| seal.open(key, &v).and_then(|v| serde_json::from_slice::<Holder>(v).ok()));
         let other = match holder::judge(mine, found.as_ref(), holder::now_ms()) {
-            Verdict::Lead => return Ok(Some((store, records))),
+            Verdict::Lead => {
+                leave(said);
+                return Ok(Some((store, records)));
+            }
             Verdict::TakeOver { other } => {
+                leave(said);
                 tracing::warn!(route = %route.name, other = %other.describe(), this = %mine.describe(), "Taking over a route last held by another deployment, which stopped without releasing it");
                 return Ok(Some((store, records)));
             }
             Verdict::Refuse { other } => other,
         };
+        if said.is_none() {
+            held_elsewhere(&route.name, true);
+            health.set_standby(true);
+        }
         if said.is_none_or(|at| at.elapsed() >= REFUSED_SAY_EVERY) {
             said = Some(Instant::now());
             tracing::error!(

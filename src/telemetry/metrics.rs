@@ -31,6 +31,7 @@ pub const INDEXED: &str = "deltaship_indexed_objects";
 pub const READY: &str = "deltaship_ready";
 pub const SINK_REACHABLE: &str = "deltaship_sink_reachable";
 pub const LEADER: &str = "deltaship_leader";
+pub const ROUTE_HELD_ELSEWHERE: &str = "deltaship_route_held_elsewhere";
 pub const LEASE_ERRORS: &str = "deltaship_lease_errors_total";
 pub const RESUME_FALLBACKS: &str = "deltaship_resume_fallbacks_total";
 pub const RESUME_TAILS: &str = "deltaship_resume_tail_reads_total";
@@ -152,6 +153,10 @@ pub fn describe() {
         "Failed Lease API calls of leader election, retried, by error_kind (throttled, server_error, timeout, connection, rejected)."
     );
     describe_gauge!(LEADER, "With leader election: 1 while this replica leads, 0 while it stands by.");
+    describe_gauge!(
+        ROUTE_HELD_ELSEWHERE,
+        "1 while this start does not lead the route because another deployment with another configuration holds it, by route."
+    );
     describe_gauge!(READY, "1 when every route delivered its initial syncs and its sink is reachable.");
     describe_gauge!(SINK_REACHABLE, "1 while the route's sink answers probes, by route.");
 }

@@ -31,5 +31,5 @@ pub use kafka::{DoubtMeters, RecoveryMeters, TransactionMeters};
 pub use lease::LeaseMeters;
 pub use redaction::RedactionMeters;
 pub use requests::RequestMeters;
-pub use resume::ResumeMeters;
+pub use resume::{ResumeMeters, held_elsewhere};
 pub use worker::WorkerMeters;

@@ -30,3 +30,8 @@ impl<'a> ResumeMeters<'a> {
         metrics::counter!(m::RESUME_TAIL_IGNORED, label::RESOURCE => self.resource.to_string(), label::REASON => "ahead").increment(n);
     }
 }
+
+/// Whether a start waits for another deployment to leave route `route` (`checkpoint::holder`).
+pub fn held_elsewhere(route: &str, waiting: bool) {
+    metrics::gauge!(m::ROUTE_HELD_ELSEWHERE, label::ROUTE => route.to_string()).set(if waiting { 1.0 } else { 0.0 });
+}
