@@ -11,12 +11,35 @@
 //!
 //! `DELTASHIP_TEST_EXPLORE_SECS`: the budget (default 180 s, as in tests/run; a scenario started within it
 //! runs to its end). `DELTASHIP_TEST_EXPLORE_SEED`: run that one seed only.
+//! `DELTASHIP_TEST_EXPLORE_LANES`: how many scenarios run at once (default 1). The servers are
+//! shared, so a lane's server faults hit the others too: more faults, never fewer promises; a
+//! failure found with several lanes is reproduced with its seed alone first.
 
 mod support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::scenario::{self, Plan};
+
+/// Runs `seed`'s scenario: its figures, or what broke (a panic, such as a bridge that never
+/// became ready, is the scenario's failure, not the batch's end).
+async fn explore(seed: u64) -> Result<String, String> {
+    let plan = Plan::draw(seed);
+    eprintln!("EXPLORE seed={seed} {plan}");
+    let began = Instant::now();
+    let outcome = match tokio::spawn(async move { scenario::run(&plan).await }).await {
+        Ok(Ok(figures)) => Ok(figures.0),
+        Ok(Err(problem)) => Err(problem),
+        Err(panicked) => Err(format!("panicked: {panicked}")),
+    };
+    match &outcome {
+        Ok(figures) => eprintln!("EXPLORE seed={seed} ok in {:.0} s: {figures}", began.elapsed().as_secs_f64()),
+        Err(problem) => eprintln!("EXPLORE seed={seed} FAILED in {:.0} s: {problem}", began.elapsed().as_secs_f64()),
+    }
+    outcome
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn seeded_scenarios_keep_every_promise() {
@@ -24,40 +47,43 @@ async fn seeded_scenarios_keep_every_promise() {
     let number = |name: &str| std::env::var(name).ok().map(|v| v.parse::<u64>().unwrap_or_else(|_| panic!("{name}={v:?} is not a number")));
     let only = number("DELTASHIP_TEST_EXPLORE_SEED");
     let budget = Duration::from_secs(number("DELTASHIP_TEST_EXPLORE_SECS").unwrap_or(180));
+    let lanes = if only.is_some() { 1 } else { number("DELTASHIP_TEST_EXPLORE_LANES").unwrap_or(1).max(1) };
     // New seeds each run, printed: the first is the time, the others follow it.
     let first = only.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs());
     let started = Instant::now();
-    let (mut ran, mut failures) = (0, Vec::new());
-    for seed in first.. {
-        if ran > 0 && (only.is_some() || started.elapsed() >= budget) {
-            break;
-        }
-        let plan = Plan::draw(seed);
-        eprintln!("EXPLORE seed={seed} {plan}");
-        let began = Instant::now();
-        // A panic in a scenario (a bridge that never became ready) is its failure, not the
-        // batch's end.
-        let run = {
-            let plan = plan.clone();
-            tokio::spawn(async move { scenario::run(&plan).await })
-        };
-        let outcome = match run.await {
-            Ok(Ok(figures)) => Ok(figures.0),
-            Ok(Err(problem)) => Err(problem),
-            Err(panicked) => Err(format!("panicked: {panicked}")),
-        };
-        ran += 1;
-        match outcome {
-            Ok(figures) => eprintln!("EXPLORE seed={seed} ok in {:.0} s: {figures}", began.elapsed().as_secs_f64()),
-            Err(problem) => {
-                eprintln!("EXPLORE seed={seed} FAILED in {:.0} s: {problem}", began.elapsed().as_secs_f64());
-                failures.push(format!(
-                    "seed {seed} ({plan}): reproduce with `tests/explore --seed {seed}`\n{}",
-                    problem.lines().take(40).collect::<Vec<_>>().join("\n")
-                ));
+    let next = Arc::new(AtomicU64::new(first));
+    let mut running = tokio::task::JoinSet::new();
+    for _ in 0..lanes {
+        let next = next.clone();
+        running.spawn(async move {
+            let mut ran = Vec::new();
+            loop {
+                let seed = next.fetch_add(1, Ordering::AcqRel);
+                if seed > first && (only.is_some() || started.elapsed() >= budget) {
+                    return ran;
+                }
+                ran.push((seed, explore(seed).await));
             }
-        }
+        });
     }
-    eprintln!("EXPLORE-FIGURES scenarios={ran} seeds={first}..={} failed={} in {:.0} s", first + ran - 1, failures.len(), started.elapsed().as_secs_f64());
+    let mut outcomes: Vec<(u64, Result<String, String>)> = Vec::new();
+    while let Some(lane) = running.join_next().await {
+        outcomes.extend(lane.expect("an explorer lane panicked"));
+    }
+    outcomes.sort_by_key(|(seed, _)| *seed);
+    let failures: Vec<String> = outcomes
+        .iter()
+        .filter_map(|(seed, outcome)| outcome.as_ref().err().map(|problem| (seed, problem)))
+        .map(|(seed, problem)| {
+            format!(
+                "seed {seed} ({}): reproduce with `tests/explore --seed {seed}`\n{}",
+                Plan::draw(*seed),
+                problem.lines().take(40).collect::<Vec<_>>().join("\n")
+            )
+        })
+        .collect();
+    let ran = outcomes.len();
+    let last = outcomes.last().map_or(first, |(seed, _)| *seed);
+    eprintln!("EXPLORE-FIGURES scenarios={ran} seeds={first}..={last} lanes={lanes} failed={} in {:.0} s", failures.len(), started.elapsed().as_secs_f64());
     assert!(failures.is_empty(), "{} of {ran} scenarios broke a promise:\n\n{}", failures.len(), failures.join("\n\n"));
 }
