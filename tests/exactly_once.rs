@@ -1,11 +1,12 @@
 //! Exactly once through crashes, against the real servers on a busy machine: a bridge
 //! shipping ConfigMaps that are created, updated and deleted all along is killed (SIGKILL)
-//! fifty times in a row, at random moments, and started again each time, on Kafka and on
-//! NATS JetStream. Read back from the start, the stream holds every change once: per object
-//! (uid) its resourceVersions only go up, so no event is repeated and none steps back, and no
-//! object comes back after its delete or is deleted while it exists; the state rebuilt from
-//! it equals the API server's; and every marker's count and digest match the state held at
-//! it (`rebuild --verify`).
+//! again and again (8 times in a row at the proof scale, 50 at the soak scale:
+//! `tests/support/scale.rs`), at moments spread over its first 1.5 s, and started again
+//! each time, on Kafka and on NATS JetStream. Read back from the start, the stream holds
+//! every change once: per object (uid) its resourceVersions only go up, so no event is
+//! repeated and none steps back, and no object comes back after its delete or is deleted
+//! while it exists; the state rebuilt from it equals the API server's; and every marker's
+//! count and digest match the state held at it (`rebuild --verify`).
 //!
 //! The same where features meet crashes: ConfigMaps and Secrets of three namespaces, keyed
 //! digests, three SIGKILLs under churn, with resyncs every few seconds, or shipped by two
@@ -35,10 +36,26 @@ use support::state::assert_rebuild_matches;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-const KILLS: usize = 50;
+/// SIGKILLs in a row: 8 at the proof scale, 50 at the soak scale. Eight already land in
+/// every part of a bridge's first 1.5 s (kill_moment); fifty find the rarer interleavings.
+fn kills() -> usize {
+    support::scale::by_tier(8, 50)
+}
+
+/// When the `i`-th of `kills` SIGKILLs comes after the bridge is ready: the 1.5 s cut into
+/// `kills` equal slots, each killed once at its middle, visited 3 slots apart (so that one
+/// kill's moment is not next to the one before), so that at either scale the kills cover
+/// the bridge's resume, its shipping and its checkpoint writes (every second) alike.
+fn kill_moment(i: usize, kills: usize) -> Duration {
+    assert!(!kills.is_multiple_of(3), "3 slots apart visits every slot only when 3 does not divide {kills}");
+    let slot = (i * 3) % kills;
+    Duration::from_micros(((2 * slot + 1) * 1_500_000 / (2 * kills)) as u64)
+}
 
 async fn killed_again_and_again(on_nats: bool) {
     let _serial = SERIAL.lock().await;
+    let (sink, kills) = (if on_nats { "nats" } else { "kafka" }, kills());
+    support::scale::announce(&format!("sigkills-{sink}"), &format!("kills={kills}"));
     let _busy = support::CpuBurner::start();
     let env = support::env();
     let kube = client().await;
@@ -62,12 +79,10 @@ async fn killed_again_and_again(on_nats: bool) {
     let churn = Walk::start(vec![cms.clone()], Vec::new());
     // Kills at moments spread over a bridge's first 1.5 s after it is ready: while it
     // resumes, ships, and writes its checkpoint (every second).
-    let mut moment: u64 = 7;
-    for _ in 0..KILLS {
+    for i in 0..kills {
         let mut bridge = Bridge::start(&config);
         bridge.wait_ready(Duration::from_secs(120));
-        moment = (moment * 37 + 11) % 1500;
-        tokio::time::sleep(Duration::from_millis(moment)).await;
+        tokio::time::sleep(kill_moment(i, kills)).await;
         bridge.signal("KILL");
         bridge.wait_exit(Duration::from_secs(10));
     }
@@ -77,9 +92,9 @@ async fn killed_again_and_again(on_nats: bool) {
     assert_rebuild_matches(&kube, log.rebuild_args(), std::slice::from_ref(&ns), Duration::from_secs(120)).await;
     let existing: HashSet<String> = cms.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|c| c.metadata.uid).collect();
     let h = log.audited(&existing).await;
-    let sink = if on_nats { "nats" } else { "kafka" };
     eprintln!(
-        "ONCE-FIGURES sink={sink} kills={KILLS} writes={writes} events={} repeats={} steps_back={} resurrections={} spurious_deletes={} state=exact markers=verified",
+        "ONCE-FIGURES sink={sink} scale={} kills={kills} writes={writes} events={} repeats={} steps_back={} resurrections={} spurious_deletes={} state=exact markers=verified",
+        support::scale::tier().as_str(),
         h.events,
         h.repeats + h.resyncs,
         h.steps_back,
@@ -89,7 +104,7 @@ async fn killed_again_and_again(on_nats: bool) {
     assert_eq!(
         (h.repeats + h.resyncs, h.steps_back, h.resurrections, h.spurious_deletes),
         (0, 0, 0, 0),
-        "after {KILLS} SIGKILLs:\n{}\n{}",
+        "after {kills} SIGKILLs:\n{}\n{}",
         h.problems.join("\n"),
         last.log_text()
     );
@@ -98,12 +113,12 @@ async fn killed_again_and_again(on_nats: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn fifty_sigkills_in_a_row_under_churn_deliver_every_change_once_on_kafka() {
+async fn sigkills_in_a_row_under_churn_deliver_every_change_once_on_kafka() {
     killed_again_and_again(false).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn fifty_sigkills_in_a_row_under_churn_deliver_every_change_once_on_nats() {
+async fn sigkills_in_a_row_under_churn_deliver_every_change_once_on_nats() {
     killed_again_and_again(true).await;
 }
 
@@ -120,7 +135,9 @@ fn three_kills(routes: Routes, resync_secs: u64) -> Plan {
         secrets: true,
         namespaces: 3,
         digest_key: true,
+        streaming_lists: false,
         election: false,
+        replicas: 1,
         resume: true,
         faults: vec![(Duration::from_secs(10), Fault::Kill); 3],
     }

@@ -9,8 +9,9 @@
 //! its seed and configuration; a failing one is reproduced with `tests/explore --seed N`, and
 //! becomes a named test (see `tests/exactly_once.rs`).
 //!
-//! `DELTASHIP_TEST_EXPLORE_SECS`: the budget (default 180 s, as in tests/run; a scenario started within it
-//! runs to its end). `DELTASHIP_TEST_EXPLORE_SEED`: run that one seed only.
+//! `DELTASHIP_TEST_EXPLORE_SECS`: the budget (a scenario started within it runs to its end);
+//! by default the tier's (`tests/support/scale.rs`): 180 s at the proof scale, 1,200 s at the
+//! soak scale. `DELTASHIP_TEST_EXPLORE_SEED`: run that one seed only.
 //! `DELTASHIP_TEST_EXPLORE_LANES`: how many scenarios run at once (default 1). The servers are
 //! shared, so a lane's server faults hit the others too: more faults, never fewer promises; a
 //! failure found with several lanes is reproduced with its seed alone first.
@@ -46,7 +47,8 @@ async fn seeded_scenarios_keep_every_promise() {
     let _busy = support::CpuBurner::start();
     let number = |name: &str| std::env::var(name).ok().map(|v| v.parse::<u64>().unwrap_or_else(|_| panic!("{name}={v:?} is not a number")));
     let only = number("DELTASHIP_TEST_EXPLORE_SEED");
-    let budget = Duration::from_secs(number("DELTASHIP_TEST_EXPLORE_SECS").unwrap_or(180));
+    let budget = Duration::from_secs(number("DELTASHIP_TEST_EXPLORE_SECS").unwrap_or_else(|| support::scale::by_tier(180, 1200)));
+    support::scale::announce("seeded_scenarios_keep_every_promise", &format!("budget_secs={}", budget.as_secs()));
     let lanes = if only.is_some() { 1 } else { number("DELTASHIP_TEST_EXPLORE_LANES").unwrap_or(1).max(1) };
     // New seeds each run, printed: the first is the time, the others follow it.
     let first = only.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs());

@@ -1,9 +1,11 @@
-//! Faults against the real servers while ConfigMaps churn: twenty Kafka broker restarts and
-//! twenty NATS server restarts in a row on a busy machine (no event delivered twice, every
-//! marker's count and digest verified by `rebuild --verify`), a broker outage longer than the
-//! bridge's queues, a SIGKILLed bridge, and forced watch expiry. Every write carries the object's next `seq`; afterwards the stream
-//! is read back and audited per object (support::churn::audit): nothing lost unless a sync
-//! shipped newer state in its place, nothing reordered, every duplicate an exact repeat.
+//! Faults against the real servers while ConfigMaps churn: Kafka broker restarts and NATS
+//! server restarts in a row on a busy machine (5 of each at the proof scale, 20 at the soak
+//! scale: `tests/support/scale.rs`; no event delivered twice, every marker's count and
+//! digest verified by `rebuild --verify`), a broker outage longer than the bridge's queues,
+//! a SIGKILLed bridge, and forced watch expiry. Every write carries the object's next
+//! `seq`; afterwards the stream is read back and audited per object (support::churn::audit):
+//! nothing lost unless a sync shipped newer state in its place, nothing reordered, every
+//! duplicate an exact repeat.
 //!
 //! The tests stop and restart the shared brokers and the API server, so they take SERIAL
 //! one at a time, and live in a test binary of their own.
@@ -174,13 +176,19 @@ fn diagnose(bridge: &Bridge, a: &Audit) {
     eprintln!("STALLED bridge: {} readyz={:?} threads={} log={}", gauges.join(" "), bridge.get("/readyz"), dump.display(), bridge.log.display());
 }
 
-/// Restarts in a row for the restart tests, and the bound on each recovery: the time from
-/// the server answering a new client again to the bridge's next acknowledgement. A Kafka
-/// producer left without brokers is replaced within about 2 s, any other stuck producer
-/// after 15 s of no report while the broker answers (src/sink/kafka/recover.rs); 45 s
-/// leaves room for a busy machine and is still seconds, where the liveness probe alone
-/// would take delivery.stall_timeout_secs (300 s).
-const RESTARTS: usize = 20;
+/// Restarts in a row for each restart test: 5 at the proof scale, 20 at the soak scale. Each
+/// restart is a fresh chance for a producer to be left stuck, so five already prove the
+/// recovery and the exactness through restarts; twenty find the rarer interleavings.
+fn restarts() -> usize {
+    support::scale::by_tier(5, 20)
+}
+
+/// The bound on each recovery: the time from the server answering a new client again to the
+/// bridge's next acknowledgement. A Kafka producer left without brokers is replaced within
+/// about 2 s, any other stuck producer after 15 s of no report while the broker answers
+/// (src/sink/kafka/recover.rs); 45 s leaves room for a busy machine and is still seconds,
+/// where the liveness probe alone would take delivery.stall_timeout_secs (300 s). A bound
+/// on each restart, not on their sum: the same at both scales.
 const RECOVERY_BOUND: Duration = Duration::from_secs(45);
 
 /// Whether `component`'s server answers a new client now: Kafka metadata that lists a
@@ -200,12 +208,12 @@ fn answering(component: &str) -> bool {
     }
 }
 
-/// Restarts `component` RESTARTS times while the churn goes on, with some writes between
+/// Restarts `component` restarts() times while the churn goes on, with some writes between
 /// restarts; each recovery time (see RECOVERY_BOUND), waited for up to 5 minutes so that a
 /// stuck bridge is reported with figures rather than a timeout.
 async fn restart_repeatedly(bridge: &Bridge, churn: &Churn, component: &'static str) -> Vec<Duration> {
-    let mut recoveries = Vec::with_capacity(RESTARTS);
-    for _ in 0..RESTARTS {
+    let mut recoveries = Vec::with_capacity(restarts());
+    for _ in 0..restarts() {
         churn.wait_writes(churn.writes() + 40).await;
         let fault = std::thread::spawn(move || ctl(component, "restart"));
         // The server goes down, then answers again: that moment starts the clock (ctl
@@ -239,15 +247,19 @@ async fn restart_repeatedly(bridge: &Bridge, churn: &Churn, component: &'static 
 fn recovery_figures(recoveries: &[Duration]) -> (String, bool) {
     let secs: Vec<String> = recoveries.iter().map(|d| format!("{:.1}", d.as_secs_f64())).collect();
     let longest = recoveries.iter().max().copied().unwrap_or_default();
-    (format!(" restarts={} longest_recovery_s={:.1} recoveries_s={}", recoveries.len(), longest.as_secs_f64(), secs.join(",")), longest <= RECOVERY_BOUND)
+    let scale = support::scale::tier().as_str();
+    (
+        format!(" scale={scale} restarts={} longest_recovery_s={:.1} recoveries_s={}", recoveries.len(), longest.as_secs_f64(), secs.join(",")),
+        longest <= RECOVERY_BOUND,
+    )
 }
 
-/// Twenty Kafka broker restarts in a row in the middle of the churn, with a core kept busy
-/// beside it: the idempotent producer (message.timeout.ms=0) holds and re-sends, a producer
+/// Kafka broker restarts in a row (restarts()) in the middle of the churn, with a core kept
+/// busy beside it: the idempotent producer (message.timeout.ms=0) holds and re-sends, a producer
 /// left without brokers is replaced, and every update arrives, in order per object; each
 /// restart is recovered from within RECOVERY_BOUND.
 #[tokio::test(flavor = "multi_thread")]
-async fn twenty_kafka_broker_restarts_in_a_row_on_a_busy_machine_lose_and_reorder_nothing() {
+async fn kafka_broker_restarts_in_a_row_on_a_busy_machine_lose_and_reorder_nothing() {
     kafka_broker_restarts(false).await;
 }
 
@@ -255,12 +267,14 @@ async fn twenty_kafka_broker_restarts_in_a_row_on_a_busy_machine_lose_and_reorde
 /// in transactions, which a restart aborts or leaves to commit again; a read-committed
 /// consumer sees each update once.
 #[tokio::test(flavor = "multi_thread")]
-async fn twenty_kafka_broker_restarts_in_a_row_under_a_fenced_leader_lose_repeat_and_reorder_nothing() {
+async fn kafka_broker_restarts_in_a_row_under_a_fenced_leader_lose_repeat_and_reorder_nothing() {
     kafka_broker_restarts(true).await;
 }
 
 async fn kafka_broker_restarts(fenced: bool) {
     let _serial = SERIAL.lock().await;
+    let test = if fenced { "kafka-broker-restarts-fenced" } else { "kafka-broker-restarts" };
+    support::scale::announce(test, &format!("restarts={}", restarts()));
     let _busy = support::CpuBurner::start();
     let client = client().await;
     let ns = namespace(&client, "it-fault-kafka").await;
@@ -285,9 +299,9 @@ async fn kafka_broker_restarts(fenced: bool) {
     let errors = bridge.log_text().matches("Kafka client error").count();
     let replaced = metric(&m, "deltaship_sink_recoveries_total");
     a.print(
-        if fenced { "kafka-broker-restarts-fenced" } else { "kafka-broker-restarts" },
+        test,
         churn.writes(),
-        "20 Kafka broker restarts, one core busy",
+        &format!("{} Kafka broker restarts, one core busy", restarts()),
         peak,
         &format!("{figures} producers_replaced={replaced} client_error_logs={errors}"),
     );
@@ -418,12 +432,13 @@ fn describe_transactions(brokers: &str, topic: &str) {
     }
 }
 
-/// Twenty NATS server restarts in a row in the middle of the churn, JetStream mode, with a
-/// core kept busy: publishes are retried with the same Nats-Msg-Id until acked, one per
+/// NATS server restarts in a row (restarts()) in the middle of the churn, JetStream mode,
+/// with a core kept busy: publishes are retried with the same Nats-Msg-Id until acked, one per
 /// object at a time; each restart is recovered from within RECOVERY_BOUND.
 #[tokio::test(flavor = "multi_thread")]
-async fn twenty_nats_server_restarts_in_a_row_on_a_busy_machine_lose_and_reorder_nothing() {
+async fn nats_server_restarts_in_a_row_on_a_busy_machine_lose_and_reorder_nothing() {
     let _serial = SERIAL.lock().await;
+    support::scale::announce("nats-server-restarts", &format!("restarts={}", restarts()));
     let _busy = support::CpuBurner::start();
     let client = client().await;
     let ns = namespace(&client, "it-fault-nats").await;
@@ -441,7 +456,7 @@ async fn twenty_nats_server_restarts_in_a_row_on_a_busy_machine_lose_and_reorder
     let a = audit(&[items], &written);
     let (peak, _) = rss.finish();
     let (figures, within) = recovery_figures(&recoveries);
-    a.print("nats-server-restarts", churn.writes(), "20 NATS server restarts, one core busy", peak, &figures);
+    a.print("nats-server-restarts", churn.writes(), &format!("{} NATS server restarts, one core busy", restarts()), peak, &figures);
     diagnose(&bridge, &a);
     a.assert_clean();
     assert_eq!(a.duplicates, 0, "a server restart made the bridge deliver an event twice:\n{}", a.problems.join("\n"));
@@ -486,8 +501,10 @@ impl Drop for BrokerStopped {
 /// relist's list page (200 × 16 KiB, decoded) if another test restarts the API server during
 /// the outage. Measured: 8.7-9.4 MiB. The outage's 2,000 updates are ~32 MiB of object data
 /// alone: with queues of 10,000 / 3,000 instead, the same outage grew the bridge by 39 MiB,
-/// so a bridge that buffered instead of pausing its watches fails GROWTH_MIB. PEAK_MIB is the
-/// absolute ceiling for these settings (a fresh debug bridge runs at ~35-40 MiB).
+/// so a bridge that buffered instead of pausing its watches fails GROWTH_MIB (which is why the
+/// outage keeps its 2,000 updates at both scales of `tests/support/scale.rs`: fewer would
+/// let a buffering bridge pass). PEAK_MIB is the absolute ceiling for these settings (a
+/// fresh debug bridge runs at ~35-40 MiB).
 const GROWTH_MIB: f64 = 32.0;
 const PEAK_MIB: f64 = 200.0;
 

@@ -57,7 +57,7 @@ pub fn now_ms() -> u64 {
 
 /// What a start does with the route, given the record it found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Claim {
     Lead,
     /// Held by another configuration whose record was left behind `stale_for` ago: led,
     /// and said.
@@ -75,14 +75,14 @@ pub enum Verdict {
 /// proves one leader at a time (a rolling update of one deployment changes its
 /// configuration under its lease); the same configuration cannot be told from a restart
 /// of this deployment.
-pub fn judge(mine: &Holder, found: Option<&Holder>, now_ms: u64) -> Verdict {
-    let Some(other) = found else { return Verdict::Lead };
+pub fn judge(mine: &Holder, found: Option<&Holder>, now_ms: u64) -> Claim {
+    let Some(other) = found else { return Claim::Lead };
     let same_lease = mine.lease.is_some() && mine.lease == other.lease;
     if same_lease || other.configuration == mine.configuration || other.released {
-        return Verdict::Lead;
+        return Claim::Lead;
     }
     let live_until = other.written_ms.saturating_add(other.renew_ms.saturating_mul(LIVE_FOR_RENEWALS));
-    if now_ms < live_until { Verdict::Refuse { other: other.clone() } } else { Verdict::TakeOver { other: other.clone() } }
+    if now_ms < live_until { Claim::Refuse { other: other.clone() } } else { Claim::TakeOver { other: other.clone() } }
 }
 
 impl Holder {
@@ -105,27 +105,27 @@ mod tests {
     fn a_route_held_now_by_another_configuration_under_another_lease_is_not_led() {
         let mine = holder("a", Some("ns/one"), 100_000);
         let other = holder("b", Some("ns/two"), 95_000);
-        assert_eq!(judge(&mine, Some(&other), 100_000), Verdict::Refuse { other: other.clone() });
+        assert_eq!(judge(&mine, Some(&other), 100_000), Claim::Refuse { other: other.clone() });
         let unleased = holder("b", None, 95_000);
-        assert!(matches!(judge(&holder("a", None, 0), Some(&unleased), 100_000), Verdict::Refuse { .. }), "two deployments without leader election");
+        assert!(matches!(judge(&holder("a", None, 0), Some(&unleased), 100_000), Claim::Refuse { .. }), "two deployments without leader election");
     }
 
     #[test]
     fn a_free_route_a_restart_and_a_rolling_update_under_one_lease_lead() {
         let mine = holder("a", Some("ns/one"), 100_000);
-        assert_eq!(judge(&mine, None, 100_000), Verdict::Lead, "a first start");
-        assert_eq!(judge(&mine, Some(&holder("a", Some("ns/two"), 99_000)), 100_000), Verdict::Lead, "the same configuration: a restart");
-        assert_eq!(judge(&mine, Some(&holder("b", Some("ns/one"), 99_000)), 100_000), Verdict::Lead, "the lease proves one leader");
+        assert_eq!(judge(&mine, None, 100_000), Claim::Lead, "a first start");
+        assert_eq!(judge(&mine, Some(&holder("a", Some("ns/two"), 99_000)), 100_000), Claim::Lead, "the same configuration: a restart");
+        assert_eq!(judge(&mine, Some(&holder("b", Some("ns/one"), 99_000)), 100_000), Claim::Lead, "the lease proves one leader");
         let released = Holder { released: true, ..holder("b", None, 99_000) };
-        assert_eq!(judge(&mine, Some(&released), 100_000), Verdict::Lead, "stopped and released it");
+        assert_eq!(judge(&mine, Some(&released), 100_000), Claim::Lead, "stopped and released it");
     }
 
     #[test]
     fn a_record_left_behind_by_a_crash_is_taken_over_after_three_renewals() {
         let mine = holder("a", None, 0);
         let other = holder("b", None, 100_000);
-        assert!(matches!(judge(&mine, Some(&other), 129_999), Verdict::Refuse { .. }));
-        assert_eq!(judge(&mine, Some(&other), 130_000), Verdict::TakeOver { other });
+        assert!(matches!(judge(&mine, Some(&other), 129_999), Claim::Refuse { .. }));
+        assert_eq!(judge(&mine, Some(&other), 130_000), Claim::TakeOver { other });
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::change::Entry;
 use kube::Client;
 
 use crate::checkpoint::decision::{self, Decision, Facts, Held, Proof, RouteFacts};
-use crate::checkpoint::holder::{self, Holder, Verdict};
+use crate::checkpoint::holder::{self, Claim, Holder};
 use crate::checkpoint::{
     self, Destination, Hold, Learned, Loaded, Now, Parsed, Progress, Refused, Resume, Sample, Seal, Start, Store, StoreError, Timeline, Unusable, Watched,
 };
@@ -419,16 +419,16 @@ async fn open_led(
         let Some((store, mut records)) = open(config, route, prefix, retry, stop).await? else { return Ok(None) };
         let found = records.remove(key).and_then(|v| seal.open(key, &v).and_then(|v| serde_json::from_slice::<Holder>(v).ok()));
         let other = match holder::judge(mine, found.as_ref(), holder::now_ms()) {
-            Verdict::Lead => {
+            Claim::Lead => {
                 leave(said);
                 return Ok(Some((store, records)));
             }
-            Verdict::TakeOver { other } => {
+            Claim::TakeOver { other } => {
                 leave(said);
                 tracing::warn!(route = %route.name, other = %other.describe(), this = %mine.describe(), "Taking over a route last held by another deployment, which stopped without releasing it");
                 return Ok(Some((store, records)));
             }
-            Verdict::Refuse { other } => other,
+            Claim::Refuse { other } => other,
         };
         if said.is_none() {
             held_elsewhere(&route.name, true);

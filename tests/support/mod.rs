@@ -1,7 +1,7 @@
 //! Shared helpers of the integration tests: the real test environment (tests/env), the
 //! deltaship binary as a child process and in its image, test configs, the Helm chart, a
 //! Kafka reader, an HTTP receiver of CloudEvents, a PostgreSQL database and the analytics
-//! replica, and the documentation's pages and examples.
+//! replica, the documentation's pages and examples, and the test tier (scale.rs).
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod bridge;
@@ -23,6 +23,7 @@ pub mod nats_server;
 pub mod node;
 pub mod postgres;
 pub mod receiver;
+pub mod scale;
 pub mod scenario;
 pub mod secured_kafka;
 pub mod state;

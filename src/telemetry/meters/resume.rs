@@ -31,7 +31,7 @@ impl<'a> ResumeMeters<'a> {
     }
 }
 
-/// Whether a start waits for another deployment to leave route `route` (`checkpoint::holder`).
+/// Whether a start waits for another deployment to leave route `route` (`crate::checkpoint::holder`).
 pub fn held_elsewhere(route: &str, waiting: bool) {
     metrics::gauge!(m::ROUTE_HELD_ELSEWHERE, label::ROUTE => route.to_string()).set(if waiting { 1.0 } else { 0.0 });
 }
