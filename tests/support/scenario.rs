@@ -21,7 +21,7 @@ use serde_json::json;
 use super::bridge::Bridge;
 use super::churn::try_ctl;
 use super::config::{TestConfig, election, kafka, nats_stream, resource};
-use super::kube::{client, delete_namespace, namespace};
+use super::kube::{client, delete_namespace, namespace, until_done};
 use super::log::Log;
 use super::state::rebuild_matches;
 
@@ -273,11 +273,13 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
     let secrets: Vec<Api<Secret>> = if plan.secrets { namespaces.iter().map(|ns| Api::namespaced(kube.clone(), ns)).collect() } else { Vec::new() };
     for i in 0..NAMES {
         let name = format!("cm-{i}");
+        // Retried: the explorer's other lanes restart the API server.
+        let (cm, s, post) = (&configmap(&name, 0), &secret(&name, 0), &PostParams::default());
         for api in &cms {
-            api.create(&PostParams::default(), &configmap(&name, 0)).await.unwrap();
+            until_done("create a ConfigMap", 409, || api.create(post, cm)).await;
         }
         for api in &secrets {
-            api.create(&PostParams::default(), &secret(&name, 0)).await.unwrap();
+            until_done("create a Secret", 409, || api.create(post, s)).await;
         }
     }
     let walk = Walk::start(cms.clone(), secrets.clone());
@@ -343,11 +345,14 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
     }
     let writes = walk.finish().await;
     let mut existing = HashSet::new();
+    let all = &ListParams::default();
     for api in &cms {
-        existing.extend(api.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|c| c.metadata.uid));
+        let listed = until_done("list the ConfigMaps", 0, || api.list(all)).await;
+        existing.extend(listed.into_iter().flat_map(|l| l.items).filter_map(|c| c.metadata.uid));
     }
     for api in &secrets {
-        existing.extend(api.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|s| s.metadata.uid));
+        let listed = until_done("list the Secrets", 0, || api.list(all)).await;
+        existing.extend(listed.into_iter().flat_map(|l| l.items).filter_map(|s| s.metadata.uid));
     }
     let mut figures = Vec::new();
     let text = bridges.iter().map(Bridge::log_text).collect::<Vec<_>>().join("\n---\n");
