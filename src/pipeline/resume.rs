@@ -410,8 +410,8 @@ async fn open_led(
     // While refused, the start stands by (ready, not leading), as a standby replica does:
     // a rolling update whose new pod waited for the old one to leave would never end.
     let leave = |said: Option<Instant>| {
+        held_elsewhere(&route.name, false);
         if said.is_some() {
-            held_elsewhere(&route.name, false);
             health.set_standby(false);
         }
     };
