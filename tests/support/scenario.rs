@@ -208,6 +208,27 @@ pub fn secret(name: &str, n: u64) -> Secret {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"n": n.to_string()}})).unwrap()
 }
 
+/// A bridge with `config`, once ready (and `leading`, when asked). One that exits first (the
+/// API server down at its start, or its lease lost while another lane restarts it) is started
+/// again after a second, as the kubelet restarts a pod's container, for two minutes.
+fn launch(config: &str, leading: bool) -> Bridge {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut b = Bridge::start(config);
+    loop {
+        if !b.running() {
+            assert!(std::time::Instant::now() < deadline, "deltaship kept exiting before it was ready:\n{}", b.log_text());
+            std::thread::sleep(Duration::from_secs(1));
+            b = Bridge::start(config);
+            continue;
+        }
+        if b.ready() && (!leading || b.leads()) {
+            return b;
+        }
+        assert!(std::time::Instant::now() < deadline, "deltaship not ready{} within 120 s:\n{}", if leading { " and leading" } else { "" }, b.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// What a scenario that kept every promise measured, one line.
 pub struct Figures(pub String);
 
@@ -285,15 +306,7 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
     let walk = Walk::start(cms.clone(), secrets.clone());
     // A replica: with leader election, the first one leads before the next starts (a
     // standby is ready too).
-    let start = |first: bool| {
-        let mut b = Bridge::start(&config);
-        if plan.election && first {
-            b.wait_leading(Duration::from_secs(120))
-        } else {
-            b.wait_ready(Duration::from_secs(120))
-        }
-        b
-    };
+    let start = |first: bool| launch(&config, plan.election && first);
     let mut bridges: Vec<Bridge> = (0..plan.replicas).map(|i| start(i == 0)).collect();
     // As the kubelet restarts a pod's container: a bridge that stopped by itself (a leader
     // that could not renew its lease in time stops publishing and exits) is started again.
@@ -333,6 +346,7 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
     if plan.election {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while !bridges.iter().any(Bridge::leads) {
+            supervise(&mut bridges);
             if std::time::Instant::now() >= deadline {
                 return Err(format!(
                     "no replica leads a minute after the last fault
