@@ -1,9 +1,11 @@
-//! Who leads a route: a record in the route's checkpoint naming the configuration and the
-//! lease of the deployment writing it, renewed while it runs and released when it stops. A
-//! start that finds the route held, recently, by another configuration under another lease
-//! (two deployments given the same cluster name, sink and checkpoint) does not lead it:
-//! both would ship, each overwriting the other's checkpoint, and consumers would lose what
-//! one of them does not select. Pure: the writer renews it, start-up reads it.
+//! Who leads a route: a record in the route's checkpoint naming the configuration, the
+//! watches and the lease of the deployment writing it, renewed while it runs and released
+//! when it stops. A start that finds one of its watches held, recently, by another
+//! configuration under another lease (two deployments given the same cluster name, sink and
+//! checkpoint, watching the same resource in the same scope) does not lead the route: both
+//! would ship, each overwriting the other's checkpoint of that watch, and consumers would
+//! lose what one of them does not select. Deployments whose watches differ keep apart
+//! records and lead side by side. Pure: the writer renews it, start-up reads it.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,6 +24,9 @@ const LIVE_FOR_RENEWALS: u64 = 3;
 pub struct Holder {
     /// The digest of the route's configuration: every watch's `checkpoint::digest`.
     pub configuration: String,
+    /// The key prefixes of the route's watches (`checkpoint::watch_prefix`), sorted.
+    #[serde(default)]
+    pub watches: Vec<String>,
     /// The lease its replicas share (`namespace/name`), with leader election.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
@@ -64,21 +69,23 @@ pub enum Claim {
     TakeOver {
         other: Holder,
     },
-    /// Held now by another deployment (another configuration, under another lease or
-    /// none): not led while it is.
+    /// A watch held now by another deployment (another configuration, under another lease
+    /// or none): not led while it is.
     Refuse {
         other: Holder,
     },
 }
 
-/// Whether `mine` may lead the route whose record is `found`, at `now_ms`. The same lease
+/// Whether `mine` may lead the route whose record is `found`, at `now_ms`. Watches in
+/// common are what two deployments would overwrite of each other's. The same lease
 /// proves one leader at a time (a rolling update of one deployment changes its
 /// configuration under its lease); the same configuration cannot be told from a restart
 /// of this deployment.
 pub fn judge(mine: &Holder, found: Option<&Holder>, now_ms: u64) -> Claim {
     let Some(other) = found else { return Claim::Lead };
     let same_lease = mine.lease.is_some() && mine.lease == other.lease;
-    if same_lease || other.configuration == mine.configuration || other.released {
+    let shared = mine.watches.iter().any(|w| other.watches.binary_search(w).is_ok());
+    if same_lease || other.configuration == mine.configuration || other.released || !shared {
         return Claim::Lead;
     }
     let live_until = other.written_ms.saturating_add(other.renew_ms.saturating_mul(LIVE_FOR_RENEWALS));
@@ -98,7 +105,15 @@ mod tests {
     use super::*;
 
     fn holder(configuration: &str, lease: Option<&str>, written_ms: u64) -> Holder {
-        Holder { configuration: configuration.into(), lease: lease.map(str::to_string), instance: "i".into(), written_ms, renew_ms: 10_000, released: false }
+        Holder {
+            configuration: configuration.into(),
+            watches: vec!["c.r.configmaps.ns".into()],
+            lease: lease.map(str::to_string),
+            instance: "i".into(),
+            written_ms,
+            renew_ms: 10_000,
+            released: false,
+        }
     }
 
     #[test]
@@ -118,6 +133,8 @@ mod tests {
         assert_eq!(judge(&mine, Some(&holder("b", Some("ns/one"), 99_000)), 100_000), Claim::Lead, "the lease proves one leader");
         let released = Holder { released: true, ..holder("b", None, 99_000) };
         assert_eq!(judge(&mine, Some(&released), 100_000), Claim::Lead, "stopped and released it");
+        let elsewhere = Holder { watches: vec!["c.r.configmaps.other".into(), "c.r.secrets.ns".into()], ..holder("b", None, 99_000) };
+        assert_eq!(judge(&holder("a", None, 0), Some(&elsewhere), 100_000), Claim::Lead, "other watches: records apart");
     }
 
     #[test]

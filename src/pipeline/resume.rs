@@ -368,16 +368,22 @@ async fn identity(client: &Client, retry: RetryPolicy) -> Option<String> {
 const REFUSED_RETRY: Duration = Duration::from_secs(5);
 const REFUSED_SAY_EVERY: Duration = Duration::from_secs(60);
 
-/// This deployment as the holder of route `r`: its configuration (every watch of the
-/// route), its lease and its name.
+/// This deployment as the holder of route `r`: its configuration and watches (every watch of
+/// the route), its lease and its name.
 fn this_holder(config: &Config, scopes: &[Arc<Scope>], r: usize) -> Holder {
-    let digests: Vec<String> =
-        scopes.iter().flat_map(|s| s.outputs.iter().filter(|o| o.route == r).map(|o| checkpoint::digest(&config.cluster, s, o))).collect();
+    let of_route = || scopes.iter().flat_map(|s| s.outputs.iter().filter(|o| o.route == r).map(move |o| (s, o)));
+    let digests: Vec<String> = of_route().map(|(s, o)| checkpoint::digest(&config.cluster, s, o)).collect();
+    let mut watches: Vec<String> = of_route()
+        .map(|(s, o)| checkpoint::watch_prefix(&checkpoint::route_prefix(&config.cluster, &o.route_name), &s.resource.label(), s.namespace.as_deref()))
+        .collect();
+    watches.sort_unstable();
+    watches.dedup();
     let election = &config.leader_election;
     let lease = election.enabled.then(|| format!("{}/{}", crate::leader::lease_namespace(election), election.lease_name));
     let instance = election.identity.clone().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| "deltaship".into());
     Holder {
         configuration: holder::configuration(digests.iter().map(String::as_str)),
+        watches,
         lease,
         instance,
         written_ms: 0,
@@ -440,7 +446,7 @@ async fn open_led(
                 route = %route.name,
                 other = %other.describe(),
                 this = %mine.describe(),
-                "Not leading the route: another deployment with another configuration ships it now (the same cluster name, sink and checkpoint); both would overwrite each other's checkpoint and consumers would lose what one does not select. Give each deployment its own `cluster` name or topic and checkpoint, or stop one; waiting"
+                "Not leading the route: another deployment with another configuration ships it now (the same cluster name, sink and checkpoint, and some of the same watches); both would overwrite each other's checkpoint and consumers would lose what one does not select. Give each deployment its own `cluster` name or topic and checkpoint, or stop one; waiting"
             );
         }
         tokio::select! {
