@@ -208,6 +208,15 @@ pub fn secret(name: &str, n: u64) -> Secret {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"n": n.to_string()}})).unwrap()
 }
 
+/// One server fault at a time across the explorer's lanes: two restarts of one server at
+/// once race in its control script (each stops the process the other started).
+static SERVER_FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn server_fault(component: &'static str, action: &'static str) -> Result<(), String> {
+    let _one = SERVER_FAULTS.lock().await;
+    try_ctl(component, action)
+}
+
 /// A bridge with `config`, once ready (and `leading`, when asked). One that exits first (the
 /// API server down at its start, or its lease lost while another lane restarts it) is started
 /// again after a second, as the kubelet restarts a pod's container, for two minutes.
@@ -332,11 +341,11 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 bridges.push(start(bridges.is_empty()));
             }
-            Fault::KafkaRestart => try_ctl("kafka", "restart")?,
-            Fault::NatsRestart => try_ctl("nats", "restart")?,
-            Fault::ExpireWatches => try_ctl("kube", "expire-watches")?,
-            Fault::Compact => try_ctl("kube", "compact")?,
-            Fault::ApiServerRestart => try_ctl("kube", "restart")?,
+            Fault::KafkaRestart => server_fault("kafka", "restart").await?,
+            Fault::NatsRestart => server_fault("nats", "restart").await?,
+            Fault::ExpireWatches => server_fault("kube", "expire-watches").await?,
+            Fault::Compact => server_fault("kube", "compact").await?,
+            Fault::ApiServerRestart => server_fault("kube", "restart").await?,
         }
     }
     // Long enough for two resyncs (or a few seconds) after the last fault, then quiet; with
