@@ -98,7 +98,7 @@ pub async fn load(config: &Config, seal: &Seal, client: &Client, routes: &[Route
     let mut read: Vec<Result<Parsed, Unusable>> = Vec::new();
     for (r, route) in routes.iter().enumerate() {
         let prefix = checkpoint::route_prefix(&config.cluster, &route.name);
-        let holder = (holder::key(&prefix), this_holder(config, scopes, r));
+        let holder = (holder::key(&prefix), this_holder(config, scopes, r, &prefix));
         match open_led(config, route, &prefix, seal, &holder, patience).await {
             Ok(Some((store, records))) => {
                 starts.routes.push(Some(CheckpointedRoute { store: Destination::Open(Arc::new(store)), progress: Arc::new(Progress::default()), holder }));
@@ -368,14 +368,12 @@ async fn identity(client: &Client, retry: RetryPolicy) -> Option<String> {
 const REFUSED_RETRY: Duration = Duration::from_secs(5);
 const REFUSED_SAY_EVERY: Duration = Duration::from_secs(60);
 
-/// This deployment as the holder of route `r`: its configuration and watches (every watch of
-/// the route), its lease and its name.
-fn this_holder(config: &Config, scopes: &[Arc<Scope>], r: usize) -> Holder {
+/// This deployment as the holder of route `r` (whose keys start with `route_prefix`): its
+/// configuration and watches (every watch of the route), its lease and its name.
+fn this_holder(config: &Config, scopes: &[Arc<Scope>], r: usize, route_prefix: &str) -> Holder {
     let of_route = || scopes.iter().flat_map(|s| s.outputs.iter().filter(|o| o.route == r).map(move |o| (s, o)));
     let digests: Vec<String> = of_route().map(|(s, o)| checkpoint::digest(&config.cluster, s, o)).collect();
-    let mut watches: Vec<String> = of_route()
-        .map(|(s, o)| checkpoint::watch_prefix(&checkpoint::route_prefix(&config.cluster, &o.route_name), &s.resource.label(), s.namespace.as_deref()))
-        .collect();
+    let mut watches: Vec<String> = of_route().map(|(s, _)| checkpoint::watch_prefix(route_prefix, &s.resource.label(), s.namespace.as_deref())).collect();
     watches.sort_unstable();
     watches.dedup();
     let election = &config.leader_election;
