@@ -1,6 +1,7 @@
 //! The use-case configs of config/ run end to end against the real servers, as they are,
 //! with only the environment overrides a user would set (brokers, and here a unique
-//! cluster name or topic prefix so tests do not see each other's events).
+//! cluster name and topic prefix so tests do not see each other's events: two tests under
+//! one cluster name would be two deployments on one route, and the second would not lead it).
 
 mod support;
 
@@ -72,13 +73,14 @@ async fn audit_ships_every_change_with_secrets_redacted() {
     let kube = client().await;
     let ns = namespace(&kube, "uc-audit").await;
     let prefix = support::unique("audit");
+    let cluster = support::unique("c");
     let template = format!("{prefix}.{{group}}.{{plural}}");
     // One Secret exists before the start (shipped from the initial list, whose items carry
     // no kind), one is created after (shipped from a watch event).
     let secrets = Api::<Secret>::namespaced(kube.clone(), &ns);
     let before: Secret = serde_json::from_value(json!({"metadata": {"name": "early"}, "stringData": {"password": "audit-secret-value"}})).unwrap();
     secrets.create(&PostParams::default(), &before).await.unwrap();
-    let _run = run("audit.toml", &[("DELTASHIP_SINK__BROKERS", &env.kafka), ("DELTASHIP_SINK__TOPIC_TEMPLATE", &template)]);
+    let _run = run("audit.toml", &[("DELTASHIP_SINK__BROKERS", &env.kafka), ("DELTASHIP_SINK__TOPIC_TEMPLATE", &template), ("DELTASHIP_CLUSTER", &cluster)]);
     let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "db"}, "stringData": {"password": "audit-secret-value"}})).unwrap();
     secrets.create(&PostParams::default(), &secret).await.unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
@@ -112,8 +114,9 @@ async fn replica_keeps_compacted_topics_with_tombstones_that_rebuild_the_cluster
     let kube = client().await;
     let ns = namespace(&kube, "uc-replica").await;
     let prefix = support::unique("replica");
+    let cluster = support::unique("c");
     let template = format!("{prefix}.{{group}}.{{plural}}");
-    let _run = run("replica.toml", &[("DELTASHIP_SINK__BROKERS", &env.kafka), ("DELTASHIP_SINK__TOPIC_TEMPLATE", &template)]);
+    let _run = run("replica.toml", &[("DELTASHIP_SINK__BROKERS", &env.kafka), ("DELTASHIP_SINK__TOPIC_TEMPLATE", &template), ("DELTASHIP_CLUSTER", &cluster)]);
     let topic = format!("{prefix}.core.configmaps");
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", &env.kafka).create().unwrap();
     let described = admin.describe_configs(&[ResourceSpecifier::Topic(&topic)], &AdminOptions::new()).await.unwrap();
