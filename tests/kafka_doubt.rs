@@ -26,7 +26,7 @@ struct Frozen(i32);
 
 impl Frozen {
     fn broker() -> Frozen {
-        let pids = format!("{}/tests/env/.state/pids/kafka.pid", env!("CARGO_MANIFEST_DIR"));
+        let pids = format!("{}/pids/kafka.pid", support::env_state());
         let pid: i32 = std::fs::read_to_string(&pids).expect("the broker's pid file").trim().parse().expect("a pid");
         signal(pid, "-STOP");
         Frozen(pid)

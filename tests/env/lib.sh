@@ -3,7 +3,11 @@
 # logs, pid files and error messages behave the same for the API server, Kafka and NATS.
 
 ENV_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-STATE_DIR="$ENV_DIR/.state"
+# Where the servers keep their state, ports, pids and logs: tests/env/.state, or another
+# directory for a second, separate set of servers (tests/run starts one for the binaries
+# listed in tests/own-servers). Its env.sh exports it, so that tests which act on a server
+# (tests/env/<component>/ctl) act on the servers they were given.
+STATE_DIR="${DELTASHIP_ENV_STATE:-$ENV_DIR/.state}"
 LOG_DIR="$STATE_DIR/logs"
 PID_DIR="$STATE_DIR/pids"
 # Builds and downloads outlive the clone: CI and new checkouts on the same machine reuse them.

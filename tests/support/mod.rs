@@ -59,6 +59,12 @@ pub fn env() -> TestEnv {
     }
 }
 
+/// The directory of the test servers' state (pids, logs, ports): the one tests/env/up
+/// exported in env.sh, or tests/env/.state.
+pub fn env_state() -> String {
+    std::env::var("DELTASHIP_ENV_STATE").unwrap_or_else(|_| format!("{}/tests/env/.state", env!("CARGO_MANIFEST_DIR")))
+}
+
 /// A name unique to this test run: `prefix-<time>-<pid>-<n>`, valid as a namespace or topic
 /// name. The counter keeps two calls in one process apart when the clock has not ticked
 /// between them; the process id keeps test binaries apart; the time keeps runs apart.
