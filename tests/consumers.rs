@@ -26,17 +26,11 @@ use serde_json::{Value, json};
 
 use support::bridge::Bridge;
 use support::config::{TestConfig, kafka, nats, partitions};
-use support::consumers::{dir as consumers, run};
+use support::consumers::{dir as consumers, python, python_rebuild, run};
 use support::kafka::write_recorded;
 use support::kube::{client, delete_namespace, namespace};
 use support::secured_kafka::secured;
 use support::state::{api_configmaps, assert_rebuild_matches};
-
-fn python() -> Command {
-    let mut cmd = Command::new(support::var("DELTASHIP_TEST_PYTHON"));
-    cmd.current_dir(consumers().join("python")).env("PYTHONPATH", consumers().join("python"));
-    cmd
-}
 
 fn go() -> Command {
     let mut cmd = Command::new("go");
@@ -98,12 +92,6 @@ fn the_go_consumer_passes_the_shared_vectors() {
 
 /// A consumer's rebuild command, ready for its flags.
 type Consumer = fn() -> Command;
-
-fn python_rebuild() -> Command {
-    let mut cmd = python();
-    cmd.args(["-m", "deltaship_consumer"]);
-    cmd
-}
 
 #[test]
 fn the_python_consumer_passes_the_shared_vectors() {

@@ -76,7 +76,7 @@ async fn killed_again_and_again(on_nats: bool) {
     for i in 0..NAMES {
         cms.create(&PostParams::default(), &configmap(&format!("cm-{i}"), 0)).await.unwrap();
     }
-    let churn = Walk::start(vec![cms.clone()], Vec::new());
+    let churn = Walk::start(vec![cms.clone()], Vec::new(), false);
     // Kills at moments spread over a bridge's first 1.5 s after it is ready: while it
     // resumes, ships, and writes its checkpoint (every second).
     for i in 0..kills {
@@ -135,6 +135,8 @@ fn three_kills(routes: Routes, resync_secs: u64) -> Plan {
         secrets: true,
         namespaces: 3,
         digest_key: true,
+        selector: false,
+        large: false,
         streaming_lists: false,
         election: false,
         replicas: 1,

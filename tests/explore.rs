@@ -1,13 +1,15 @@
 //! The scenario explorer: scenarios drawn from seeds (`Plan::draw` of `tests/support/scenario.rs`), each a
 //! configuration (one or two routes on Kafka and JetStream, resyncs off, short or long,
 //! object or patch payloads, diff or full relists, Secrets beside ConfigMaps, keyed digests,
-//! streaming lists, leader election with fencing and one or two replicas, resume on or off)
-//! and a schedule of faults (SIGKILL or SIGTERM of the leader, broker restarts, API server
-//! restarts, expired watches, compaction) under churn, run against the real
-//! servers until a time budget is spent, and judged by the API server's lists against
-//! `deltaship rebuild --verify` and the audit of every route's events. Each scenario prints
-//! its seed and configuration; a failing one is reproduced with `tests/explore --seed N`, and
-//! becomes a named test (see `tests/exactly_once.rs`).
+//! a label selector, streaming lists, leader election with fencing and one or two replicas,
+//! resume on or off) and a schedule of faults (SIGKILL or SIGTERM of the leader, broker
+//! restarts, API server restarts, expired watches, compaction, a watched namespace deleted,
+//! a stale checkpoint after a SIGKILL) under churn (with large objects or not), run against
+//! the real servers until a time budget is spent, and judged by the API server's lists
+//! against `deltaship rebuild --verify` and the Python consumer's `--verify`, and the audit
+//! of every route's events. Each scenario prints its seed and configuration; a failing one is
+//! reproduced with `tests/explore --seed N`, and becomes a named test (see
+//! `tests/exactly_once.rs`).
 //!
 //! `DELTASHIP_TEST_EXPLORE_SECS`: the budget (a scenario started within it runs to its end);
 //! by default the tier's (`tests/support/scale.rs`): 180 s at the proof scale, 1,200 s at the

@@ -7,7 +7,7 @@ ENV_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # directory for a second, separate set of servers (tests/run starts one for the binaries
 # listed in tests/own-servers). Its env.sh exports it, so that tests which act on a server
 # (tests/env/<component>/ctl) act on the servers they were given.
-STATE_DIR="${DELTASHIP_ENV_STATE:-$ENV_DIR/.state}"
+STATE_DIR="${DELTASHIP_TEST_ENV_STATE:-$ENV_DIR/.state}"
 LOG_DIR="$STATE_DIR/logs"
 PID_DIR="$STATE_DIR/pids"
 # Builds and downloads outlive the clone: CI and new checkouts on the same machine reuse them.

@@ -10,6 +10,21 @@ pub fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("consumers")
 }
 
+/// The Python interpreter of the test environment (tests/env/python), in the Python
+/// library's directory and importing it.
+pub fn python() -> Command {
+    let mut cmd = Command::new(super::var("DELTASHIP_TEST_PYTHON"));
+    cmd.current_dir(dir().join("python")).env("PYTHONPATH", dir().join("python"));
+    cmd
+}
+
+/// The Python library's rebuild command (`python -m deltaship_consumer`), ready for its flags.
+pub fn python_rebuild() -> Command {
+    let mut cmd = python();
+    cmd.args(["-m", "deltaship_consumer"]);
+    cmd
+}
+
 /// The Java library's version, from its POM (the project's own `<version>`, after its
 /// `<artifactId>`).
 pub fn java_version() -> String {

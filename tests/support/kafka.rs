@@ -1,5 +1,5 @@
 //! Kafka helpers: read every record of a topic with partition, key, headers and value;
-//! write a recorded stream to a topic.
+//! write a recorded stream to a topic, or records read before to their topic again.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -167,4 +167,22 @@ pub async fn write_recorded(brokers: &str, file: &Path) -> String {
     }
     producer.flush(Duration::from_secs(30)).unwrap();
     topic
+}
+
+/// Writes `records` (read from `topic` before) to `topic` again, each to its partition with
+/// its key, headers and value: a topic's older records made its newest again.
+pub fn write_again(brokers: &str, topic: &str, records: &[Record]) {
+    let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", brokers).set("enable.idempotence", "true").create().unwrap();
+    for r in records {
+        let headers = r.headers.iter().fold(OwnedHeaders::new(), |h, (key, value)| h.insert(Header { key, value: Some(value.as_str()) }));
+        let mut record = BaseRecord::<str, [u8]>::to(topic).partition(r.partition).headers(headers);
+        if let Some(key) = &r.key {
+            record = record.key(key.as_str());
+        }
+        if let Some(value) = &r.value {
+            record = record.payload(value.as_slice());
+        }
+        producer.send(record).map_err(|(e, _)| e).unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
 }

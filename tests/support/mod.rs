@@ -62,7 +62,7 @@ pub fn env() -> TestEnv {
 /// The directory of the test servers' state (pids, logs, ports): the one tests/env/up
 /// exported in env.sh, or tests/env/.state.
 pub fn env_state() -> String {
-    std::env::var("DELTASHIP_ENV_STATE").unwrap_or_else(|_| format!("{}/tests/env/.state", env!("CARGO_MANIFEST_DIR")))
+    std::env::var("DELTASHIP_TEST_ENV_STATE").unwrap_or_else(|_| format!("{}/tests/env/.state", env!("CARGO_MANIFEST_DIR")))
 }
 
 /// A name unique to this test run: `prefix-<time>-<pid>-<n>`, valid as a namespace or topic

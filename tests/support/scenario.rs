@@ -1,10 +1,12 @@
 //! Scenarios where features meet: a configuration (routes, resyncs, payload, relist, digest
-//! key, streaming lists, leader election with one or two replicas, resume) and a schedule of
-//! faults (SIGKILL, SIGTERM, broker restarts, API server restarts, expired watches,
-//! compaction) under churn, drawn from a seed or written out by a named test,
-//! run against the real servers and judged by oracles that share no code path with the
-//! bridge: the API server's lists against `deltaship rebuild --verify` (every marker's count
-//! and digest) and the audit of every object event on every route (no repeat, no step back).
+//! key, streaming lists, a label selector, leader election with one or two replicas, resume)
+//! and a schedule of faults (SIGKILL, SIGTERM, broker restarts, API server restarts, expired
+//! watches, compaction, a watched namespace deleted) under churn (creates, updates, deletes,
+//! re-creates, large objects), drawn from a seed or written out by a named test, run against
+//! the real servers and judged by oracles that share no code path with the bridge: the API
+//! server's lists against the state rebuilt by `deltaship rebuild --verify` (every marker's
+//! count and digest) and by the Python consumer library (`--verify` too), and the audit of
+//! every object event on every route (no repeat, no step back).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -23,10 +25,18 @@ use super::churn::try_ctl;
 use super::config::{TestConfig, election, kafka, nats_stream, resource};
 use super::kube::{client, delete_namespace, namespace, until_done};
 use super::log::Log;
-use super::state::rebuild_matches;
+use super::state::{Consumer, consumer_matches};
 
 /// Names the churn uses in each namespace and kind.
 pub const NAMES: u64 = 30;
+
+/// The label every object of the churn carries: `kept` on three names in four, `dropped` on
+/// the others, fixed per name. A drawn label selector ships the `kept` ones alone.
+const LABEL: &str = "deltaship-explore";
+const SELECTOR: &str = "deltaship-explore=kept";
+
+/// The bytes of a large ConfigMap's value (a fifth of the API server's 1 MiB limit).
+const LARGE: usize = 200 * 1024;
 
 /// A small seeded generator (SplitMix64): the same seed draws the same scenario.
 pub struct Rng(u64);
@@ -82,6 +92,13 @@ pub enum Fault {
     Compact,
     /// The API server restarted (etcd kept).
     ApiServerRestart,
+    /// SIGKILL, then the Kafka checkpoint topic's oldest record of each key written again
+    /// after the others (the store as it was long before: its last writes lost, or a backup
+    /// restored), then a new bridge. Drawn with resume on and a Kafka route.
+    KillStale,
+    /// The last watched namespace deleted, with its objects (drawn with two namespaces or
+    /// more; the churn's writes to it fail from then on). Once: a second is a no-op.
+    DeleteNamespace,
 }
 
 /// One scenario: the configuration, and each fault with how long the bridge ran before it.
@@ -97,6 +114,11 @@ pub struct Plan {
     pub secrets: bool,
     pub namespaces: usize,
     pub digest_key: bool,
+    /// Every resource watched with a label selector (`deltaship-explore=kept`), which three
+    /// names in four carry.
+    pub selector: bool,
+    /// One write of a ConfigMap in eight carries a value of 200 KiB.
+    pub large: bool,
     /// The initial lists are streamed (`kubernetes.streaming_lists`).
     pub streaming_lists: bool,
     /// Leader election with fencing.
@@ -120,7 +142,14 @@ impl Plan {
         let (election, resume) = (r.chance(30), r.chance(90));
         let streaming_lists = r.chance(30);
         let replicas = if election && r.chance(50) { 2 } else { 1 };
+        let (selector, large) = (r.chance(30), r.chance(30));
         let mut kinds = vec![Fault::Kill, Fault::Kill, Fault::Term, Fault::ExpireWatches, Fault::Compact, Fault::ApiServerRestart];
+        if namespaces >= 2 {
+            kinds.push(Fault::DeleteNamespace);
+        }
+        if resume && routes != Routes::Nats {
+            kinds.push(Fault::KillStale);
+        }
         if routes != Routes::Nats {
             kinds.push(Fault::KafkaRestart);
         }
@@ -128,7 +157,23 @@ impl Plan {
             kinds.push(Fault::NatsRestart);
         }
         let faults = (0..2 + r.below(3)).map(|_| (Duration::from_millis(1500 + r.below(8000)), kinds[r.below(kinds.len() as u64) as usize])).collect();
-        Plan { seed: Some(seed), routes, resync_secs, payload, relist, secrets, namespaces, digest_key, streaming_lists, election, replicas, resume, faults }
+        Plan {
+            seed: Some(seed),
+            routes,
+            resync_secs,
+            payload,
+            relist,
+            secrets,
+            namespaces,
+            digest_key,
+            selector,
+            large,
+            streaming_lists,
+            election,
+            replicas,
+            resume,
+            faults,
+        }
     }
 }
 
@@ -137,7 +182,7 @@ impl fmt::Display for Plan {
         let faults: Vec<String> = self.faults.iter().map(|(after, fault)| format!("{fault:?}@{}ms", after.as_millis())).collect();
         write!(
             f,
-            "routes={:?} resync_secs={} payload={:?} relist={:?} secrets={} namespaces={} digest_key={} streaming_lists={} election={} replicas={} resume={} faults=[{}]",
+            "routes={:?} resync_secs={} payload={:?} relist={:?} secrets={} namespaces={} digest_key={} selector={} large={} streaming_lists={} election={} replicas={} resume={} faults=[{}]",
             self.routes,
             self.resync_secs,
             self.payload,
@@ -145,6 +190,8 @@ impl fmt::Display for Plan {
             self.secrets,
             self.namespaces,
             self.digest_key,
+            self.selector,
+            self.large,
             self.streaming_lists,
             self.election,
             self.replicas,
@@ -157,7 +204,7 @@ impl fmt::Display for Plan {
 /// The churn: every 50 ms one object is created, updated or deleted (about 20 writes a
 /// second), taking the ConfigMaps and Secrets given in turn, and within each every one of
 /// `NAMES` names in a fixed walk: an object written is not written again for `NAMES` writes of
-/// its kind and namespace.
+/// its kind and namespace. With `large`, one ConfigMap write in eight is large.
 pub struct Walk {
     stop: Arc<AtomicBool>,
     writes: Arc<AtomicU64>,
@@ -165,7 +212,7 @@ pub struct Walk {
 }
 
 impl Walk {
-    pub fn start(configmaps: Vec<Api<ConfigMap>>, secrets: Vec<Api<Secret>>) -> Walk {
+    pub fn start(configmaps: Vec<Api<ConfigMap>>, secrets: Vec<Api<Secret>>, large: bool) -> Walk {
         let (stop, writes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
         let (flag, count) = (stop.clone(), writes.clone());
         let task = tokio::spawn(async move {
@@ -178,7 +225,10 @@ impl Walk {
                 let delete = k.is_multiple_of(5);
                 let done = match (configmaps.get(target), target.checked_sub(configmaps.len()).and_then(|i| secrets.get(i))) {
                     (Some(cms), _) if delete => cms.delete(&name, &DeleteParams::default()).await.map(|_| ()),
-                    (Some(cms), _) => cms.patch(&name, &PatchParams::apply("it").force(), &Patch::Apply(&configmap(&name, n))).await.map(|_| ()),
+                    (Some(cms), _) => {
+                        let cm = if large && k % 8 == 1 { large_configmap(&name, n) } else { configmap(&name, n) };
+                        cms.patch(&name, &PatchParams::apply("it").force(), &Patch::Apply(&cm)).await.map(|_| ())
+                    }
                     (None, Some(s)) if delete => s.delete(&name, &DeleteParams::default()).await.map(|_| ()),
                     (None, Some(s)) => s.patch(&name, &PatchParams::apply("it").force(), &Patch::Apply(&secret(&name, n))).await.map(|_| ()),
                     (None, None) => unreachable!("target {target} of {targets}"),
@@ -200,12 +250,28 @@ impl Walk {
     }
 }
 
+/// The labels of the churn's object `name` (see `LABEL`).
+fn labels(name: &str) -> serde_json::Value {
+    let dropped = name.rsplit('-').next().and_then(|i| i.parse::<u64>().ok()).is_some_and(|i| i % 4 == 3);
+    json!({ LABEL: if dropped { "dropped" } else { "kept" } })
+}
+
 pub fn configmap(name: &str, n: u64) -> ConfigMap {
-    serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"n": n.to_string()}})).unwrap()
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels(name)}, "data": {"n": n.to_string()}}))
+        .unwrap()
+}
+
+fn large_configmap(name: &str, n: u64) -> ConfigMap {
+    let mut cm = configmap(name, n);
+    cm.data.get_or_insert_default().insert("large".into(), format!("{n:x}").repeat(LARGE / format!("{n:x}").len()));
+    cm
 }
 
 pub fn secret(name: &str, n: u64) -> Secret {
-    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"n": n.to_string()}})).unwrap()
+    serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "labels": labels(name)}, "stringData": {"n": n.to_string()}}),
+    )
+    .unwrap()
 }
 
 /// One server fault at a time across the explorer's lanes: two restarts of one server at
@@ -238,6 +304,17 @@ fn launch(config: &str, leading: bool) -> Bridge {
     }
 }
 
+/// Writes the oldest record of each key of the checkpoint topic again, after the others.
+fn stale_checkpoints(brokers: &str, topic: &str) {
+    let mut oldest: Vec<super::kafka::Record> = Vec::new();
+    for r in super::kafka::read_to_end(brokers, topic, Duration::from_secs(60)) {
+        if !oldest.iter().any(|o| o.key == r.key) {
+            oldest.push(r);
+        }
+    }
+    super::kafka::write_again(brokers, topic, &oldest);
+}
+
 /// What a scenario that kept every promise measured, one line.
 pub struct Figures(pub String);
 
@@ -256,17 +333,16 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
     std::fs::create_dir_all(&dir).unwrap();
     let key_file = dir.join("digest-key");
     std::fs::write(&key_file, "5f0c3b1d9e2a4c6b8d7e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e\n").unwrap();
-    let shaped = |kind: &str| ResourceConfig { payload: plan.payload, relist: plan.relist, ..resource("", kind, &names) };
+    let selector = plan.selector.then_some(SELECTOR);
+    let shaped =
+        |kind: &str| ResourceConfig { payload: plan.payload, relist: plan.relist, label_selector: selector.map(str::to_string), ..resource("", kind, &names) };
     let mut config = TestConfig::new().cluster(&cluster).resource(shaped("ConfigMap"));
     if plan.secrets {
         config = config.resource(shaped("Secret"));
     }
-    let resume = ResumeConfig {
-        enabled: plan.resume,
-        kafka_topic: super::unique("it-checkpoints"),
-        nats_bucket: super::unique("it-checkpoints"),
-        ..ResumeConfig::default()
-    };
+    let checkpoints = super::unique("it-checkpoints");
+    let resume =
+        ResumeConfig { enabled: plan.resume, kafka_topic: checkpoints.clone(), nats_bucket: super::unique("it-checkpoints"), ..ResumeConfig::default() };
     let lease = super::unique("seam");
     let config = config.with(|c| {
         c.resume = resume;
@@ -312,7 +388,7 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
             until_done("create a Secret", 409, || api.create(post, s)).await;
         }
     }
-    let walk = Walk::start(cms.clone(), secrets.clone());
+    let walk = Walk::start(cms.clone(), secrets.clone(), plan.large);
     // A replica: with leader election, the first one leads before the next starts (a
     // standby is ready too).
     let start = |first: bool| launch(&config, plan.election && first);
@@ -332,12 +408,16 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
         tokio::time::sleep(*after).await;
         supervise(&mut bridges);
         match fault {
-            Fault::Kill | Fault::Term => {
+            Fault::Kill | Fault::Term | Fault::KillStale => {
                 // The leader (or the only replica) is hit; a new replica replaces it.
                 let hit = bridges.iter().position(Bridge::leads).unwrap_or(0);
                 let mut gone = bridges.swap_remove(hit);
-                gone.signal(if *fault == Fault::Kill { "KILL" } else { "TERM" });
+                gone.signal(if *fault == Fault::Term { "TERM" } else { "KILL" });
                 gone.wait_exit(Duration::from_secs(60));
+                if *fault == Fault::KillStale {
+                    let (brokers, topic) = (env.kafka.clone(), checkpoints.clone());
+                    tokio::task::spawn_blocking(move || stale_checkpoints(&brokers, &topic)).await.unwrap();
+                }
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 bridges.push(start(bridges.is_empty()));
             }
@@ -346,6 +426,7 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
             Fault::ExpireWatches => server_fault("kube", "expire-watches").await?,
             Fault::Compact => server_fault("kube", "compact").await?,
             Fault::ApiServerRestart => server_fault("kube", "restart").await?,
+            Fault::DeleteNamespace => delete_namespace(&kube, namespaces.last().expect("a namespace")).await,
         }
     }
     // Long enough for two resyncs (or a few seconds) after the last fault, then quiet; with
@@ -368,7 +449,7 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
     }
     let writes = walk.finish().await;
     let mut existing = HashSet::new();
-    let all = &ListParams::default();
+    let all = &selector.map_or_else(ListParams::default, |s| ListParams::default().labels(s));
     for api in &cms {
         let listed = until_done("list the ConfigMaps", 0, || api.list(all)).await;
         existing.extend(listed.into_iter().flat_map(|l| l.items).filter_map(|c| c.metadata.uid));
@@ -381,7 +462,11 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
     let text = bridges.iter().map(Bridge::log_text).collect::<Vec<_>>().join("\n---\n");
     for log in &logs {
         let sink = if matches!(log, Log::Nats { .. }) { "nats" } else { "kafka" };
-        rebuild_matches(&kube, log.rebuild_args(), &namespaces, Duration::from_secs(120)).await.map_err(|e| format!("{sink}: {e}\n{text}"))?;
+        for consumer in [Consumer::Rebuild, Consumer::Python] {
+            consumer_matches(&kube, consumer, log.rebuild_args(), &namespaces, selector, Duration::from_secs(120))
+                .await
+                .map_err(|e| format!("{sink}: {e}\n{text}"))?;
+        }
         let h = log.audited(&existing).await;
         figures.push(format!(
             "{sink}: writes={writes} restarted={restarted} events={} resynced={} repeats={} steps_back={} resurrections={} spurious_deletes={}",
