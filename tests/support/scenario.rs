@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use deltaship::config::{PayloadMode, ResourceConfig, ResumeConfig, RouteConfig, SinkConfig};
 use deltaship::model::SyncMode;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -404,6 +404,7 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
             }
         }
     };
+    let mut deleted = None;
     for (after, fault) in &plan.faults {
         tokio::time::sleep(*after).await;
         supervise(&mut bridges);
@@ -426,7 +427,10 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
             Fault::ExpireWatches => server_fault("kube", "expire-watches").await?,
             Fault::Compact => server_fault("kube", "compact").await?,
             Fault::ApiServerRestart => server_fault("kube", "restart").await?,
-            Fault::DeleteNamespace => delete_namespace(&kube, namespaces.last().expect("a namespace")).await,
+            Fault::DeleteNamespace => {
+                deleted = namespaces.last().cloned();
+                delete_namespace(&kube, namespaces.last().expect("a namespace")).await;
+            }
         }
     }
     // Long enough for two resyncs (or a few seconds) after the last fault, then quiet; with
@@ -448,6 +452,18 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
         }
     }
     let writes = walk.finish().await;
+    // Quiescence: a deleted namespace is gone, its objects deleted (the namespace controller
+    // takes its time), before the lists that the oracles compare with.
+    if let Some(ns) = deleted {
+        let all: Api<Namespace> = Api::all(kube.clone());
+        let deadline = std::time::Instant::now() + Duration::from_secs(180);
+        while until_done("read the deleted namespace", 404, || all.get_opt(&ns)).await.flatten().is_some() {
+            if std::time::Instant::now() >= deadline {
+                return Err(format!("namespace {ns} still there 3 minutes after its delete"));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
     let mut existing = HashSet::new();
     let all = &selector.map_or_else(ListParams::default, |s| ListParams::default().labels(s));
     for api in &cms {
