@@ -5,10 +5,12 @@ use std::fmt::Display;
 
 use std::time::Duration;
 
+use crate::checkpoint::Store;
 use crate::config::{Config, DEFAULT_ROUTE, NatsConfig, SinkConfig, mask_urls};
 use crate::pipeline::{self, Started};
 use crate::plan;
 use crate::sink::{HttpSink, KafkaSink, NatsSink};
+use crate::watch::access;
 
 /// Prints each finding on stdout; returns whether all passed.
 pub async fn run(config: &Config) -> bool {
@@ -21,8 +23,11 @@ pub async fn run(config: &Config) -> bool {
         }
     })
     .await;
-    let Ok(Started { scopes, .. }) = started else { return report.done() };
+    let Ok(Started { client, scopes }) = started else { return report.done() };
     let routes = config.effective_routes();
+    if config.resume.enabled && routes.iter().any(|r| Store::kept(&r.sink, &config.resume)) {
+        check_resume_access(&mut report, config, &client, &scopes).await;
+    }
     for (i, route) in routes.iter().enumerate() {
         if routes.len() > 1 || route.name != DEFAULT_ROUTE {
             report.ok(format!("route {}: {} watch(es) feed it", route.name, plan::watches_of(&scopes, i)));
@@ -35,6 +40,30 @@ pub async fn run(config: &Config) -> bool {
         }
     }
     report.done()
+}
+
+/// The `get`s a resume needs: each resumed scope's objects (to prove a checkpoint belongs to
+/// the API server's history) and the `kube-system` namespace (the cluster's identity).
+/// Missing ones are warnings: the bridge runs, with every start a full initial sync, or its
+/// checkpoints not checked against the cluster's identity.
+async fn check_resume_access(report: &mut Report, config: &Config, client: &kube::Client, scopes: &[std::sync::Arc<plan::Scope>]) {
+    for scope in scopes.iter().filter(|s| config.resources.get(s.index).is_some_and(|r| r.resume)) {
+        match access::allows_get(client, scope).await {
+            Ok(true) => report.ok(format!("get allowed on {} (a resume proves its checkpoint against the API server)", scope.describe())),
+            Ok(false) => report.warn(format!(
+                "get not allowed on {}: with resume on, its checkpoint cannot be proven to belong to the API server's history, so every start is a full initial sync; grant get beside list and watch",
+                scope.describe()
+            )),
+            Err(e) => report.warn(e),
+        }
+    }
+    match access::allows_identity(client).await {
+        Ok(true) => report.ok("get allowed on namespace kube-system (checkpoints are checked against the cluster's identity)"),
+        Ok(false) => report.warn(
+            "get not allowed on namespace kube-system: checkpoints are not checked against the cluster's identity (its uid); grant get on namespaces, resourceNames [kube-system]",
+        ),
+        Err(e) => report.warn(e),
+    }
 }
 
 async fn check_http(report: &mut Report, h: &crate::config::HttpSinkConfig) {

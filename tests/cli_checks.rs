@@ -82,16 +82,7 @@ async fn check_and_run_name_the_missing_verb_until_list_and_watch_are_granted() 
 
     // Grant list only: now watch is what is missing.
     let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
-    let rule = |verbs: &[&str]| json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}]);
-    let role: Role = serde_json::from_value(json!({"metadata": {"name": "configmaps-reader"}, "rules": rule(&["list"])})).unwrap();
-    roles.create(&PostParams::default(), &role).await.unwrap();
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "configmaps-reader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "configmaps-reader"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "deltaship-limited"}]
-    }))
-    .unwrap();
-    Api::<RoleBinding>::namespaced(client.clone(), &ns).create(&PostParams::default(), &binding).await.unwrap();
+    grant(&client, &ns, &["list"]).await;
     // The API server's authorizer sees new RBAC objects through an informer: poll.
     let no_watch = format!("[FAIL] not allowed to watch configmaps in namespace {ns}");
     eventually(Duration::from_secs(30), "check to name the missing watch verb", || {
@@ -104,7 +95,7 @@ async fn check_and_run_name_the_missing_verb_until_list_and_watch_are_granted() 
     .await;
 
     // Grant both: check passes and run becomes ready as the limited user.
-    roles.patch("configmaps-reader", &PatchParams::default(), &Patch::Merge(&json!({"rules": rule(&["list", "watch"])}))).await.unwrap();
+    roles.patch("configmaps-reader", &PatchParams::default(), &Patch::Merge(&json!({"rules": configmaps_rule(&["list", "watch"])}))).await.unwrap();
     let allowed = format!("[ok]   list and watch allowed on configmaps in {ns}");
     let out = eventually(Duration::from_secs(30), "check to pass with list and watch granted", || {
         let config = config.clone();
@@ -118,6 +109,71 @@ async fn check_and_run_name_the_missing_verb_until_list_and_watch_are_granted() 
     let mut bridge = Bridge::start(&config);
     bridge.wait_ready(Duration::from_secs(60));
     drop(bridge);
+    delete_namespace(&client, &ns).await;
+}
+
+/// A rule of `verbs` on ConfigMaps.
+fn configmaps_rule(verbs: &[&str]) -> Value {
+    json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}])
+}
+
+/// Grants the limited user `verbs` on the ConfigMaps of `ns` (Role and RoleBinding
+/// `configmaps-reader`).
+async fn grant(client: &kube::Client, ns: &str, verbs: &[&str]) {
+    let role: Role = serde_json::from_value(json!({"metadata": {"name": "configmaps-reader"}, "rules": configmaps_rule(verbs)})).unwrap();
+    Api::<Role>::namespaced(client.clone(), ns).create(&PostParams::default(), &role).await.unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "configmaps-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "configmaps-reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "deltaship-limited"}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), ns).create(&PostParams::default(), &binding).await.unwrap();
+}
+
+/// With resume on and a checkpoint kept (here in `resume.directory`), `check` says which
+/// `get`s a resume lacks, as warnings: without `get` on the watched objects every start is a
+/// full initial sync (a checkpoint cannot be proven to belong to the API server's history);
+/// without `get` on the kube-system namespace checkpoints are not checked against the
+/// cluster's identity. Granted, each becomes an `[ok]` line.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_warns_when_resume_lacks_the_gets_that_prove_a_checkpoint() {
+    let env = support::env();
+    let client = client().await;
+    let ns = namespace(&client, "it-rbac-get").await;
+    let dir = std::env::temp_dir().join(support::unique("it-resume"));
+    let config = configmaps_in(&ns)
+        .with(|c| {
+            c.kubernetes.kubeconfig = Some(env.limited_kubeconfig.into());
+            c.resume.directory = Some(dir.clone());
+        })
+        .toml();
+    grant(&client, &ns, &["list", "watch"]).await;
+    let no_get = format!("[warn] get not allowed on configmaps in {ns}: with resume on, its checkpoint cannot be proven");
+    let no_identity = "[warn] get not allowed on namespace kube-system: checkpoints are not checked against the cluster's identity";
+    let out = eventually(Duration::from_secs(30), "check to pass with list and watch granted", || {
+        let config = config.clone();
+        async move {
+            let (code, out) = check(config).await;
+            (code == Some(0)).then_some(out)
+        }
+    })
+    .await;
+    assert!(out.lines().any(|l| l.starts_with(&no_get)), "missing {no_get:?} in:\n{out}");
+    assert!(out.lines().any(|l| l.starts_with(no_identity)), "missing {no_identity:?} in:\n{out}");
+
+    let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
+    roles.patch("configmaps-reader", &PatchParams::default(), &Patch::Merge(&json!({"rules": configmaps_rule(&["get", "list", "watch"])}))).await.unwrap();
+    let allowed = format!("[ok]   get allowed on configmaps in {ns} (a resume proves its checkpoint against the API server)");
+    let out = eventually(Duration::from_secs(30), "check to find get granted", || {
+        let (config, allowed) = (config.clone(), allowed.clone());
+        async move {
+            let (code, out) = check(config).await;
+            (code == Some(0) && out.lines().any(|l| l == allowed)).then_some(out)
+        }
+    })
+    .await;
+    assert!(out.lines().any(|l| l.starts_with(no_identity)), "the limited user still cannot read kube-system:\n{out}");
     delete_namespace(&client, &ns).await;
 }
 

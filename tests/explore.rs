@@ -26,11 +26,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::scenario::{self, Plan};
 
+/// A line on the process's standard error as it happens, past the test harness's capture
+/// (which would show it only on failure): each run's seeds and outcomes are in every log,
+/// CI's too.
+fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// Runs `seed`'s scenario: its figures, or what broke (a panic, such as a bridge that never
 /// became ready, is the scenario's failure, not the batch's end).
 async fn explore(seed: u64) -> Result<String, String> {
     let plan = Plan::draw(seed);
-    eprintln!("EXPLORE seed={seed} {plan}");
+    say(&format!("EXPLORE seed={seed} {plan}"));
     let began = Instant::now();
     let outcome = match tokio::spawn(async move { scenario::run(&plan).await }).await {
         Ok(Ok(figures)) => Ok(figures.0),
@@ -38,8 +46,8 @@ async fn explore(seed: u64) -> Result<String, String> {
         Err(panicked) => Err(format!("panicked: {panicked}")),
     };
     match &outcome {
-        Ok(figures) => eprintln!("EXPLORE seed={seed} ok in {:.0} s: {figures}", began.elapsed().as_secs_f64()),
-        Err(problem) => eprintln!("EXPLORE seed={seed} FAILED in {:.0} s: {problem}", began.elapsed().as_secs_f64()),
+        Ok(figures) => say(&format!("EXPLORE seed={seed} ok in {:.0} s: {figures}", began.elapsed().as_secs_f64())),
+        Err(problem) => say(&format!("EXPLORE seed={seed} FAILED in {:.0} s: {}", began.elapsed().as_secs_f64(), problem.lines().next().unwrap_or_default())),
     }
     outcome
 }
@@ -88,6 +96,6 @@ async fn seeded_scenarios_keep_every_promise() {
         .collect();
     let ran = outcomes.len();
     let last = outcomes.last().map_or(first, |(seed, _)| *seed);
-    eprintln!("EXPLORE-FIGURES scenarios={ran} seeds={first}..={last} lanes={lanes} failed={} in {:.0} s", failures.len(), started.elapsed().as_secs_f64());
+    say(&format!("EXPLORE-FIGURES scenarios={ran} seeds={first}..={last} lanes={lanes} failed={} in {:.0} s", failures.len(), started.elapsed().as_secs_f64()));
     assert!(failures.is_empty(), "{} of {ran} scenarios broke a promise:\n\n{}", failures.len(), failures.join("\n\n"));
 }

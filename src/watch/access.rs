@@ -1,4 +1,5 @@
-//! Access checks: SelfSubjectAccessReviews for list and watch of every watch scope.
+//! Access checks: SelfSubjectAccessReviews for list and watch of every watch scope, and for
+//! the `get`s a resume needs.
 
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use kube::Client;
@@ -48,32 +49,52 @@ pub async fn check(client: &Client, scope: &Scope) -> Result<(), AccessError> {
 }
 
 async fn review(client: &Client, scope: &Scope) -> Result<(), AccessError> {
-    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     for verb in ["list", "watch"] {
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(scope.resource.group.clone()),
-                    version: Some(scope.resource.version.clone()),
-                    resource: Some(scope.resource.plural.clone()),
-                    namespace: scope.namespace.clone(),
-                    verb: Some(verb.into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let answer = api.create(&PostParams::default(), &review).await.map_err(AccessError::ReviewFailed)?;
-        let status = answer.status.unwrap_or_default();
-        if !status.allowed {
-            return Err(AccessError::Denied {
-                verb,
-                resource: scope.resource.label(),
-                namespace: scope.namespace.clone(),
-                reason: status.reason.unwrap_or_default(),
-            });
+        let (allowed, reason) = ask(client, scope_attributes(scope, verb)).await?;
+        if !allowed {
+            return Err(AccessError::Denied { verb, resource: scope.resource.label(), namespace: scope.namespace.clone(), reason });
         }
     }
     Ok(())
+}
+
+/// Whether `get` is allowed on `scope`'s objects: a resume looks a checkpoint's newest
+/// objects up to prove that it belongs to the API server's history (without it, every start
+/// is a full initial sync).
+pub async fn allows_get(client: &Client, scope: &Scope) -> Result<bool, AccessError> {
+    Ok(ask(client, scope_attributes(scope, "get")).await?.0)
+}
+
+/// Whether `get` is allowed on the `kube-system` namespace, whose uid is the cluster's
+/// identity that checkpoints are checked against.
+pub async fn allows_identity(client: &Client) -> Result<bool, AccessError> {
+    let attributes = ResourceAttributes {
+        version: Some("v1".into()),
+        resource: Some("namespaces".into()),
+        name: Some("kube-system".into()),
+        verb: Some("get".into()),
+        ..Default::default()
+    };
+    Ok(ask(client, attributes).await?.0)
+}
+
+fn scope_attributes(scope: &Scope, verb: &str) -> ResourceAttributes {
+    ResourceAttributes {
+        group: Some(scope.resource.group.clone()),
+        version: Some(scope.resource.version.clone()),
+        resource: Some(scope.resource.plural.clone()),
+        namespace: scope.namespace.clone(),
+        verb: Some(verb.into()),
+        ..Default::default()
+    }
+}
+
+/// A SelfSubjectAccessReview of `attributes`: allowed, and the authorizer's reason.
+async fn ask(client: &Client, attributes: ResourceAttributes) -> Result<(bool, String), AccessError> {
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let review =
+        SelfSubjectAccessReview { spec: SelfSubjectAccessReviewSpec { resource_attributes: Some(attributes), ..Default::default() }, ..Default::default() };
+    let answer = api.create(&PostParams::default(), &review).await.map_err(AccessError::ReviewFailed)?;
+    let status = answer.status.unwrap_or_default();
+    Ok((status.allowed, status.reason.unwrap_or_default()))
 }

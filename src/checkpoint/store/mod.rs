@@ -25,6 +25,12 @@ pub enum Store {
 }
 
 impl Store {
+    /// Whether a route whose sink is `sink` keeps a checkpoint: Kafka and NATS always (in
+    /// their topic and bucket), stdout and HTTP only in `resume.directory`.
+    pub fn kept(sink: &SinkConfig, resume: &ResumeConfig) -> bool {
+        !matches!(sink, SinkConfig::Stdout {} | SinkConfig::Http(_)) || resume.directory.is_some()
+    }
+
     /// The store of the route `route` whose sink is `sink`; `None` when that route keeps
     /// no checkpoint (stdout or HTTP without `resume.directory`).
     pub async fn open(sink: &SinkConfig, resume: &ResumeConfig, route: &str) -> Result<Option<Store>, StoreError> {
@@ -55,5 +61,22 @@ impl Store {
             Store::Nats(s) => s.write(records).await,
             Store::File(s) => s.write(records),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stdout_and_http_keep_a_checkpoint_only_in_a_directory_and_brokers_always() {
+        let sink = |v: serde_json::Value| serde_json::from_value::<SinkConfig>(v).unwrap();
+        let (kafka, nats) =
+            (sink(serde_json::json!({"type": "kafka", "brokers": "b:9092"})), sink(serde_json::json!({"type": "nats", "url": "nats://n:4222"})));
+        let (stdout, http) = (sink(serde_json::json!({"type": "stdout"})), sink(serde_json::json!({"type": "http", "url": "http://h/events"})));
+        let mut resume = ResumeConfig::default();
+        assert_eq!([&kafka, &nats, &stdout, &http].map(|s| Store::kept(s, &resume)), [true, true, false, false]);
+        resume.directory = Some("/var/lib/deltaship".into());
+        assert_eq!([&kafka, &nats, &stdout, &http].map(|s| Store::kept(s, &resume)), [true, true, true, true]);
     }
 }
