@@ -83,33 +83,32 @@ async fn check_and_run_name_the_missing_verb_until_list_and_watch_are_granted() 
     // Grant list only: now watch is what is missing.
     let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
     grant(&client, &ns, &["list"]).await;
-    // The API server's authorizer sees new RBAC objects through an informer: poll.
     let no_watch = format!("[FAIL] not allowed to watch configmaps in namespace {ns}");
-    eventually(Duration::from_secs(30), "check to name the missing watch verb", || {
-        let (config, no_watch) = (config.clone(), no_watch.clone());
-        async move {
-            let (code, out) = check(config).await;
-            (code == Some(1) && out.lines().any(|l| l.starts_with(&no_watch))).then_some(())
-        }
-    })
-    .await;
+    check_until(&config, "check to name the missing watch verb", |code, out| code == Some(1) && out.lines().any(|l| l.starts_with(&no_watch))).await;
 
     // Grant both: check passes and run becomes ready as the limited user.
     roles.patch("configmaps-reader", &PatchParams::default(), &Patch::Merge(&json!({"rules": configmaps_rule(&["list", "watch"])}))).await.unwrap();
     let allowed = format!("[ok]   list and watch allowed on configmaps in {ns}");
-    let out = eventually(Duration::from_secs(30), "check to pass with list and watch granted", || {
-        let config = config.clone();
-        async move {
-            let (code, out) = check(config).await;
-            (code == Some(0)).then_some(out)
-        }
-    })
-    .await;
+    let out = check_until(&config, "check to pass with list and watch granted", |code, _| code == Some(0)).await;
     assert!(out.lines().any(|l| l == allowed), "missing {allowed:?} in:\n{out}");
     let mut bridge = Bridge::start(&config);
     bridge.wait_ready(Duration::from_secs(60));
     drop(bridge);
     delete_namespace(&client, &ns).await;
+}
+
+/// `check` again until `done(exit code, output)` holds (the API server's authorizer sees new
+/// RBAC objects through an informer); its output.
+async fn check_until(config: &str, what: &str, done: impl Fn(Option<i32>, &str) -> bool) -> String {
+    eventually(Duration::from_secs(30), what, || {
+        let check = check(config.to_string());
+        let done = &done;
+        async move {
+            let (code, out) = check.await;
+            done(code, &out).then_some(out)
+        }
+    })
+    .await
 }
 
 /// A rule of `verbs` on ConfigMaps.
@@ -151,28 +150,14 @@ async fn check_warns_when_resume_lacks_the_gets_that_prove_a_checkpoint() {
     grant(&client, &ns, &["list", "watch"]).await;
     let no_get = format!("[warn] get not allowed on configmaps in {ns}: with resume on, its checkpoint cannot be proven");
     let no_identity = "[warn] get not allowed on namespace kube-system: checkpoints are not checked against the cluster's identity";
-    let out = eventually(Duration::from_secs(30), "check to pass with list and watch granted", || {
-        let config = config.clone();
-        async move {
-            let (code, out) = check(config).await;
-            (code == Some(0)).then_some(out)
-        }
-    })
-    .await;
+    let out = check_until(&config, "check to pass with list and watch granted", |code, _| code == Some(0)).await;
     assert!(out.lines().any(|l| l.starts_with(&no_get)), "missing {no_get:?} in:\n{out}");
     assert!(out.lines().any(|l| l.starts_with(no_identity)), "missing {no_identity:?} in:\n{out}");
 
     let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
     roles.patch("configmaps-reader", &PatchParams::default(), &Patch::Merge(&json!({"rules": configmaps_rule(&["get", "list", "watch"])}))).await.unwrap();
     let allowed = format!("[ok]   get allowed on configmaps in {ns} (a resume proves its checkpoint against the API server)");
-    let out = eventually(Duration::from_secs(30), "check to find get granted", || {
-        let (config, allowed) = (config.clone(), allowed.clone());
-        async move {
-            let (code, out) = check(config).await;
-            (code == Some(0) && out.lines().any(|l| l == allowed)).then_some(out)
-        }
-    })
-    .await;
+    let out = check_until(&config, "check to find get granted", |code, out| code == Some(0) && out.lines().any(|l| l == allowed)).await;
     assert!(out.lines().any(|l| l.starts_with(no_identity)), "the limited user still cannot read kube-system:\n{out}");
     delete_namespace(&client, &ns).await;
 }

@@ -99,8 +99,10 @@ pub async fn load(config: &Config, seal: &Seal, client: &Client, routes: &[Route
     for (r, route) in routes.iter().enumerate() {
         let prefix = checkpoint::route_prefix(&config.cluster, &route.name);
         let holder = (holder::key(&prefix), this_holder(config, scopes, r, &prefix));
+        let reading = Instant::now();
         match open_led(config, route, &prefix, seal, &holder, patience).await {
             Ok(Some((store, records))) => {
+                tracing::debug!(route = %route.name, records = records.len(), took_ms = reading.elapsed().as_millis() as u64, "Read the route's checkpoint");
                 starts.routes.push(Some(CheckpointedRoute { store: Destination::Open(Arc::new(store)), progress: Arc::new(Progress::default()), holder }));
                 read.push(Ok(checkpoint::parse(records, seal)));
             }
@@ -135,6 +137,7 @@ pub async fn load(config: &Config, seal: &Seal, client: &Client, routes: &[Route
         return starts;
     }
     let cluster_uid = if starts.routes.iter().any(Option::is_some) { identity(client, retry).await } else { None };
+    tracing::debug!(cluster_uid = ?cluster_uid, "Read the cluster's identity");
     for (slot, scope) in scopes.iter().enumerate() {
         let label = scope.resource.label();
         // Resume off: the checkpoint is read all the same, and replaced by this start's
@@ -142,6 +145,7 @@ pub async fn load(config: &Config, seal: &Seal, client: &Client, routes: &[Route
         // older than what this run shipped.
         let enabled = config.resume.enabled && config.resources[scope.index].resume;
         let now = if enabled { Now { version: current_version(client, scope, retry).await, cluster_uid: cluster_uid.clone() } } else { Now::default() };
+        tracing::debug!(watch = %scope.describe(), version = ?now.version, "Read where the API server stands");
         // Each route of the watch: what its checkpoint holds.
         let mut found = Vec::new();
         let mut facts = Facts { enabled, now, routes: Vec::new(), keeps_content: scope.keeps_content(), proof: Proof::NotGathered };
@@ -180,6 +184,7 @@ pub async fn load(config: &Config, seal: &Seal, client: &Client, routes: &[Route
                 (learned, reach) = (l, Some(ends));
             }
             facts.proof = Proof::Judged(timeline(client, scope, loaded).await);
+            tracing::debug!(watch = %scope.describe(), proof = ?facts.proof, "Looked the checkpoint's newest objects up");
         }
         let decided = decision::decide(&facts);
         let resumed = match &decided {

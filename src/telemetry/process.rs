@@ -163,15 +163,23 @@ mod tests {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn the_heap_allocated_follows_allocations_and_frees() {
-        // Other tests allocate meanwhile: 64 MB dwarfs them.
+        // Other tests allocate and free meanwhile (the figure is the whole process's): 64 MB
+        // dwarfs them, and one of five tries free of their noise is enough, while a figure
+        // that does not follow allocations fails all five.
         const BLOCK: u64 = 64 << 20;
         let allocated = || heap_allocated_bytes().unwrap();
-        let before = allocated();
-        let block = vec![1u8; BLOCK as usize];
-        let during = allocated();
-        drop(block);
-        let after = allocated();
-        assert!(during >= before + BLOCK - (16 << 20), "{before} -> {during} with 64 MB more");
-        assert!(after + BLOCK - (16 << 20) <= during, "{during} -> {after} with 64 MB freed");
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            let before = allocated();
+            let block = vec![1u8; BLOCK as usize];
+            let during = allocated();
+            drop(block);
+            let after = allocated();
+            if during >= before + BLOCK - (16 << 20) && after + BLOCK - (16 << 20) <= during {
+                return;
+            }
+            seen.push((before, during, after));
+        }
+        panic!("the heap allocated did not follow 64 MB allocated then freed in five tries (before, during, after): {seen:?}");
     }
 }

@@ -10,6 +10,23 @@ use serde::Deserialize;
 
 use crate::plan::Scope;
 
+/// How long one of these requests may go unanswered. The client has no read timeout of its
+/// own (a watch may rightly be quiet for minutes), and a request the API server took but
+/// never answered must not hold a start, or a stall check, for good: it fails as a
+/// transient error instead, and its caller retries or falls back as for any other.
+const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `request`, or a transient error once it went unanswered for ANSWER_WITHIN.
+async fn answered<T>(request: impl Future<Output = kube::Result<T>>) -> kube::Result<T> {
+    match tokio::time::timeout(ANSWER_WITHIN, request).await {
+        Ok(answer) => answer,
+        Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the API server did not answer within {ANSWER_WITHIN:?}"),
+        )))),
+    }
+}
+
 /// A list response read for its metadata alone: the items are skipped unparsed (without a
 /// depth limit), so that no object, however deeply nested, can fail the read.
 #[derive(Deserialize)]
@@ -43,7 +60,7 @@ pub(super) async fn version_at(client: &Client, request: &Request, label_selecto
     params.field_selector = field_selector;
     let mut req = request.list(&params).map_err(kube::Error::BuildRequest)?;
     req.extensions_mut().insert("list");
-    let head: Head = client.request(req).await?;
+    let head: Head = answered(client.request(req)).await?;
     Ok(head.metadata.resource_version.unwrap_or_default())
 }
 
@@ -51,7 +68,7 @@ pub(super) async fn version_at(client: &Client, request: &Request, label_selecto
 /// the cluster. `None` when this identity may not read it (RBAC) or it does not exist.
 pub async fn cluster_uid(client: &Client) -> kube::Result<Option<String>> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    match namespaces.get_opt("kube-system").await {
+    match answered(namespaces.get_opt("kube-system")).await {
         Ok(ns) => Ok(ns.and_then(|ns| ns.metadata.uid)),
         Err(kube::Error::Api(e)) if e.code == 403 => Ok(None),
         Err(e) => Err(e),
@@ -66,7 +83,7 @@ pub async fn object_now(client: &Client, scope: &Scope, key: &str) -> kube::Resu
         Some((ns, name)) => (Api::namespaced_with(client.clone(), ns, &ar), name),
         None => (Api::all_with(client.clone(), &ar), key),
     };
-    let found = api.get_metadata_opt(name).await?;
+    let found = answered(api.get_metadata_opt(name)).await?;
     Ok(found.and_then(|o| Some((o.metadata.uid?, o.metadata.resource_version?))))
 }
 
