@@ -105,7 +105,7 @@ pub fn read_until(brokers: &str, topic: &str, timeout: Duration, done: impl Fn(&
 /// started: by the consumer's position, since the markers of transactions take offsets
 /// that are never delivered. Panics after `timeout`.
 pub fn read_to_end(brokers: &str, topic: &str, timeout: Duration) -> Vec<Record> {
-    use rdkafka::error::KafkaError;
+    use rdkafka::error::{KafkaError, KafkaResult};
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", super::unique("reader"))
@@ -114,15 +114,29 @@ pub fn read_to_end(brokers: &str, topic: &str, timeout: Duration) -> Vec<Record>
         .set("enable.partition.eof", "true")
         .create()
         .expect("a Kafka consumer");
-    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("topic metadata");
-    let partitions = md.topics().first().map_or(0, |t| t.partitions().len()) as i32;
-    let ends: Vec<i64> = (0..partitions).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).collect();
+    // Retried until `timeout`: right after a broker restart its partitions have no leader
+    // for a while (NotLeaderForPartition).
+    let deadline = Instant::now() + timeout;
+    let retried = |what: &str, ask: &dyn Fn() -> KafkaResult<i64>| loop {
+        match ask() {
+            Ok(v) => break v,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "{what} of {topic} still failing after {timeout:?}: {e}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    };
+    let partitions = retried("the metadata", &|| {
+        consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).map(|md| md.topics().first().map_or(0, |t| t.partitions().len()) as i64)
+    }) as i32;
+    let ends: Vec<i64> =
+        (0..partitions).map(|p| retried("the watermarks", &|| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).map(|w| w.1))).collect();
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
     }
     consumer.assign(&tpl).expect("assign partitions");
-    let (mut records, deadline) = (Vec::new(), Instant::now() + timeout);
+    let mut records = Vec::new();
     let at_end = |consumer: &BaseConsumer| {
         let positions = consumer.position().expect("positions");
         (0..partitions).all(|p| match positions.find_partition(topic, p).map(|e| e.offset()) {
