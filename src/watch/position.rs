@@ -92,3 +92,15 @@ fn api_resource(scope: &Scope) -> ApiResource {
     let r = &scope.resource;
     ApiResource { group: r.group.clone(), version: r.version.clone(), api_version: r.api_version(), kind: r.kind.clone(), plural: r.plural.clone() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_never_answered_fails_as_a_timeout_once_its_bound_has_passed() {
+        let unanswered = answered(std::future::pending::<kube::Result<()>>()).await.unwrap_err();
+        assert!(unanswered.to_string().contains("did not answer within 30s"), "{unanswered}");
+        assert_eq!(answered(async { Ok::<_, kube::Error>(7) }).await.unwrap(), 7);
+    }
+}

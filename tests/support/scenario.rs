@@ -263,7 +263,8 @@ pub fn configmap(name: &str, n: u64) -> ConfigMap {
 
 fn large_configmap(name: &str, n: u64) -> ConfigMap {
     let mut cm = configmap(name, n);
-    cm.data.get_or_insert_default().insert("large".into(), format!("{n:x}").repeat(LARGE / format!("{n:x}").len()));
+    let unit = format!("{n:x}");
+    cm.data.get_or_insert_default().insert("large".into(), unit.repeat(LARGE / unit.len()));
     cm
 }
 
@@ -428,8 +429,9 @@ pub async fn run(plan: &Plan) -> Result<Figures, String> {
             Fault::Compact => server_fault("kube", "compact").await?,
             Fault::ApiServerRestart => server_fault("kube", "restart").await?,
             Fault::DeleteNamespace => {
-                deleted = namespaces.last().cloned();
-                delete_namespace(&kube, namespaces.last().expect("a namespace")).await;
+                let ns = namespaces.last().expect("a namespace");
+                delete_namespace(&kube, ns).await;
+                deleted = Some(ns.clone());
             }
         }
     }
